@@ -1,0 +1,547 @@
+/* gemm.c — the public GEMM: weight conversion at create, blocking and threading at run.
+ *
+ *   y[M,N] = x[M,K] . W[N,K]^T (+ bias) (+ epilogue)
+ *
+ * Float modes keep W row-major ([N,K] f32/bf16/f16) and widen each KC x NC block to f32
+ * panels in a per-thread buffer that stays in cache while every row block of x streams
+ * past it (so bf16/f16 weights run at the f32 FMA rate for large M, and at half the
+ * memory traffic for small M through the row-major gemv kernel).
+ * Int modes pack W once, at create, into the micro-kernel's k-quad layout (see
+ * gemm_impl.h), quantise x per row (phase 1, split by rows), then multiply (phase 2,
+ * split by columns).  Each output element is computed by exactly one thread in a fixed
+ * order, so results do not depend on the thread count. */
+#include "gemm_impl.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct h3_linear {
+    int64_t N, K;          /* logical shape */
+    int64_t Kp;            /* int modes: padded K */
+    int64_t H, Hp;         /* pair: half height, padded half; else H = N, Hp = align(N, nr) */
+    int wtype, group_size, act_group, pair;
+    int64_t seg;           /* int modes: K-length of constant (act, weight) scales */
+    int64_t kci;           /* int modes: K block */
+    h3_isa isa;
+    const gemm_kernels *kt;
+    void *w;               /* float: [N,K]; int: packed panels */
+    float *wscale;         /* I8: [Np]; I4: [Np/nr][Kp/gs][nr] */
+    float *bias;           /* [N] or NULL */
+    size_t wbytes;
+};
+
+static const gemm_kernels *raw_table(h3_isa isa) {
+    switch (isa) {
+#if H3_X86
+    case H3_ISA_AVX2: return &gemm_kernels_avx2;
+    case H3_ISA_AVX512: return &gemm_kernels_avx512;
+    case H3_ISA_AMX: return &gemm_kernels_amx;
+#endif
+#if H3_ARM64
+    case H3_ISA_NEON: return &gemm_kernels_neon;
+#endif
+    default: return &gemm_kernels_ref;
+    }
+}
+
+static gemm_kernels resolved[H3_ISA_COUNT];
+static pthread_once_t resolved_once = PTHREAD_ONCE_INIT;
+
+static void resolve_tables(void) {
+    const gemm_kernels *r = &gemm_kernels_ref;
+    for (int i = 0; i < H3_ISA_COUNT; i++) {
+        gemm_kernels t = *raw_table((h3_isa)i);
+        if (!t.ukr_f32) t.ukr_f32 = r->ukr_f32;
+        if (!t.unpack) t.unpack = r->unpack;
+        if (!t.gemv) t.gemv = r->gemv;
+        if (!t.ukr_i8) t.ukr_i8 = r->ukr_i8;
+        if (!t.ukr_i4) t.ukr_i4 = r->ukr_i4;
+        if (!t.quant_row) t.quant_row = r->quant_row;
+        resolved[i] = t;
+    }
+}
+
+const gemm_kernels *gemm_kernels_for(h3_isa isa) {
+    pthread_once(&resolved_once, resolve_tables);
+    return ((unsigned)isa < H3_ISA_COUNT) ? &resolved[isa] : &resolved[H3_ISA_REF];
+}
+
+int64_t h3_linear_n(const h3_linear *l) { return l->N; }
+int64_t h3_linear_k(const h3_linear *l) { return l->K; }
+h3_isa h3_linear_isa(const h3_linear *l) { return l->isa; }
+size_t h3_linear_weight_bytes(const h3_linear *l) { return l->wbytes; }
+
+void h3_linear_free(h3_linear *l) {
+    if (!l) return;
+    h3_free(l->w);
+    h3_free(l->wscale);
+    h3_free(l->bias);
+    free(l);
+}
+
+static int is_int(int wtype) { return wtype == H3_DT_I8 || wtype == H3_DT_I4; }
+
+/* packed row index of logical row n (pair layouts pad each half to a panel boundary) */
+static int64_t prow_of(const h3_linear *l, int64_t n) {
+    return (l->pair && n >= l->H) ? l->Hp + (n - l->H) : n;
+}
+static int64_t np_of(const h3_linear *l) { return l->pair ? 2 * l->Hp : l->Hp; }
+
+static float src_at(const void *w, int src_dtype, int64_t idx) {
+    return src_dtype == H3_DT_F32 ? ((const float *)w)[idx]
+                                  : h3_bf16_to_f32(((const uint16_t *)w)[idx]);
+}
+
+/* Choose the int K block: a multiple of 8 that divides seg or is a multiple of it. */
+static int64_t choose_kci(int64_t seg, int64_t target) {
+    if (seg <= target) return seg * (target / seg);
+    for (int64_t b = target - target % 8; b >= 8; b -= 8)
+        if (seg % b == 0) return b;
+    return 8; /* seg is a multiple of 8 by construction */
+}
+
+static h3_status pack_int(h3_linear *l, const void *w, int src_dtype, h3_err *err) {
+    const int nr = l->kt->nr;
+    const int64_t Np = np_of(l), K = l->K, Kp = l->Kp;
+    const int i4 = l->wtype == H3_DT_I4;
+    const int64_t gs = i4 ? l->group_size : Kp, ng = Kp / gs;
+    const float qmax = i4 ? 7.0f : 127.0f;
+    size_t wb = i4 ? (size_t)(Np * Kp / 2) : (size_t)(Np * Kp);
+    size_t sb = (size_t)(i4 ? Np * ng : Np) * sizeof(float);
+    l->w = h3_alloc(wb);
+    l->wscale = h3_alloc(sb);
+    if (!l->w || !l->wscale) return h3_fail(err, H3_ENOMEM, "linear: cannot allocate %zu bytes for packed weights", wb + sb);
+    uint8_t *pk = (uint8_t *)l->w;
+    memset(pk, i4 ? 0x88 : 0x80, wb); /* zero weights in the offset encodings */
+    memset(l->wscale, 0, sb);
+    float *qrow = malloc((size_t)Kp * sizeof(float));
+    if (!qrow) return h3_fail(err, H3_ENOMEM, "linear: out of memory");
+    for (int64_t n = 0; n < l->N; n++) {
+        int64_t r = prow_of(l, n), p = r / nr, j = r % nr;
+        for (int64_t g = 0; g < ng; g++) {
+            int64_t k0 = g * gs, k1 = H3_MIN(k0 + gs, K);
+            float amax = 0.0f;
+            for (int64_t k = k0; k < k1; k++) amax = fmaxf(amax, fabsf(src_at(w, src_dtype, n * K + k)));
+            float scale = amax / qmax, inv = amax > 0.0f ? qmax / amax : 0.0f;
+            if (i4) l->wscale[(p * ng + g) * nr + j] = scale;
+            else l->wscale[r] = scale;
+            for (int64_t k = k0; k < k0 + gs; k++) {
+                float v = k < k1 ? rintf(src_at(w, src_dtype, n * K + k) * inv) : 0.0f;
+                qrow[k] = fminf(qmax, fmaxf(-qmax, v));
+            }
+        }
+        for (int64_t k = 0; k < Kp; k++) {
+            int q = (int)qrow[k];
+            int64_t quad = k / 4, t = k % 4;
+            if (!i4) {
+                pk[((p * (Kp / 4) + quad) * nr + j) * 4 + t] = (uint8_t)(q + 128);
+            } else {
+                uint8_t *b = &pk[((p * (Kp / 8) + quad / 2) * nr + j) * 4 + t];
+                if (quad & 1) *b = (uint8_t)((*b & 0x0f) | ((q + 8) << 4));
+                else *b = (uint8_t)((*b & 0xf0) | (q + 8));
+            }
+        }
+    }
+    free(qrow);
+    l->wbytes = wb + sb;
+    return H3_OK;
+}
+
+h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
+                           const float *bias, const h3_linear_opts *opts, h3_linear **out,
+                           h3_err *err) {
+    if (!out || !w || !opts) return h3_fail(err, H3_EINVAL, "linear: NULL argument");
+    if (N < 1 || K < 1 || N > ((int64_t)1 << 31) || K > ((int64_t)1 << 31))
+        return h3_fail(err, H3_EINVAL, "linear: bad weight shape [%lld, %lld]", (long long)N, (long long)K);
+    if (src_dtype != H3_DT_F32 && src_dtype != H3_DT_BF16)
+        return h3_fail(err, H3_EINVAL, "linear: source weights must be float32 or bf16 (dtype id %d)", src_dtype);
+    int wt = opts->wtype;
+    if (wt < H3_DT_F32 || wt > H3_DT_I4) return h3_fail(err, H3_EINVAL, "linear: unknown weights mode %d", wt);
+    h3_status st = h3_isa_check(opts->isa, err);
+    if (st) return st;
+    if (opts->pair && (N % 2)) return h3_fail(err, H3_EINVAL, "linear: pair=1 needs an even row count, got %lld", (long long)N);
+    int gs = 0;
+    if (wt == H3_DT_I4) {
+        gs = opts->group_size ? opts->group_size : 64;
+        if (gs != 32 && gs != 64 && gs != 128)
+            return h3_fail(err, H3_EINVAL, "linear: int4 group_size must be 32, 64 or 128, got %d", opts->group_size);
+    }
+    int ag = opts->act_group;
+    if (ag < 0) return h3_fail(err, H3_EINVAL, "linear: act_group must be >= 0, got %d", ag);
+    if (is_int(wt) && ag > 0) {
+        if (ag % 8) return h3_fail(err, H3_EINVAL, "linear: act_group must be a multiple of 8, got %d", ag);
+        if (wt == H3_DT_I4 && ag % gs)
+            return h3_fail(err, H3_EINVAL, "linear: act_group (%d) must be a multiple of group_size (%d)", ag, gs);
+    }
+    /* reject non-finite weights: they would poison every output silently */
+    int64_t nw = N * K;
+    for (int64_t i = 0; i < nw; i++) {
+        float v = src_at(w, src_dtype, i);
+        if (!isfinite(v))
+            return h3_fail(err, H3_EINVAL, "linear: weight[%lld, %lld] is not finite", (long long)(i / K), (long long)(i % K));
+    }
+    h3_linear *l = calloc(1, sizeof *l);
+    if (!l) return h3_fail(err, H3_ENOMEM, "linear: out of memory");
+    l->N = N; l->K = K; l->wtype = wt; l->group_size = gs; l->pair = opts->pair;
+    l->isa = opts->isa;
+    l->kt = gemm_kernels_for(opts->isa);
+    const int nr = l->kt->nr;
+    l->H = opts->pair ? N / 2 : N;
+    l->Hp = H3_ALIGN_UP(l->H, nr);
+    if (is_int(wt)) {
+        if (ag > 0) l->Kp = H3_ALIGN_UP(K, ag);
+        else l->Kp = H3_ALIGN_UP(K, (wt == H3_DT_I4 ? H3_MAX(gs, 64) : 64));
+        l->act_group = ag > 0 ? ag : (int)l->Kp;
+        l->seg = wt == H3_DT_I4 ? gs : l->act_group;
+        l->kci = H3_MIN(choose_kci(l->seg, 512), l->Kp);
+        st = pack_int(l, w, src_dtype, err);
+        if (st) { h3_linear_free(l); return st; }
+    } else {
+        l->Kp = K;
+        size_t esz = wt == H3_DT_F32 ? 4 : 2;
+        l->w = h3_alloc((size_t)nw * esz);
+        if (!l->w) { h3_linear_free(l); return h3_fail(err, H3_ENOMEM, "linear: cannot allocate %zu bytes", (size_t)nw * esz); }
+        if (wt == src_dtype) memcpy(l->w, w, (size_t)nw * esz);
+        else st = h3_convert(w, src_dtype, l->w, wt, nw, H3_ISA_REF, err);
+        if (st) { h3_linear_free(l); return st; }
+        l->wbytes = (size_t)nw * esz;
+    }
+    if (bias) {
+        l->bias = h3_alloc((size_t)N * sizeof(float));
+        if (!l->bias) { h3_linear_free(l); return h3_fail(err, H3_ENOMEM, "linear: out of memory"); }
+        memcpy(l->bias, bias, (size_t)N * sizeof(float));
+    }
+    *out = l;
+    return H3_OK;
+}
+
+h3_status h3_linear_dequant(const h3_linear *l, float *out, h3_err *err) {
+    if (!l || !out) return h3_fail(err, H3_EINVAL, "linear_dequant: NULL argument");
+    const int64_t N = l->N, K = l->K, Kp = l->Kp;
+    if (!is_int(l->wtype)) {
+        for (int64_t i = 0; i < N * K; i++) out[i] = gemm_w_at(l->wtype, l->w, i);
+        return H3_OK;
+    }
+    const int nr = l->kt->nr;
+    const uint8_t *pk = (const uint8_t *)l->w;
+    const int i4 = l->wtype == H3_DT_I4;
+    const int64_t ng = i4 ? Kp / l->group_size : 1;
+    for (int64_t n = 0; n < N; n++) {
+        int64_t r = prow_of(l, n), p = r / nr, j = r % nr;
+        for (int64_t k = 0; k < K; k++) {
+            int64_t quad = k / 4, t = k % 4;
+            int q;
+            float s;
+            if (!i4) {
+                q = (int)pk[((p * (Kp / 4) + quad) * nr + j) * 4 + t] - 128;
+                s = l->wscale[r];
+            } else {
+                uint8_t b = pk[((p * (Kp / 8) + quad / 2) * nr + j) * 4 + t];
+                q = (int)((quad & 1) ? (b >> 4) : (b & 15)) - 8;
+                s = l->wscale[(p * ng + k / l->group_size) * nr + j];
+            }
+            out[n * K + k] = (float)q * s;
+        }
+    }
+    return H3_OK;
+}
+
+/* ---------------------------------------------------------------- run time */
+
+typedef struct {
+    const h3_linear *l;
+    const gemm_kernels *kt;
+    const float *x;
+    int64_t M;
+    float *y;
+    int64_t ldy;            /* output row stride (N, or H for SWIGLU) */
+    const h3_epilogue *epi;
+    /* int phase 1 results */
+    int8_t *qa;             /* [M][Kp] */
+    float *sa;              /* [M][nag] */
+    int64_t nag;
+    /* per-thread scratch */
+    char *tws;
+    size_t tws_bytes;
+    int need_scratch;
+} run_ctx;
+
+static size_t float_thread_bytes(const gemm_kernels *kt, int64_t M, int need_scratch) {
+    size_t b = (size_t)kt->nc * kt->kc * 4 + (size_t)kt->mc * kt->kc * 4 + 256;
+    if (need_scratch) b += (size_t)M * kt->nc * 4 + 128;
+    return H3_ALIGN_UP(b, 64);
+}
+static size_t int_thread_bytes(const h3_linear *l, int64_t M, int need_scratch) {
+    const gemm_kernels *kt = l->kt;
+    size_t kci = (size_t)l->kci, mc = (size_t)kt->mc_int;
+    size_t nseg = kci / (size_t)H3_MIN(l->seg, l->kci);
+    size_t b = H3_ALIGN_UP(mc * kci, 64) + nseg * (size_t)kt->mr * 8 + 512;
+    if (need_scratch) b += (size_t)M * kt->nc * 4 + 128;
+    return H3_ALIGN_UP(b, 64);
+}
+
+static int needs_scratch(const h3_epilogue *epi) {
+    return epi && (epi->kind == H3_EPI_RESID || epi->kind == H3_EPI_SWIGLU);
+}
+
+size_t h3_linear_workspace_bytes(const h3_linear *l, int64_t M, int nth,
+                                 const h3_epilogue *epi) {
+    if (!l || M < 0 || nth < 1) return 0;
+    int ns = needs_scratch(epi);
+    if (is_int(l->wtype)) {
+        size_t shared = H3_ALIGN_UP((size_t)M * (size_t)l->Kp, 64) +
+                        H3_ALIGN_UP((size_t)M * (size_t)(l->Kp / l->act_group) * 4, 64);
+        return shared + (size_t)nth * int_thread_bytes(l, M, ns);
+    }
+    return (size_t)nth * float_thread_bytes(l->kt, M, ns);
+}
+
+static void quant_task(void *p, int ith, int nth) {
+    run_ctx *c = (run_ctx *)p;
+    const h3_linear *l = c->l;
+    int64_t m0 = c->M * ith / nth, m1 = c->M * (ith + 1) / nth;
+    for (int64_t m = m0; m < m1; m++)
+        c->kt->quant_row(c->x + m * l->K, l->K, l->Kp, l->act_group, c->qa + m * l->Kp,
+                         c->sa + m * c->nag);
+}
+
+/* Multiply rows [0,M) of x by logical W rows [r0, r0+w) into C (ldc). */
+static void float_block(run_ctx *c, char *tw, int64_t r0, int64_t w, float *C, int64_t ldc) {
+    const h3_linear *l = c->l;
+    const gemm_kernels *kt = c->kt;
+    const int MR = kt->mr, NR = kt->nr;
+    const int64_t K = l->K, M = c->M;
+    if (M <= kt->gemv_max_m) {
+        kt->gemv(l->wtype, M, K, c->x, K, l->w, K, r0, r0 + w, C, ldc);
+        return;
+    }
+    float *bp = (float *)tw;
+    float *ap = bp + (size_t)kt->nc * kt->kc;
+    const int64_t n_valid = l->N; /* rows past the weight are zero-filled */
+    for (int64_t pc = 0; pc < K; pc += kt->kc) {
+        int64_t kc = H3_MIN(kt->kc, K - pc);
+        int64_t wpad = H3_ALIGN_UP(w, NR);
+        kt->unpack(l->wtype, l->w, K, r0, wpad, H3_MIN(n_valid, r0 + w), pc, kc, bp, NR);
+        for (int64_t ic = 0; ic < M; ic += kt->mc) {
+            int64_t mc = H3_MIN(kt->mc, M - ic);
+            /* pack A: ap[(i/MR)][k][i%MR], zero rows past mc */
+            for (int64_t ib = 0; ib < mc; ib += MR) {
+                float *dst = ap + ib * kc;
+                int rows = (int)H3_MIN(MR, mc - ib);
+                for (int64_t k = 0; k < kc; k++) {
+                    const float *src = c->x + (ic + ib) * K + pc + k;
+                    int i = 0;
+                    for (; i < rows; i++) dst[k * MR + i] = src[i * K];
+                    for (; i < MR; i++) dst[k * MR + i] = 0.0f;
+                }
+            }
+            for (int64_t jr = 0; jr < w; jr += NR) {
+                int nr = (int)H3_MIN(NR, w - jr);
+                const float *b = bp + (jr / NR) * kc * NR;
+                for (int64_t ir = 0; ir < mc; ir += MR) {
+                    int mr = (int)H3_MIN(MR, mc - ir);
+                    kt->ukr_f32(MR, NR, kc, ap + ir * kc, b, C + (ic + ir) * ldc + jr, ldc, mr, nr, pc > 0);
+                }
+            }
+        }
+    }
+}
+
+/* Multiply by packed rows [pr0, pr0+w) (panel aligned) into C (ldc). */
+static void int_block(run_ctx *c, char *tw, int64_t pr0, int64_t w, float *C, int64_t ldc) {
+    const h3_linear *l = c->l;
+    const gemm_kernels *kt = c->kt;
+    const int MR = kt->mr, NR = kt->nr;
+    const int64_t Kp = l->Kp, M = c->M, kci = l->kci;
+    const int64_t segeff = H3_MIN(l->seg, kci);
+    const int i4 = l->wtype == H3_DT_I4;
+    const int64_t ng = i4 ? Kp / l->group_size : 1;
+    int8_t *ap = (int8_t *)tw;
+    float *sab = (float *)(tw + (((size_t)kt->mc_int * kci + 63) & ~(size_t)63));
+    int32_t *asb = (int32_t *)(sab + (kci / segeff) * MR);
+    const uint8_t *pk = (const uint8_t *)l->w;
+    for (int64_t pc = 0; pc < Kp; pc += kci) {
+        /* Kp is a multiple of segeff, and of kci when seg > kci (choose_kci) */
+        const int nseg = (int)(H3_MIN(kci, Kp - pc) / segeff);
+        for (int64_t ic = 0; ic < M; ic += kt->mc_int) {
+            int64_t mc = H3_MIN(kt->mc_int, M - ic);
+            for (int64_t ir = 0; ir < mc; ir += MR) {
+                int mr = (int)H3_MIN(MR, mc - ir);
+                int8_t *dst = ap + ir * kci;
+                /* pack A: [kq][MR][4]; gather scales and segment sums */
+                for (int i = 0; i < MR; i++) {
+                    const int8_t *src = i < mr ? c->qa + (ic + ir + i) * Kp + pc : NULL;
+                    for (int s = 0; s < nseg; s++) {
+                        int32_t sum = 0;
+                        for (int64_t k = s * segeff; k < (s + 1) * segeff; k++) {
+                            int8_t v = src ? src[k] : 0;
+                            dst[((k / 4) * MR + i) * 4 + (k % 4)] = v;
+                            sum += v;
+                        }
+                        asb[s * MR + i] = sum;
+                        sab[s * MR + i] = src ? c->sa[(ic + ir + i) * c->nag + (pc + s * segeff) / l->act_group] : 0.0f;
+                    }
+                }
+                for (int64_t jr = 0; jr < w; jr += NR) {
+                    int64_t p = (pr0 + jr) / NR;
+                    int nr = (int)H3_MIN(NR, w - jr);
+                    const uint8_t *b;
+                    const float *sw;
+                    int64_t sws;
+                    if (i4) {
+                        b = pk + ((p * (Kp / 8) + pc / 8) * NR) * 4;
+                        sw = l->wscale + (p * ng + pc / l->group_size) * NR;
+                        sws = NR;
+                    } else {
+                        b = pk + ((p * (Kp / 4) + pc / 4) * NR) * 4;
+                        sw = l->wscale + p * NR;
+                        sws = 0;
+                    }
+                    (i4 ? kt->ukr_i4 : kt->ukr_i8)(MR, NR, nseg, (int)(segeff / 4), dst, b, sab, asb, sw, sws,
+                                                   C + (ic + ir) * ldc + jr, ldc, mr, nr, pc > 0);
+                }
+            }
+        }
+    }
+}
+
+static inline float silu_f(float g) { return g / (1.0f + expf(-g)); }
+
+/* One output run: output columns [o0, o0+w) from logical rows r0 (and r0+H for SWIGLU). */
+static void run_block(run_ctx *c, char *tw, char *scratch, int64_t o0, int64_t r0, int64_t w) {
+    const h3_linear *l = c->l;
+    const int kind = c->epi ? c->epi->kind : H3_EPI_NONE;
+    const int64_t M = c->M, ldy = c->ldy;
+    float *S = (float *)scratch;
+    const int64_t lds = c->kt->nc;
+    const int intm = is_int(l->wtype);
+#define MUL(rowstart, target, ld) \
+    (intm ? int_block(c, tw, prow_of(l, rowstart), w, target, ld) : float_block(c, tw, rowstart, w, target, ld))
+    if (kind == H3_EPI_NONE) {
+        MUL(r0, c->y + o0, ldy);
+        if (l->bias)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t j = 0; j < w; j++) c->y[m * ldy + o0 + j] += l->bias[r0 + j];
+    } else if (kind == H3_EPI_RESID) {
+        MUL(r0, S, lds);
+        const h3_epilogue *e = c->epi;
+        for (int64_t m = 0; m < M; m++) {
+            const float *g = e->gate ? e->gate + (e->gate_row ? e->gate_row[m] : m) * l->N + o0 : NULL;
+            for (int64_t j = 0; j < w; j++) {
+                float v = S[m * lds + j] + (l->bias ? l->bias[r0 + j] : 0.0f);
+                float rsd = e->resid[m * ldy + o0 + j];
+                c->y[m * ldy + o0 + j] = g ? rsd + g[j] * v : rsd + v;
+            }
+        }
+    } else { /* SWIGLU: gate -> y, value -> scratch */
+        MUL(r0, c->y + o0, ldy);
+        MUL(r0 + l->H, S, lds);
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t j = 0; j < w; j++) {
+                float g = c->y[m * ldy + o0 + j] + (l->bias ? l->bias[r0 + j] : 0.0f);
+                float v = S[m * lds + j] + (l->bias ? l->bias[l->H + r0 + j] : 0.0f);
+                c->y[m * ldy + o0 + j] = silu_f(g) * v;
+            }
+    }
+#undef MUL
+}
+
+static void mul_task(void *p, int ith, int nth) {
+    run_ctx *c = (run_ctx *)p;
+    const h3_linear *l = c->l;
+    const int NR = c->kt->nr, NC = c->kt->nc;
+    char *tw = c->tws + (size_t)ith * c->tws_bytes;
+    char *scratch = NULL;
+    if (c->need_scratch) {
+        /* the scratch [M][NC] sits at the end of the thread's area (see *_thread_bytes) */
+        size_t sb = H3_ALIGN_UP((size_t)c->M * NC * 4, 64);
+        scratch = tw + c->tws_bytes - sb - 64;
+    }
+    /* Output segments: (out col, logical row, length).  Pair layouts keep the halves apart
+     * so that integer panels never straddle them. */
+    int64_t seg_o[2], seg_r[2], seg_n[2];
+    int nsegs;
+    const int kind = c->epi ? c->epi->kind : H3_EPI_NONE;
+    if (kind == H3_EPI_SWIGLU || !l->pair) {
+        nsegs = 1; seg_o[0] = 0; seg_r[0] = 0; seg_n[0] = kind == H3_EPI_SWIGLU ? l->H : l->N;
+    } else {
+        nsegs = 2;
+        seg_o[0] = 0; seg_r[0] = 0; seg_n[0] = l->H;
+        seg_o[1] = l->H; seg_r[1] = l->H; seg_n[1] = l->H;
+    }
+    int64_t P = 0;
+    for (int s = 0; s < nsegs; s++) P += H3_CEIL_DIV(seg_n[s], NR);
+    int64_t p0 = P * ith / nth, p1 = P * (ith + 1) / nth;
+    int64_t base = 0;
+    for (int s = 0; s < nsegs; s++) {
+        int64_t ps = H3_CEIL_DIV(seg_n[s], NR);
+        int64_t a = H3_MAX(p0, base), b = H3_MIN(p1, base + ps);
+        for (int64_t q = a; q < b; q += NC / NR) {
+            int64_t qe = H3_MIN(b, q + NC / NR);
+            int64_t off = (q - base) * NR;
+            int64_t w = H3_MIN((qe - base) * NR, seg_n[s]) - off;
+            run_block(c, tw, scratch, seg_o[s] + off, seg_r[s] + off, w);
+        }
+        base += ps;
+    }
+}
+
+h3_status h3_linear_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M,
+                            float *y, const h3_epilogue *epi, void *ws, size_t ws_bytes,
+                            h3_err *err) {
+    if (!l || !x || !y) return h3_fail(err, H3_EINVAL, "linear_forward: NULL argument");
+    if (M < 0) return h3_fail(err, H3_EINVAL, "linear_forward: M = %lld < 0", (long long)M);
+    if (M == 0) return H3_OK;
+    int kind = epi ? epi->kind : H3_EPI_NONE;
+    if (kind < H3_EPI_NONE || kind > H3_EPI_RESID) return h3_fail(err, H3_EINVAL, "linear_forward: unknown epilogue %d", kind);
+    if (kind == H3_EPI_SWIGLU && !l->pair)
+        return h3_fail(err, H3_EINVAL, "linear_forward: the SwiGLU epilogue needs a linear created with pair=1");
+    if (kind == H3_EPI_RESID) {
+        if (!epi->resid) return h3_fail(err, H3_EINVAL, "linear_forward: the residual epilogue needs resid");
+        if (epi->gate && epi->gate_row) {
+            for (int64_t m = 0; m < M; m++)
+                if (epi->gate_row[m] < 0 || epi->gate_row[m] >= epi->gate_rows)
+                    return h3_fail(err, H3_EINVAL, "linear_forward: gate_row[%lld] = %d outside [0, %lld)",
+                                   (long long)m, epi->gate_row[m], (long long)epi->gate_rows);
+        } else if (epi->gate && epi->gate_rows < M) {
+            return h3_fail(err, H3_EINVAL, "linear_forward: gate has %lld rows, need %lld",
+                           (long long)epi->gate_rows, (long long)M);
+        }
+    }
+    h3_status st = h3_isa_check(l->isa, err);
+    if (st) return st;
+    const int nth = h3_pool_threads(pool);
+    size_t need = h3_linear_workspace_bytes(l, M, nth, epi);
+    void *own = NULL;
+    if (!ws) {
+        own = ws = h3_alloc(need);
+        ws_bytes = need;
+        if (!ws) return h3_fail(err, H3_ENOMEM, "linear_forward: cannot allocate %zu bytes of workspace", need);
+    } else if (ws_bytes < need) {
+        return h3_fail(err, H3_EINVAL, "linear_forward: workspace has %zu bytes, need %zu", ws_bytes, need);
+    } else if (((uintptr_t)ws) & 63) {
+        return h3_fail(err, H3_EINVAL, "linear_forward: workspace must be 64-byte aligned");
+    }
+    run_ctx c;
+    memset(&c, 0, sizeof c);
+    c.l = l; c.kt = l->kt; c.x = x; c.M = M; c.y = y; c.epi = epi;
+    c.ldy = kind == H3_EPI_SWIGLU ? l->H : l->N;
+    c.need_scratch = needs_scratch(epi);
+    h3_arena ar = {(char *)ws, 0, ws_bytes};
+    if (is_int(l->wtype)) {
+        c.nag = l->Kp / l->act_group;
+        c.qa = h3_arena_take(&ar, (size_t)M * (size_t)l->Kp);
+        c.sa = h3_arena_take(&ar, (size_t)M * (size_t)c.nag * 4);
+        c.tws_bytes = int_thread_bytes(l, M, c.need_scratch);
+        c.tws = h3_arena_take(&ar, c.tws_bytes * (size_t)nth);
+        h3_pool_run(pool, quant_task, &c);
+    } else {
+        c.tws_bytes = float_thread_bytes(l->kt, M, c.need_scratch);
+        c.tws = h3_arena_take(&ar, c.tws_bytes * (size_t)nth);
+    }
+    h3_pool_run(pool, mul_task, &c);
+    h3_free(own);
+    return H3_OK;
+}

@@ -1,0 +1,129 @@
+/* gemm_avx512.c — AVX-512 GEMM micro-kernels (float modes).
+ *
+ * f32 micro-kernel: 14 x 32 tile, 28 zmm accumulators + 2 zmm of B; A comes in through
+ * embedded broadcasts, so the loop body is 2 loads + 28 FMAs per k.  Tails (mr < 14,
+ * nr < 32) compute the full tile on zero-padded panels and store the valid corner with
+ * masks.  bf16/f16 weights are widened to f32 once per cache block by `unpack`, so the
+ * inner loop is the same for every float storage type.
+ * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq (+bf16/vnni for other files). */
+#include "gemm_impl.h"
+
+#include <immintrin.h>
+
+#define MR 14
+#define NR 32
+
+static inline void store_row(float *c, __m512 v0, __m512 v1, int nr, int accumulate) {
+    __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1u);
+    __mmask16 m1 = nr >= 32 ? 0xffff : (nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1u));
+    if (accumulate) {
+        v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, c));
+        v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, c + 16));
+    }
+    _mm512_mask_storeu_ps(c, m0, v0);
+    _mm512_mask_storeu_ps(c + 16, m1, v1);
+}
+
+static void ukr_f32_avx512(int mr_, int nr_, int64_t kc, const float *ap, const float *bp,
+                           float *c, int64_t ldc, int mr, int nr, int accumulate) {
+    (void)mr_; (void)nr_;
+    __m512 acc[MR][2];
+#pragma GCC unroll 14
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(bp + k * NR);
+        __m512 b1 = _mm512_load_ps(bp + k * NR + 16);
+        const float *a = ap + k * MR;
+#pragma GCC unroll 14
+        for (int i = 0; i < MR; i++) {
+            __m512 av = _mm512_set1_ps(a[i]);
+            acc[i][0] = _mm512_fmadd_ps(av, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);
+        }
+    }
+#pragma GCC unroll 14
+    for (int i = 0; i < MR; i++)
+        if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, accumulate);
+}
+
+/* W block -> f32 panels out[j/NR][k][j%NR].  Each row's 16 consecutive k are widened
+ * with one vector op, then written down the column of the panel. */
+static void unpack_avx512(int wtype, const void *w, int64_t ldw, int64_t n0, int64_t nc,
+                          int64_t n_valid, int64_t k0, int64_t kc, float *out, int nr) {
+    for (int64_t j = 0; j < nc; j++) {
+        float *o = out + (j / nr) * kc * nr + (j % nr);
+        int64_t n = n0 + j;
+        if (n >= n_valid) {
+            for (int64_t k = 0; k < kc; k++) o[k * nr] = 0.0f;
+            continue;
+        }
+        int64_t k = 0;
+        float tmp[16] __attribute__((aligned(64)));
+        for (; k + 16 <= kc; k += 16) {
+            __m512 v;
+            if (wtype == H3_DT_F32) {
+                v = _mm512_loadu_ps((const float *)w + n * ldw + k0 + k);
+            } else {
+                __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + n * ldw + k0 + k));
+                if (wtype == H3_DT_BF16)
+                    v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+                else
+                    v = _mm512_cvtph_ps(h);
+            }
+            _mm512_store_ps(tmp, v);
+            for (int t = 0; t < 16; t++) o[(k + t) * nr] = tmp[t];
+        }
+        for (; k < kc; k++) o[k * nr] = gemm_w_at(wtype, w, n * ldw + k0 + k);
+    }
+}
+
+static inline __m512 load_w16(int wtype, const void *w, int64_t idx) {
+    if (wtype == H3_DT_F32) return _mm512_loadu_ps((const float *)w + idx);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + idx));
+    if (wtype == H3_DT_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+static inline __m512 maskload_w(int wtype, const void *w, int64_t idx, __mmask16 m) {
+    if (wtype == H3_DT_F32) return _mm512_maskz_loadu_ps(m, (const float *)w + idx);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)w + idx);
+    if (wtype == H3_DT_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+/* Small M: 4 weight rows x up to 4 activation rows per pass over K; W is read once. */
+static void gemv_avx512(int wtype, int64_t M, int64_t K, const float *x, int64_t ldx,
+                        const void *w, int64_t ldw, int64_t n0, int64_t n1, float *y,
+                        int64_t ldy) {
+    for (int64_t m0 = 0; m0 < M; m0 += 4) {
+        int mm = (int)H3_MIN(4, M - m0);
+        int64_t n = n0;
+        for (; n < n1; n += 4) {
+            int nn = (int)H3_MIN(4, n1 - n);
+            __m512 acc[4][4];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) acc[i][j] = _mm512_setzero_ps();
+            int64_t k = 0;
+            for (; k < K; k += 16) {
+                __mmask16 km = (K - k) >= 16 ? 0xffff : (__mmask16)((1u << (K - k)) - 1u);
+                __m512 wv[4];
+                for (int j = 0; j < 4; j++)
+                    wv[j] = j < nn ? (km == 0xffff ? load_w16(wtype, w, (n + j) * ldw + k)
+                                                   : maskload_w(wtype, w, (n + j) * ldw + k, km))
+                                   : _mm512_setzero_ps();
+                for (int i = 0; i < mm; i++) {
+                    __m512 xv = _mm512_maskz_loadu_ps(km, x + (m0 + i) * ldx + k);
+                    for (int j = 0; j < 4; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+                }
+            }
+            for (int i = 0; i < mm; i++)
+                for (int j = 0; j < nn; j++)
+                    y[(m0 + i) * ldy + (n + j - n0)] = _mm512_reduce_add_ps(acc[i][j]);
+        }
+    }
+}
+
+const gemm_kernels gemm_kernels_avx512 = {
+    .mr = MR, .nr = NR, .kc = 256, .mc = MR * 24, .nc = 512, .mc_int = MR * 24,
+    .gemv_max_m = 4,
+    .ukr_f32 = ukr_f32_avx512, .unpack = unpack_avx512, .gemv = gemv_avx512,
+};

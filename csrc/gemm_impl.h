@@ -1,0 +1,101 @@
+/* gemm_impl.h — the GEMM driver's contract with its per-ISA micro-kernels.
+ *
+ * The driver (gemm.c) splits y[M,N] = x[M,K].W[N,K]^T into BLIS-style blocks:
+ *   for each thread's column range, jc over NC columns, pc over KC of K,
+ *     (float modes) unpack the W block to f32 panels Bp[nc/NR][kc][NR],
+ *     ic over MC rows: pack A to Ap[mc/MR][kc][MR], then call the micro-kernel
+ *     on every MR x NR tile.
+ * A micro-kernel owns MR x NR accumulators in registers; it writes (first K block) or
+ * adds (later blocks) its tile of C, storing only the valid mr x nr corner.
+ * Every ISA provides the same functions; a NULL member falls back to the _ref version
+ * (which is generic in MR/NR: every micro-kernel receives its table's MR and NR). */
+#ifndef H3_GEMM_IMPL_H
+#define H3_GEMM_IMPL_H
+
+#include "h3_internal.h"
+
+/* Float micro-kernel: C[mr,nr] (+)= Ap[kc][MR] . Bp[kc][NR] (Ap, Bp zero-padded). */
+typedef void (*gemm_ukr_f32_fn)(int MR, int NR, int64_t kc, const float *ap, const float *bp, float *c,
+                                int64_t ldc, int mr, int nr, int accumulate);
+
+/* Unpack a block of W (row-major [N,K], storage wtype) to f32 panels:
+ * rows n0..n0+nc-1 (rows >= n_valid read as zero), columns k0..k0+kc-1,
+ * out[(j/NR)][k][j%NR].  NR is the ISA's. */
+typedef void (*gemm_unpack_fn)(int wtype, const void *w, int64_t ldw, int64_t n0, int64_t nc,
+                               int64_t n_valid, int64_t k0, int64_t kc, float *out, int nr);
+
+/* Row-major dot kernel for small M (memory-bound): y[m, n] = sum_k x[m,k] W[n,k]
+ * for m < M, n in [n0, n1), written to y[m*ldy + (n - n0)].  Storage wtype as above. */
+typedef void (*gemm_gemv_fn)(int wtype, int64_t M, int64_t K, const float *x, int64_t ldx,
+                             const void *w, int64_t ldw, int64_t n0, int64_t n1, float *y,
+                             int64_t ldy);
+
+/* Integer micro-kernel (I8 and I4 weights, int8 activations).
+ * The K block is nseg segments of seg_q k-quads (4 k each); within a segment one
+ * activation scale per row and one weight scale per column apply:
+ *   C[m,n] (+)= sum_s sa[s*MR + m] * sw[s*sw_stride + n] * dot_s(m, n)
+ * where dot_s is the exact int32 dot product of the signed weights and activations.
+ *   ap: [nseg*seg_q][MR][4] int8 activations (zero-padded rows)
+ *   bp (I8): [nseg*seg_q][NR][4] uint8 = q_w + 128
+ *   bp (I4): [nseg*seg_q/2][NR][4] bytes: low nibble = quad 2j, high = quad 2j+1, q_w + 8
+ *   asum: [nseg][MR] int32 sum of the row's activations over the segment (lets kernels
+ *         that multiply unsigned weights remove the +128 / +8 offset exactly). */
+typedef void (*gemm_ukr_int_fn)(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                                const float *sa, const int32_t *asum, const float *sw,
+                                int64_t sw_stride, float *c, int64_t ldc, int mr, int nr,
+                                int accumulate);
+
+/* Row quantiser: x[K] -> q[Kp] int8 (zero past K), one scale per group of ag channels:
+ * scale = amax/127 (0 -> all zeros, scale 0); q = round-half-even(x/scale) in [-127,127]. */
+typedef void (*gemm_quant_row_fn)(const float *x, int64_t K, int64_t Kp, int64_t ag,
+                                  int8_t *q, float *scales);
+
+typedef struct {
+    int mr, nr;           /* micro-tile */
+    int kc, mc, nc;       /* cache blocking (float modes) */
+    int mc_int;           /* cache blocking (int modes; the K block is chosen per linear) */
+    int gemv_max_m;       /* use gemv for M <= this (float modes) */
+    gemm_ukr_f32_fn ukr_f32;
+    gemm_unpack_fn unpack;
+    gemm_gemv_fn gemv;
+    gemm_ukr_int_fn ukr_i8, ukr_i4;
+    gemm_quant_row_fn quant_row;
+} gemm_kernels;
+
+/* The per-ISA tables (NULL members fall back to ref).  Packed int layouts depend on nr,
+ * so a linear keeps the table it was packed for. */
+extern const gemm_kernels gemm_kernels_ref;
+#if H3_X86
+extern const gemm_kernels gemm_kernels_avx2;
+extern const gemm_kernels gemm_kernels_avx512;
+extern const gemm_kernels gemm_kernels_amx;
+#endif
+#if H3_ARM64
+extern const gemm_kernels gemm_kernels_neon;
+#endif
+
+/* Reference pieces, reusable by SIMD files for their tails. */
+void gemm_ukr_f32_ref(int MR, int NR, int64_t kc, const float *ap, const float *bp, float *c,
+                      int64_t ldc, int mr, int nr, int accumulate);
+void gemm_unpack_ref(int wtype, const void *w, int64_t ldw, int64_t n0, int64_t nc,
+                     int64_t n_valid, int64_t k0, int64_t kc, float *out, int nr);
+void gemm_gemv_ref(int wtype, int64_t M, int64_t K, const float *x, int64_t ldx,
+                   const void *w, int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy);
+void gemm_ukr_i8_ref(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                     const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                     float *c, int64_t ldc, int mr, int nr, int accumulate);
+void gemm_ukr_i4_ref(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                     const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                     float *c, int64_t ldc, int mr, int nr, int accumulate);
+void gemm_quant_row_ref(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_t *q,
+                        float *scales);
+/* The table of `isa` with every NULL member replaced by the reference one. */
+const gemm_kernels *gemm_kernels_for(h3_isa isa);
+
+static inline float gemm_w_at(int wtype, const void *w, int64_t idx) {
+    if (wtype == H3_DT_F32) return ((const float *)w)[idx];
+    if (wtype == H3_DT_BF16) return h3_bf16_to_f32(((const uint16_t *)w)[idx]);
+    return h3_f16_to_f32(((const uint16_t *)w)[idx]);
+}
+
+#endif

@@ -1,0 +1,169 @@
+/* h3.h — the public C API of h3cy's kernel library (the only header pyx/ sees).
+ *
+ * Conventions
+ *  - Arrays are row-major, float32 unless the name says otherwise.
+ *  - Fallible functions return h3_status (0 = H3_OK, negative = error) and fill
+ *    h3_err with a message naming what was wrong; outputs are written only on success.
+ *  - C borrows every pointer for one call only, unless the name says "create"
+ *    (which copies what it needs).  Nothing here prints, aborts or reads getenv.
+ *  - Each public kernel takes the h3_isa to run; h3_isa_check() says whether the CPU
+ *    (and the OS) supports it.  H3_ISA_REF (plain scalar C) is always available and is
+ *    the executable specification every SIMD path is tested against.
+ */
+#ifndef H3_H
+#define H3_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    H3_OK = 0,
+    H3_EINVAL = -1,       /* bad argument: shape, dtype, pointer, option */
+    H3_ENOMEM = -2,
+    H3_EIO = -3,
+    H3_EFORMAT = -4,      /* malformed file or tensor */
+    H3_EUNSUPPORTED = -5, /* CPU/OS lacks the requested path */
+    H3_ECANCELLED = -6
+} h3_status;
+
+typedef struct { char msg[256]; } h3_err;
+
+typedef enum {
+    H3_ISA_REF = 0,
+    H3_ISA_AVX2 = 1,    /* AVX2 + FMA + F16C */
+    H3_ISA_AVX512 = 2,  /* AVX-512 F/BW/VL/DQ (+BF16, +VNNI used when present) */
+    H3_ISA_AMX = 3,     /* AVX512 + AMX-TILE/BF16/INT8 with Linux permission granted */
+    H3_ISA_NEON = 4,    /* AArch64 Advanced SIMD (always present on AArch64) */
+    H3_ISA_COUNT = 5
+} h3_isa;
+
+/* ---- CPU features and dispatch (cpu.c) ------------------------------------- */
+const char *h3_isa_name(h3_isa isa);                 /* "ref", "avx2", ... ; "?" if out of range */
+int h3_isa_from_name(const char *name, h3_isa *out); /* 1 on success, 0 if unknown */
+int h3_isa_supported(h3_isa isa);                    /* 1 if this CPU+OS can run it */
+h3_isa h3_isa_best(void);                            /* the fastest supported path */
+h3_status h3_isa_check(h3_isa isa, h3_err *err);     /* H3_EUNSUPPORTED with the reason */
+/* Feature flags as detected (for diagnostics): bit i = feature i of h3_cpu_feature_name(i). */
+uint64_t h3_cpu_features(void);
+const char *h3_cpu_feature_name(int i);              /* NULL past the last one */
+
+/* ---- Thread pool (pool.c) --------------------------------------------------- */
+/* One explicit pool per model (never a global).  h3_pool_run(fn) calls fn(ctx, ith, nth)
+ * on nth threads (the caller is thread 0) and returns when all are done; that return is
+ * the barrier between dependent phases.  Idle workers spin briefly, then sleep. */
+typedef struct h3_pool h3_pool;
+typedef void (*h3_task_fn)(void *ctx, int ith, int nth);
+h3_status h3_pool_create(int n_threads, h3_pool **out, h3_err *err);
+void h3_pool_free(h3_pool *pool);                    /* NULL is a no-op */
+int h3_pool_threads(const h3_pool *pool);            /* NULL pool -> 1 */
+void h3_pool_run(h3_pool *pool, h3_task_fn fn, void *ctx); /* NULL pool -> fn(ctx,0,1) */
+
+/* ---- Number formats (convert.c) ---------------------------------------------- */
+/* bf16 as raw uint16 bits; f32->bf16 rounds to nearest even (NaN stays NaN), as torch. */
+h3_status h3_convert(const void *src, int src_dtype, void *dst, int dst_dtype, int64_t n,
+                     h3_isa isa, h3_err *err);
+enum { H3_DT_F32 = 0, H3_DT_BF16 = 1, H3_DT_F16 = 2, H3_DT_I8 = 3, H3_DT_I4 = 4 };
+
+/* ---- GEMM: y[M,N] = x[M,K] . W[N,K]^T (+ epilogue)  (gemm.c) ------------------ */
+/* A "linear" owns W converted to the storage the chosen mode computes from:
+ *   H3_DT_F32 / H3_DT_BF16 / H3_DT_F16: [N,K] row-major copies (bf16 from bf16 bits is
+ *     stored as given, f16 is converted with round-to-nearest-even);
+ *   H3_DT_I8: symmetric, one float scale per output channel, q in [-127,127];
+ *   H3_DT_I4: symmetric, one float scale per group of group_size along K, q in [-7,7].
+ * For I8/I4, activations are quantised per row to int8 on the fly, with one scale per
+ * act_group input channels (0 = the whole row).  Activations are float32 in every mode. */
+typedef struct h3_linear h3_linear;
+
+typedef struct {
+    int wtype;       /* H3_DT_* storage/compute mode */
+    int group_size;  /* I4: 32, 64 or 128 (0 -> 64); ignored otherwise */
+    int act_group;   /* I8/I4: input channels per activation scale, 0 = whole row */
+    int pair;        /* 1: W rows are [gate; value] halves (needed for H3_EPI_SWIGLU) */
+    h3_isa isa;      /* the path this linear runs (its packed layout follows it) */
+} h3_linear_opts;
+
+/* w: [N,K] of src_dtype (H3_DT_F32 or H3_DT_BF16); bias: [N] float32 or NULL. */
+h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
+                           const float *bias, const h3_linear_opts *opts,
+                           h3_linear **out, h3_err *err);
+void h3_linear_free(h3_linear *lin);
+int64_t h3_linear_n(const h3_linear *lin);
+int64_t h3_linear_k(const h3_linear *lin);
+h3_isa h3_linear_isa(const h3_linear *lin);
+size_t h3_linear_weight_bytes(const h3_linear *lin);   /* storage held for W (+scales) */
+/* The weight the GEMM effectively multiplies by, dequantised to float32: out [N,K]. */
+h3_status h3_linear_dequant(const h3_linear *lin, float *out, h3_err *err);
+
+enum {
+    H3_EPI_NONE = 0,
+    H3_EPI_SWIGLU = 1,   /* W rows are [gate; value] (2H rows): y[M,H] = silu(g) * v */
+    H3_EPI_RESID = 2     /* y[m,n] = resid[m,n] + gate[gate_row[m]? : m][n] * (xW^T+b)[m,n] */
+};
+typedef struct {
+    int kind;                 /* H3_EPI_* */
+    const float *resid;       /* RESID: [M, N] (may alias y) */
+    const float *gate;        /* RESID: [G, N] per-row gate table, or NULL for gate = 1 */
+    const int32_t *gate_row;  /* RESID: [M] row -> gate table row, or NULL for row m */
+    int64_t gate_rows;        /* RESID: G (checked against gate_row) */
+} h3_epilogue;
+
+/* Scratch the call needs, in bytes (activation quantisation, packed panels, per thread). */
+size_t h3_linear_workspace_bytes(const h3_linear *lin, int64_t M, int n_threads,
+                                 const h3_epilogue *epi);
+/* x: [M,K] float32; y: [M,N] (or [M,N/2] for SWIGLU).  ws: workspace_bytes or NULL (then
+ * allocated and freed inside; ENOMEM possible).  y must not alias x. */
+h3_status h3_linear_forward(const h3_linear *lin, h3_pool *pool, const float *x, int64_t M,
+                            float *y, const h3_epilogue *epi, void *ws, size_t ws_bytes,
+                            h3_err *err);
+
+/* ---- Attention (attn.c) ------------------------------------------------------ */
+/* Multi-head self-attention over one sequence, online softmax in float32.
+ * q: [S, Hq, D], k,v: [S, Hkv, D] with row strides (in floats) ldq, ldk, ldv between
+ * consecutive sequence positions (>= H*D); out: [S, Hq, D] with stride ldo.
+ * Hq % Hkv == 0 (grouped-query: head h reads kv head h / (Hq/Hkv)).  scale: usually
+ * 1/sqrt(D).  causal: row i attends to keys 0..i only.  D <= 256.
+ * Memory: workspace only, O(n_threads * tile * D), never S x S. */
+typedef struct {
+    int64_t S;
+    int Hq, Hkv, D;
+    int64_t ldq, ldk, ldv, ldo;
+    float scale;
+    int causal;
+} h3_attn_args;
+size_t h3_attn_workspace_bytes(const h3_attn_args *a, int n_threads);
+h3_status h3_attention(const h3_attn_args *a, const float *q, const float *k, const float *v,
+                       float *out, h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
+                       h3_err *err);
+
+/* ---- Element-wise and row ops (elem.c) --------------------------------------- */
+/* All operate on [rows, n] float32, row stride = n unless stated; out may alias x. */
+/* RMSNorm: out = x * rsqrt(mean(x^2) + eps) (* w when w != NULL, w: [n]). */
+h3_status h3_rmsnorm(const float *x, const float *w, float *out, int64_t rows, int64_t n,
+                     float eps, h3_pool *pool, h3_isa isa, h3_err *err);
+/* Rotate-half RoPE on the first rot_dim channels of each head, in place.
+ * x: [rows, heads, head_dim]; cos, sin: [rows, rot_dim/2] (per-row tables; the same
+ * angle is used for channel i and i + rot_dim/2):
+ *   x1 = x[i], x2 = x[i + rot_dim/2]  (i < rot_dim/2)
+ *   x[i] = x1*cos - x2*sin ; x[i + rot_dim/2] = x2*cos + x1*sin                    */
+h3_status h3_rope(float *x, const float *cos, const float *sin, int64_t rows, int heads,
+                  int head_dim, int rot_dim, h3_pool *pool, h3_isa isa, h3_err *err);
+enum { H3_ACT_SILU = 0, H3_ACT_GELU_TANH = 1 };
+h3_status h3_activation(const float *x, float *out, int64_t n, int act, h3_pool *pool,
+                        h3_isa isa, h3_err *err);
+/* SwiGLU of a [gate; value] pair per row: x: [rows, 2h] -> out: [rows, h] = silu(g) * v */
+h3_status h3_swiglu(const float *x, float *out, int64_t rows, int64_t h, h3_pool *pool,
+                    h3_isa isa, h3_err *err);
+/* AdaLN modulation: out[i] = x[i] * (1 + scale[row_table[i]]) + shift[row_table[i]]
+ * x: [rows, n]; scale, shift: [table_rows, n]; row_table: [rows] (NULL -> all row 0). */
+h3_status h3_adaln_modulate(const float *x, const float *scale, const float *shift,
+                            const int32_t *row_table, int64_t table_rows, float *out,
+                            int64_t rows, int64_t n, h3_pool *pool, h3_isa isa, h3_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* H3_H */

@@ -1,0 +1,65 @@
+/* h3_internal.h — helpers shared by the C files of the kernel library (not for pyx/). */
+#ifndef H3_INTERNAL_H
+#define H3_INTERNAL_H
+
+#include "h3.h"
+#include <stdarg.h>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define H3_X86 1
+#else
+#define H3_X86 0
+#endif
+#if defined(__aarch64__)
+#define H3_ARM64 1
+#else
+#define H3_ARM64 0
+#endif
+
+#define H3_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define H3_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define H3_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+#define H3_ALIGN_UP(a, b) (H3_CEIL_DIV(a, b) * (b))
+
+/* Fill err (if non-NULL) and return code.  printf-style message. */
+h3_status h3_fail(h3_err *err, h3_status code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* 64-byte aligned allocation; NULL on failure or overflow.  Free with h3_free. */
+void *h3_alloc(size_t bytes);
+void h3_free(void *p);
+
+/* Workspace carving: take `bytes` (rounded up to 64) from a bump pointer. */
+typedef struct { char *base; size_t used, cap; } h3_arena;
+static inline void *h3_arena_take(h3_arena *a, size_t bytes) {
+    size_t b = (bytes + 63u) & ~(size_t)63u;
+    if (a->used + b > a->cap) return 0;
+    void *p = a->base + a->used;
+    a->used += b;
+    return p;
+}
+
+/* Scalar number-format helpers (exact, round-to-nearest-even like torch). */
+static inline float h3_bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)h << 16;
+    return v.f;
+}
+static inline uint16_t h3_f32_to_bf16(float f) {
+    union { uint32_t u; float f; } v;
+    v.f = f;
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u); /* quiet NaN */
+    uint32_t lsb = (v.u >> 16) & 1u;
+    return (uint16_t)((v.u + 0x7fffu + lsb) >> 16);
+}
+float h3_f16_to_f32(uint16_t h);
+uint16_t h3_f32_to_f16(float f);
+
+/* Whether the pool/thread count is valid etc. */
+int h3_cpu_has_avx512_bf16(void);
+int h3_cpu_has_avx512_vnni(void);
+
+#endif /* H3_INTERNAL_H */

@@ -1,0 +1,15 @@
+"""h3cy — MiniMax-H3 (text to video with stereo audio) on the CPU.
+
+C kernels (csrc/) do the arithmetic, typed Cython (pyx/) drives them without the GIL,
+and this package is the numpy API.  No torch at run time.
+"""
+from ._config import get_num_threads, set_num_threads
+from .errors import Cancelled, CheckpointError, H3Error, UnsupportedCPUError
+from . import ops
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Cancelled", "CheckpointError", "H3Error", "UnsupportedCPUError",
+    "get_num_threads", "set_num_threads", "ops", "__version__",
+]

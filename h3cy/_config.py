@@ -1,0 +1,93 @@
+"""Process-wide defaults.  Environment variables are read here, once, at import.
+
+H3CY_ISA      default kernel path: ref | avx2 | avx512 | amx | neon (default: the best the
+              CPU supports).  Every op and model also takes ``isa=`` to override it.
+H3CY_THREADS  default thread count for objects created with ``threads=None``.
+"""
+import os
+
+_ENV_ISA = os.environ.get("H3CY_ISA", "").strip().lower() or None
+_ENV_THREADS = os.environ.get("H3CY_THREADS", "").strip() or None
+
+_state = {"threads": None}
+
+
+def env_isa():
+    """The ISA named by H3CY_ISA at import, or None."""
+    return _ENV_ISA
+
+
+def _cgroup_cpu_limit():
+    """CPUs allowed by a cgroup v2/v1 quota, or None when unlimited/unknown."""
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+            if quota != "max":
+                return max(1, int(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as f:
+            quota = int(f.read())
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as f:
+            period = int(f.read())
+        if quota > 0 and period > 0:
+            return max(1, quota // period)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _physical_cores_in_mask():
+    """Physical cores among the CPUs this process may run on (SMT siblings count once)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+    cores = set()
+    for c in cpus:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{c}/topology/core_id") as f:
+                core = f.read().strip()
+            with open(f"/sys/devices/system/cpu/cpu{c}/topology/physical_package_id") as f:
+                pkg = f.read().strip()
+            cores.add((pkg, core))
+        except OSError:
+            cores.add(("cpu", c))
+    return max(1, len(cores))
+
+
+def default_threads():
+    """Physical cores available to this process (affinity mask and cgroup quota)."""
+    n = _physical_cores_in_mask()
+    lim = _cgroup_cpu_limit()
+    if lim is not None:
+        n = min(n, lim)
+    return max(1, n)
+
+
+def get_num_threads():
+    if _state["threads"] is not None:
+        return _state["threads"]
+    if _ENV_THREADS is not None:
+        try:
+            n = int(_ENV_THREADS)
+        except ValueError:
+            raise ValueError(f"H3CY_THREADS must be a positive integer, got {_ENV_THREADS!r}")
+        if n < 1:
+            raise ValueError(f"H3CY_THREADS must be >= 1, got {n}")
+        return n
+    return default_threads()
+
+
+def set_num_threads(n):
+    """Set the default thread count for objects created with ``threads=None``
+    (``None`` restores the automatic default)."""
+    if n is None:
+        _state["threads"] = None
+        return
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"threads must be an int, got {type(n).__name__}")
+    if n < 1:
+        raise ValueError(f"threads must be >= 1, got {n}")
+    _state["threads"] = n

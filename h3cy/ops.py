@@ -1,0 +1,192 @@
+"""h3cy.ops — the C kernels, callable on numpy arrays.
+
+Every op runs on an instruction-set path: ``isa=None`` takes the process default
+(``H3CY_ISA`` if set, else the best the CPU supports); a name forces that path and raises
+:class:`~h3cy.UnsupportedCPUError` if the CPU lacks it.  Each object reports the path it
+runs in ``.isa``.  Inputs must be C-contiguous arrays of the stated dtype: h3cy never
+copies a large activation behind your back, so a wrong dtype or a strided view raises
+``ValueError`` (an :class:`~h3cy.errors.H3ValueError`) naming the argument.
+
+>>> import numpy as np, h3cy
+>>> w = np.random.default_rng(0).standard_normal((64, 48), dtype=np.float32)
+>>> lin = h3cy.ops.Linear(w, weights="fp32")
+>>> y = lin(np.ones((3, 48), np.float32))          # y = x @ w.T, shape (3, 64)
+"""
+import numpy as np
+
+from . import _config
+from . import _kernels
+from .errors import H3ValueError
+
+__all__ = ["active_isa", "available_isas", "cpu_features", "resolve_isa", "ThreadPool",
+           "Linear", "WEIGHT_MODES"]
+
+WEIGHT_MODES = ("fp32", "bf16", "fp16", "int8", "int4")
+ThreadPool = _kernels.ThreadPool
+cpu_features = _kernels.cpu_features
+
+
+def available_isas():
+    """The ISA paths this machine can run, slowest first (``ref`` is always there)."""
+    return [name for name in _kernels.ISA_NAMES if _kernels.isa_supported(name)]
+
+
+def resolve_isa(isa=None):
+    """Name of the path to run: ``isa`` if given, else ``H3CY_ISA``, else the best.
+    Raises UnsupportedCPUError if the CPU cannot run it, ValueError if unknown."""
+    name = isa if isa is not None else (_config.env_isa() or _kernels.isa_best())
+    if not isinstance(name, str):
+        raise H3ValueError(f"isa must be a string, got {type(name).__name__}")
+    _kernels.isa_check(name.lower())
+    return name.lower()
+
+
+def active_isa():
+    """The path ops and models use when created with ``isa=None``."""
+    return resolve_isa(None)
+
+
+_pools = {}
+
+
+def _pool(threads):
+    """A shared pool per thread count for ops objects (models own their own pools)."""
+    n = _config.get_num_threads() if threads is None else threads
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise H3ValueError(f"threads must be a positive int, got {threads!r}")
+    n = int(n)
+    if n not in _pools:
+        _pools[n] = _kernels.ThreadPool(n)
+    return _pools[n]
+
+
+def _need(arr, name, dtype, ndim=None, shape=None):
+    """Check an input array without copying it; raise H3ValueError naming the problem."""
+    if not isinstance(arr, np.ndarray):
+        raise H3ValueError(f"{name} must be a numpy array, got {type(arr).__name__}")
+    if arr.dtype != np.dtype(dtype):
+        raise H3ValueError(f"{name} must be {np.dtype(dtype).name}, got {arr.dtype.name}")
+    if ndim is not None and arr.ndim != ndim:
+        raise H3ValueError(f"{name} must have {ndim} dimensions, got shape {arr.shape}")
+    if shape is not None:
+        for i, (want, got) in enumerate(zip(shape, arr.shape)):
+            if want is not None and want != got:
+                raise H3ValueError(f"{name} has shape {arr.shape}, expected "
+                                   f"({', '.join('?' if s is None else str(s) for s in shape)})")
+    if not arr.flags.c_contiguous:
+        raise H3ValueError(f"{name} must be C-contiguous (use np.ascontiguousarray)")
+    return arr
+
+
+def _out(out, name, shape):
+    if out is None:
+        return np.empty(shape, dtype=np.float32)
+    _need(out, name, np.float32, len(shape), shape)
+    if not out.flags.writeable:
+        raise H3ValueError(f"{name} is read-only")
+    return out
+
+
+class Linear:
+    """``y[M, N] = x[M, K] @ W[N, K].T (+ bias)`` with W stored in a chosen mode.
+
+    Parameters
+    ----------
+    weight : ndarray of shape (N, K)
+        float32, or the raw bits of bf16 as uint16 with ``weight_dtype="bf16"``.
+    bias : ndarray of shape (N,), float32, optional
+    weights : {"fp32", "bf16", "fp16", "int8", "int4"}, default "int8"
+        How W is stored and multiplied.  Activations are float32 in every mode.
+        ``int8``: symmetric, one scale per output channel; ``int4``: symmetric, one scale
+        per ``group_size`` input channels.  For both, x is quantised to int8 per row on
+        the fly, with one scale per ``act_group`` input channels (default: whole row).
+    group_size : {32, 64, 128}, optional (int4 only; default 64)
+    act_group : int, optional
+        Input channels per activation scale (multiple of 8; for int4 a multiple of
+        group_size).  Finer scales tame outlier channels (the FFN down-projection).
+    pair : bool, default False
+        W's rows are ``[gate; value]`` halves; enables :meth:`swiglu`.
+    isa, threads : see the module docstring.
+    """
+
+    def __init__(self, weight, bias=None, weights="int8", group_size=None, act_group=None,
+                 isa=None, weight_dtype="fp32", threads=None, pair=False):
+        if weights not in WEIGHT_MODES:
+            raise H3ValueError(f"weights must be one of {WEIGHT_MODES}, got {weights!r}")
+        if weight_dtype in ("fp32", "float32"):
+            _need(weight, "weight", np.float32, 2)
+            src = 0
+        elif weight_dtype == "bf16":
+            _need(weight, "weight", np.uint16, 2)
+            src = 1
+        else:
+            raise H3ValueError(f"weight_dtype must be 'fp32' or 'bf16', got {weight_dtype!r}")
+        N, K = weight.shape
+        if bias is not None:
+            _need(bias, "bias", np.float32, 1, (N,))
+        if group_size is not None and weights != "int4":
+            raise H3ValueError("group_size applies to weights='int4' only")
+        if act_group is not None and weights not in ("int8", "int4"):
+            raise H3ValueError("act_group applies to weights='int8' or 'int4' only")
+        self.isa = resolve_isa(isa)
+        self.weights = weights
+        self.group_size = (group_size or 64) if weights == "int4" else None
+        self.act_group = act_group
+        self.N, self.K = N, K
+        self.pair = bool(pair)
+        self._pool = _pool(threads)
+        self._c = _kernels.LinearCore(weight, src, bias, weights, group_size or 0,
+                                      act_group or 0, int(self.pair), self.isa, self._pool)
+
+    @property
+    def threads(self):
+        return self._pool.threads
+
+    @property
+    def weight_bytes(self):
+        """Bytes held for the converted weight and its scales."""
+        return self._c.weight_bytes
+
+    def dequantized(self):
+        """The float32 weight the GEMM effectively multiplies by, shape (N, K)."""
+        return self._c.dequantized()
+
+    def _x(self, x):
+        _need(x, "x", np.float32, 2, (None, self.K))
+        return x
+
+    def __call__(self, x, out=None):
+        """x: (M, K) float32 -> (M, N) float32."""
+        x = self._x(x)
+        out = _out(out, "out", (x.shape[0], self.N))
+        return self._c.forward(x, out, 0)
+
+    def swiglu(self, x, out=None):
+        """``silu(x @ Wg.T + bg) * (x @ Wv.T + bv)`` for ``W = [Wg; Wv]`` (needs pair=True):
+        x (M, K) -> (M, N // 2)."""
+        if not self.pair:
+            raise H3ValueError("swiglu() needs a Linear created with pair=True")
+        x = self._x(x)
+        out = _out(out, "out", (x.shape[0], self.N // 2))
+        return self._c.forward(x, out, 1)
+
+    def residual(self, x, resid, gate=None, gate_row=None, out=None):
+        """``out = resid + gate[gate_row] * (x @ W.T + b)`` (gate optional; out may be resid).
+
+        resid: (M, N); gate: (G, N) table of per-row gates; gate_row: (M,) int32 indices
+        into it (default row m -> gate row m, which then needs G >= M)."""
+        x = self._x(x)
+        M = x.shape[0]
+        _need(resid, "resid", np.float32, 2, (M, self.N))
+        if gate is not None:
+            _need(gate, "gate", np.float32, 2, (None, self.N))
+        if gate_row is not None:
+            if gate is None:
+                raise H3ValueError("gate_row given without gate")
+            _need(gate_row, "gate_row", np.int32, 1, (M,))
+        out = _out(out, "out", (M, self.N))
+        return self._c.forward(x, out, 2, resid, gate, gate_row)
+
+    def __repr__(self):
+        return (f"Linear(N={self.N}, K={self.K}, weights={self.weights!r}, isa={self.isa!r}, "
+                f"threads={self.threads})")

@@ -1,0 +1,187 @@
+# _kernels.pyx — thin typed wrappers over csrc/ (h3.h) for h3cy.ops, tests and bench.
+#
+# Python checks and allocates (h3cy/ops.py); this module converts to C pointers, drops
+# the GIL for the arithmetic and maps C status codes to h3cy exceptions.  Nothing here
+# holds a pointer into a numpy buffer after a call returns.
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
+from libc.stdlib cimport free
+from libc.string cimport memset
+
+cimport numpy as cnp
+import numpy as np
+import threading
+
+from h3 cimport *
+from h3cy.errors import H3Error, UnsupportedCPUError, Cancelled, H3ValueError
+
+cnp.import_array()
+
+
+cdef int _raise(h3_status rc, h3_err *err) except -1:
+    """The one status -> exception map."""
+    msg = err.msg.decode("utf-8", "replace")
+    if rc == H3_EINVAL or rc == H3_EFORMAT:
+        raise H3ValueError(msg)
+    if rc == H3_ENOMEM:
+        raise MemoryError(msg)
+    if rc == H3_EIO:
+        raise OSError(msg)
+    if rc == H3_EUNSUPPORTED:
+        raise UnsupportedCPUError(msg)
+    if rc == H3_ECANCELLED:
+        raise Cancelled(msg)
+    raise H3Error(f"h3 error {rc}: {msg}")
+
+
+cdef inline int check(h3_status rc, h3_err *err) except -1:
+    if rc != H3_OK:
+        _raise(rc, err)
+    return 0
+
+
+ISA_NAMES = tuple(h3_isa_name(<h3_isa>i).decode() for i in range(<int>H3_ISA_COUNT))
+
+
+cdef h3_isa isa_id(str name) except *:
+    cdef h3_isa out
+    b = name.encode()
+    if not h3_isa_from_name(b, &out):
+        raise H3ValueError(f"unknown ISA {name!r}; expected one of {', '.join(ISA_NAMES)}")
+    return out
+
+
+def isa_supported(str name):
+    """True if this CPU and OS can run the named path."""
+    return bool(h3_isa_supported(isa_id(name)))
+
+
+def isa_check(str name):
+    """Raise UnsupportedCPUError (with the reason) if the named path cannot run here."""
+    cdef h3_err err
+    check(h3_isa_check(isa_id(name), &err), &err)
+
+
+def isa_best():
+    return h3_isa_name(h3_isa_best()).decode()
+
+
+def cpu_features():
+    """Names of the CPU/OS features detected (cpuid/xgetbv/hwcap, AMX permission)."""
+    cdef uint64_t f = h3_cpu_features()
+    out = []
+    cdef int i = 0
+    while h3_cpu_feature_name(i) != NULL:
+        if (f >> i) & 1:
+            out.append(h3_cpu_feature_name(i).decode())
+        i += 1
+    return out
+
+
+cdef class ThreadPool:
+    """A pthread pool owned by one model or op (never global).  Calls on one pool are
+    serialised by a lock, so two Python threads can share it safely."""
+    cdef h3_pool *c
+    cdef readonly int threads
+    cdef object lock
+
+    def __cinit__(self, int threads):
+        cdef h3_err err
+        check(h3_pool_create(threads, &self.c, &err), &err)
+        self.threads = threads
+        self.lock = threading.Lock()
+
+    def __dealloc__(self):
+        h3_pool_free(self.c)
+
+
+cdef int _dtype_id(str name) except -1:
+    ids = {"fp32": H3_DT_F32, "bf16": H3_DT_BF16, "fp16": H3_DT_F16, "int8": H3_DT_I8,
+           "int4": H3_DT_I4}
+    if name not in ids:
+        raise H3ValueError(f"unknown weights mode {name!r}; expected fp32, bf16, fp16, int8 or int4")
+    return ids[name]
+
+
+cdef class LinearCore:
+    """Owns an h3_linear (weights converted at construction)."""
+    cdef h3_linear *c
+    cdef readonly ThreadPool pool
+    cdef readonly str isa
+    cdef readonly int64_t N, K
+    cdef readonly int pair
+
+    def __cinit__(self, weight, int src_dtype, bias, str weights, int group_size,
+                  int act_group, int pair, str isa, ThreadPool pool):
+        cdef h3_linear_opts opts
+        cdef h3_err err
+        cdef h3_status rc
+        cdef cnp.ndarray w = weight
+        cdef const float *bptr = NULL
+        cdef cnp.ndarray b
+        memset(&opts, 0, sizeof(opts))
+        opts.wtype = _dtype_id(weights)
+        opts.group_size = group_size
+        opts.act_group = act_group
+        opts.pair = pair
+        opts.isa = isa_id(isa)
+        self.N = w.shape[0]
+        self.K = w.shape[1]
+        self.pair = pair
+        if bias is not None:
+            b = bias
+            bptr = <const float *>cnp.PyArray_DATA(b)
+        cdef const void *wptr = cnp.PyArray_DATA(w)
+        cdef int64_t N = self.N, K = self.K
+        with nogil:
+            rc = h3_linear_create(wptr, src_dtype, N, K, bptr, &opts, &self.c, &err)
+        check(rc, &err)
+        self.isa = isa
+        self.pool = pool
+
+    def __dealloc__(self):
+        h3_linear_free(self.c)
+
+    @property
+    def weight_bytes(self):
+        return h3_linear_weight_bytes(self.c)
+
+    def dequantized(self):
+        cdef h3_err err
+        out = np.empty((self.N, self.K), dtype=np.float32)
+        cdef float[:, ::1] o = out
+        check(h3_linear_dequant(self.c, &o[0, 0], &err), &err)
+        return out
+
+    def forward(self, const float[:, ::1] x, float[:, ::1] out, int kind,
+                resid=None, gate=None, gate_row=None):
+        cdef h3_epilogue epi
+        cdef h3_err err
+        cdef h3_status rc
+        cdef const float[:, ::1] rv
+        cdef const float[:, ::1] gv
+        cdef const int32_t[::1] grv
+        memset(&epi, 0, sizeof(epi))
+        epi.kind = kind
+        if resid is not None:
+            rv = resid
+            epi.resid = &rv[0, 0]
+        if gate is not None:
+            gv = gate
+            epi.gate = &gv[0, 0]
+            epi.gate_rows = gv.shape[0]
+        if gate_row is not None:
+            grv = gate_row
+            epi.gate_row = &grv[0]
+        cdef int64_t M = x.shape[0]
+        if M == 0:
+            return out
+        with self.pool.lock:
+            with nogil:
+                rc = h3_linear_forward(self.c, self.pool.c, &x[0, 0], M, &out[0, 0], &epi,
+                                       NULL, 0, &err)
+        check(rc, &err)
+        return out
+
+
+include "_kernels_attn.pxi"
+include "_kernels_elem.pxi"

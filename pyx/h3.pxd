@@ -1,0 +1,109 @@
+# h3.pxd — the one `cdef extern` of csrc/h3.h; every declaration is nogil.
+from libc.stdint cimport int32_t, int64_t, uint16_t, uint64_t
+
+cdef extern from "h3.h" nogil:
+    ctypedef enum h3_status:
+        H3_OK
+        H3_EINVAL
+        H3_ENOMEM
+        H3_EIO
+        H3_EFORMAT
+        H3_EUNSUPPORTED
+        H3_ECANCELLED
+
+    ctypedef struct h3_err:
+        char msg[256]
+
+    ctypedef enum h3_isa:
+        H3_ISA_REF
+        H3_ISA_AVX2
+        H3_ISA_AVX512
+        H3_ISA_AMX
+        H3_ISA_NEON
+        H3_ISA_COUNT
+
+    const char *h3_isa_name(h3_isa isa)
+    int h3_isa_from_name(const char *name, h3_isa *out)
+    int h3_isa_supported(h3_isa isa)
+    h3_isa h3_isa_best()
+    h3_status h3_isa_check(h3_isa isa, h3_err *err)
+    uint64_t h3_cpu_features()
+    const char *h3_cpu_feature_name(int i)
+
+    ctypedef struct h3_pool:
+        pass
+    ctypedef void (*h3_task_fn)(void *ctx, int ith, int nth)
+    h3_status h3_pool_create(int n_threads, h3_pool **out, h3_err *err)
+    void h3_pool_free(h3_pool *pool)
+    int h3_pool_threads(const h3_pool *pool)
+
+    enum:
+        H3_DT_F32
+        H3_DT_BF16
+        H3_DT_F16
+        H3_DT_I8
+        H3_DT_I4
+    h3_status h3_convert(const void *src, int src_dtype, void *dst, int dst_dtype, int64_t n,
+                         h3_isa isa, h3_err *err)
+
+    ctypedef struct h3_linear:
+        pass
+    ctypedef struct h3_linear_opts:
+        int wtype
+        int group_size
+        int act_group
+        int pair
+        h3_isa isa
+    h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
+                               const float *bias, const h3_linear_opts *opts,
+                               h3_linear **out, h3_err *err)
+    void h3_linear_free(h3_linear *lin)
+    size_t h3_linear_weight_bytes(const h3_linear *lin)
+    h3_status h3_linear_dequant(const h3_linear *lin, float *out, h3_err *err)
+    enum:
+        H3_EPI_NONE
+        H3_EPI_SWIGLU
+        H3_EPI_RESID
+    ctypedef struct h3_epilogue:
+        int kind
+        const float *resid
+        const float *gate
+        const int32_t *gate_row
+        int64_t gate_rows
+    size_t h3_linear_workspace_bytes(const h3_linear *lin, int64_t M, int n_threads,
+                                     const h3_epilogue *epi)
+    h3_status h3_linear_forward(const h3_linear *lin, h3_pool *pool, const float *x, int64_t M,
+                                float *y, const h3_epilogue *epi, void *ws, size_t ws_bytes,
+                                h3_err *err)
+
+    ctypedef struct h3_attn_args:
+        int64_t S
+        int Hq
+        int Hkv
+        int D
+        int64_t ldq
+        int64_t ldk
+        int64_t ldv
+        int64_t ldo
+        float scale
+        int causal
+    size_t h3_attn_workspace_bytes(const h3_attn_args *a, int n_threads)
+    h3_status h3_attention(const h3_attn_args *a, const float *q, const float *k,
+                           const float *v, float *out, h3_pool *pool, void *ws,
+                           size_t ws_bytes, h3_isa isa, h3_err *err)
+
+    h3_status h3_rmsnorm(const float *x, const float *w, float *out, int64_t rows, int64_t n,
+                         float eps, h3_pool *pool, h3_isa isa, h3_err *err)
+    h3_status h3_rope(float *x, const float *cos, const float *sin, int64_t rows, int heads,
+                      int head_dim, int rot_dim, h3_pool *pool, h3_isa isa, h3_err *err)
+    enum:
+        H3_ACT_SILU
+        H3_ACT_GELU_TANH
+    h3_status h3_activation(const float *x, float *out, int64_t n, int act, h3_pool *pool,
+                            h3_isa isa, h3_err *err)
+    h3_status h3_swiglu(const float *x, float *out, int64_t rows, int64_t h, h3_pool *pool,
+                        h3_isa isa, h3_err *err)
+    h3_status h3_adaln_modulate(const float *x, const float *scale, const float *shift,
+                                const int32_t *row_table, int64_t table_rows, float *out,
+                                int64_t rows, int64_t n, h3_pool *pool, h3_isa isa,
+                                h3_err *err)
