@@ -190,3 +190,12 @@ class Linear:
     def __repr__(self):
         return (f"Linear(N={self.N}, K={self.K}, weights={self.weights!r}, isa={self.isa!r}, "
                 f"threads={self.threads})")
+
+
+# Kernel families live in their own modules; ops re-exports them.
+from ._ops_attn import *  # noqa: E402,F401,F403
+from ._ops_elem import *  # noqa: E402,F401,F403
+from . import _ops_attn, _ops_elem  # noqa: E402
+
+__all__ += _ops_attn.__all__ + _ops_elem.__all__
+

@@ -1,0 +1,49 @@
+/* simd_avx512.h — the vector vocabulary for AVX-512 (16 floats).  Loops written once
+ * against h3v_* in a .inc body compile per ISA by including the matching simd_<isa>.h. */
+#ifndef H3_SIMD_AVX512_H
+#define H3_SIMD_AVX512_H
+#include <immintrin.h>
+#include <stdint.h>
+
+#define H3V_LANES 16
+#define H3V_ISA_SUFFIX avx512
+typedef __m512 h3v;
+
+static inline h3v h3v_zero(void) { return _mm512_setzero_ps(); }
+static inline h3v h3v_set1(float a) { return _mm512_set1_ps(a); }
+static inline h3v h3v_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline void h3v_store(float *p, h3v v) { _mm512_storeu_ps(p, v); }
+/* first n (< LANES) lanes; the rest read as 0 / are not written */
+static inline h3v h3v_load_n(const float *p, int n) {
+    return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
+}
+static inline void h3v_store_n(float *p, h3v v, int n) {
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), v);
+}
+static inline h3v h3v_add(h3v a, h3v b) { return _mm512_add_ps(a, b); }
+static inline h3v h3v_sub(h3v a, h3v b) { return _mm512_sub_ps(a, b); }
+static inline h3v h3v_mul(h3v a, h3v b) { return _mm512_mul_ps(a, b); }
+static inline h3v h3v_div(h3v a, h3v b) { return _mm512_div_ps(a, b); }
+static inline h3v h3v_fma(h3v a, h3v b, h3v c) { return _mm512_fmadd_ps(a, b, c); } /* a*b+c */
+static inline h3v h3v_max(h3v a, h3v b) { return _mm512_max_ps(a, b); }
+static inline h3v h3v_min(h3v a, h3v b) { return _mm512_min_ps(a, b); }
+static inline float h3v_hsum(h3v v) { return _mm512_reduce_add_ps(v); }
+static inline float h3v_hmax(h3v v) { return _mm512_reduce_max_ps(v); }
+/* bf16 (uint16 bits) / f16 -> f32, LANES values */
+static inline h3v h3v_load_bf16(const uint16_t *p) {
+    __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+static inline h3v h3v_load_f16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+/* 2^n for integral-valued float n in [-126, 127] */
+static inline h3v h3v_pow2n(h3v n) {
+    __m512i i = _mm512_cvtps_epi32(n);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(i, _mm512_set1_epi32(127)), 23));
+}
+static inline h3v h3v_round(h3v x) { /* to nearest even */
+    return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+#include "simd_math.inc"
+#endif

@@ -1,0 +1,47 @@
+/* simd_neon.h — the vector vocabulary for AArch64 Advanced SIMD (4 floats). */
+#ifndef H3_SIMD_NEON_H
+#define H3_SIMD_NEON_H
+#include <arm_neon.h>
+#include <stdint.h>
+#include <string.h>
+
+#define H3V_LANES 4
+#define H3V_ISA_SUFFIX neon
+typedef float32x4_t h3v;
+
+static inline h3v h3v_zero(void) { return vdupq_n_f32(0.0f); }
+static inline h3v h3v_set1(float a) { return vdupq_n_f32(a); }
+static inline h3v h3v_load(const float *p) { return vld1q_f32(p); }
+static inline void h3v_store(float *p, h3v v) { vst1q_f32(p, v); }
+static inline h3v h3v_load_n(const float *p, int n) {
+    float t[4] = {0, 0, 0, 0};
+    memcpy(t, p, (size_t)n * 4);
+    return vld1q_f32(t);
+}
+static inline void h3v_store_n(float *p, h3v v, int n) {
+    float t[4];
+    vst1q_f32(t, v);
+    memcpy(p, t, (size_t)n * 4);
+}
+static inline h3v h3v_add(h3v a, h3v b) { return vaddq_f32(a, b); }
+static inline h3v h3v_sub(h3v a, h3v b) { return vsubq_f32(a, b); }
+static inline h3v h3v_mul(h3v a, h3v b) { return vmulq_f32(a, b); }
+static inline h3v h3v_div(h3v a, h3v b) { return vdivq_f32(a, b); }
+static inline h3v h3v_fma(h3v a, h3v b, h3v c) { return vfmaq_f32(c, a, b); }
+static inline h3v h3v_max(h3v a, h3v b) { return vmaxq_f32(a, b); }
+static inline h3v h3v_min(h3v a, h3v b) { return vminq_f32(a, b); }
+static inline float h3v_hsum(h3v v) { return vaddvq_f32(v); }
+static inline float h3v_hmax(h3v v) { return vmaxvq_f32(v); }
+static inline h3v h3v_load_bf16(const uint16_t *p) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+}
+static inline h3v h3v_load_f16(const uint16_t *p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+}
+static inline h3v h3v_pow2n(h3v n) {
+    int32x4_t i = vcvtnq_s32_f32(n);
+    return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(i, vdupq_n_s32(127)), 23));
+}
+static inline h3v h3v_round(h3v x) { return vrndnq_f32(x); }
+#include "simd_math.inc"
+#endif

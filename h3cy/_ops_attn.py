@@ -1,0 +1,2 @@
+"""h3cy.ops — attn kernels (re-exported by h3cy.ops)."""
+__all__ = []
