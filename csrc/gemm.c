@@ -330,6 +330,10 @@ static void float_block(run_ctx *c, char *tw, int64_t r0, int64_t w, float *C, i
             for (int64_t ib = 0; ib < mc; ib += MR) {
                 float *dst = ap + ib * kc;
                 int rows = (int)H3_MIN(MR, mc - ib);
+                if (kt->pack_a) {
+                    kt->pack_a(c->x + (ic + ib) * K + pc, K, rows, kc, MR, dst);
+                    continue;
+                }
                 for (int64_t k = 0; k < kc; k++) {
                     const float *src = c->x + (ic + ib) * K + pc + k;
                     int i = 0;
@@ -377,7 +381,8 @@ static void int_block(run_ctx *c, char *tw, int64_t pr0, int64_t w, float *C, in
                         int32_t sum = 0;
                         for (int64_t k = s * segeff; k < (s + 1) * segeff; k++) {
                             int8_t v = src ? src[k] : 0;
-                            dst[((k / 4) * MR + i) * 4 + (k % 4)] = v;
+                            if (kt->int_a_rowmajor) dst[i * kci + k] = v;
+                            else dst[((k / 4) * MR + i) * 4 + (k % 4)] = v;
                             sum += v;
                         }
                         asb[s * MR + i] = sum;

@@ -50,6 +50,11 @@ typedef void (*gemm_ukr_int_fn)(int MR, int NR, int nseg, int seg_q, const int8_
 typedef void (*gemm_quant_row_fn)(const float *x, int64_t K, int64_t Kp, int64_t ag,
                                   int8_t *q, float *scales);
 
+/* Optional float A packing (NULL -> f32 [kc][MR]): rows (<= MR) rows of x from column
+ * k0, kc wide, into one MR-row panel at dst (which has room for MR*kc floats). */
+typedef void (*gemm_pack_a_fn)(const float *x, int64_t ldx, int64_t rows, int64_t kc, int MR,
+                               void *dst);
+
 typedef struct {
     int mr, nr;           /* micro-tile */
     int kc, mc, nc;       /* cache blocking (float modes) */
@@ -60,6 +65,8 @@ typedef struct {
     gemm_gemv_fn gemv;
     gemm_ukr_int_fn ukr_i8, ukr_i4;
     gemm_quant_row_fn quant_row;
+    gemm_pack_a_fn pack_a;  /* NULL -> f32 [kc][MR] */
+    int int_a_rowmajor;     /* 1: int A panels are [MR][kc] rows (AMX tiles), not [kq][MR][4] */
 } gemm_kernels;
 
 /* The per-ISA tables (NULL members fall back to ref).  Packed int layouts depend on nr,
