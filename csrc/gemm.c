@@ -381,7 +381,7 @@ static void int_block(run_ctx *c, char *tw, int64_t pr0, int64_t w, float *C, in
                         int32_t sum = 0;
                         for (int64_t k = s * segeff; k < (s + 1) * segeff; k++) {
                             int8_t v = src ? src[k] : 0;
-                            if (kt->int_a_rowmajor) dst[i * kci + k] = v;
+                            if (kt->int_a_rowmajor) dst[i * (nseg * segeff) + k] = v; /* row stride = this block's K */
                             else dst[((k / 4) * MR + i) * 4 + (k % 4)] = v;
                             sum += v;
                         }

@@ -66,7 +66,8 @@ typedef struct {
     gemm_ukr_int_fn ukr_i8, ukr_i4;
     gemm_quant_row_fn quant_row;
     gemm_pack_a_fn pack_a;  /* NULL -> f32 [kc][MR] */
-    int int_a_rowmajor;     /* 1: int A panels are [MR][kc] rows (AMX tiles), not [kq][MR][4] */
+    int int_a_rowmajor;     /* 1: int A panels are [MR][kc] rows (kc = nseg*seg_q*4, the block's K;
+                               for AMX tiles), not [kq][MR][4] */
 } gemm_kernels;
 
 /* The per-ISA tables (NULL members fall back to ref).  Packed int layouts depend on nr,
