@@ -187,6 +187,14 @@ h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
     l->N = N; l->K = K; l->wtype = wt; l->group_size = gs; l->pair = opts->pair;
     l->isa = opts->isa;
     l->kt = gemm_kernels_for(opts->isa);
+#if H3_X86
+    /* AMX's float kernel is bf16 x bf16: use it for bf16-stored weights only (fp32/fp16
+     * weights keep full precision on the AVX-512 kernels), and not when the last K
+     * block would be shorter than 16 (its bf16 panels would outgrow the f32 slots). */
+    if (opts->isa == H3_ISA_AMX && !is_int(wt) &&
+        (wt != H3_DT_BF16 || (K % l->kt->kc != 0 && K % l->kt->kc < 16)))
+        l->kt = gemm_kernels_for(H3_ISA_AVX512);
+#endif
     const int nr = l->kt->nr;
     l->H = opts->pair ? N / 2 : N;
     l->Hp = H3_ALIGN_UP(l->H, nr);

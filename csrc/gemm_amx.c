@@ -1,9 +1,239 @@
-/* gemm_amx.c — GEMM micro-kernels for the amx path.
- * Not written yet: every member is NULL, so the driver runs the reference kernels with
- * this table's panel layout (correct, slow).  Compiled only with this ISA's flags. */
+/* gemm_amx.c — Intel AMX GEMM micro-kernels (Sapphire Rapids and later).
+ *
+ * Tile use (palette 1, 8 tiles): C = tmm0..tmm3 (a 32x32 block of 2x2 16x16 tiles),
+ * A = tmm4, tmm5 (rows 0-15, 16-31), B = tmm6, tmm7 (columns 0-15, 16-31).
+ *
+ * int8:  A = int8 activations row-major [32][kc] (the driver packs them so:
+ *        int_a_rowmajor), B = the weights' packed [kq][32][4] uint8 (q+128), which is
+ *        exactly AMX's VNNI B layout at a row stride of 128 bytes.  TDPBSUD (signed A x
+ *        unsigned B) gives sum a*(q+128); the +128 is removed with the row sums (asum).
+ *        Per segment the 32x32 int32 block goes through memory once to apply the scales
+ *        in the same order as the reference (bit-identical results).
+ * int4:  the nibbles are widened to the int8 VNNI layout 64 k at a time, then as int8.
+ * bf16:  only for bf16-stored weights (fp32/fp16 weights use the AVX-512 table, see
+ *        gemm_kernels_for_mode): A = x rounded to bf16 row-major [32][kc32] (pack_a),
+ *        B = bf16 pairs [kc/2][32][2] (unpack), TDPBF16PS accumulates in fp32.  Rounding
+ *        the activations to bf16 is what torch's bf16 linear does too.
+ * K that is not a multiple of 64 (int) or 32 (bf16) is handled by zero padding (bf16)
+ * or a scalar tail (int), which is correct but slow: use int4 groups of 64 or 128. */
 #include "gemm_impl.h"
 
+#include <immintrin.h>
+#include <string.h>
+
+#define MR 32
+#define NR 32
+
+typedef struct {
+    uint8_t palette_id;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((packed, aligned(64))) tilecfg;
+
+static void config_tiles(void) {
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* acc[32][32] (+)= scales applied to the int32 block blk (minus off*asum). */
+static inline void apply_segment(float *acc, const int32_t *blk, int32_t off,
+                                 const int32_t *asum, const float *sa, const float *sw) {
+    __m512 w0 = _mm512_loadu_ps(sw), w1 = _mm512_loadu_ps(sw + 16);
+    for (int i = 0; i < MR; i++) {
+        __m512i comp = _mm512_set1_epi32(off * asum[i]);
+        __m512 s = _mm512_set1_ps(sa[i]);
+        __m512i d0 = _mm512_sub_epi32(_mm512_loadu_si512(blk + i * 32), comp);
+        __m512i d1 = _mm512_sub_epi32(_mm512_loadu_si512(blk + i * 32 + 16), comp);
+        __m512 a0 = _mm512_loadu_ps(acc + i * 32), a1 = _mm512_loadu_ps(acc + i * 32 + 16);
+        a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(s, w0), a0);
+        a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(s, w1), a1);
+        _mm512_storeu_ps(acc + i * 32, a0);
+        _mm512_storeu_ps(acc + i * 32 + 16, a1);
+    }
+}
+
+static inline void store_block(const float *acc, float *c, int64_t ldc, int mr, int nr,
+                               int accumulate) {
+    __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1u);
+    __mmask16 m1 = nr >= 32 ? 0xffff : (nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1u));
+    for (int i = 0; i < mr; i++) {
+        __m512 v0 = _mm512_loadu_ps(acc + i * 32), v1 = _mm512_loadu_ps(acc + i * 32 + 16);
+        float *ci = c + i * ldc;
+        if (accumulate) {
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ci));
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ci + 16));
+        }
+        _mm512_mask_storeu_ps(ci, m0, v0);
+        _mm512_mask_storeu_ps(ci + 16, m1, v1);
+    }
+}
+
+/* Integer kernel.  bq(q) returns the 128-byte VNNI row of k-quad q (uint8, 32 columns). */
+static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                        const float *sa, const int32_t *asum, const float *sw,
+                        int64_t sw_stride, float *c, int64_t ldc, int mr, int nr,
+                        int accumulate) {
+    const int64_t kc = (int64_t)nseg * seg_q * 4; /* row stride of ap */
+    const int32_t off = is_i4 ? 8 : 128;
+    float acc[MR * NR] __attribute__((aligned(64)));
+    int32_t blk[MR * NR] __attribute__((aligned(64)));
+    uint8_t b4[16 * NR * 4] __attribute__((aligned(64))); /* 16 quads widened (int4) */
+    memset(acc, 0, sizeof acc);
+    config_tiles();
+    for (int s = 0; s < nseg; s++) {
+        const int q0 = s * seg_q, qfull = (seg_q / 16) * 16;
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        for (int q = q0; q < q0 + qfull; q += 16) {
+            const uint8_t *brow;
+            if (is_i4) {
+                /* packed rows q/2 .. q/2+7, each 128 bytes: low nibble quad 2j, high 2j+1 */
+                const __m512i lo = _mm512_set1_epi8(0x0f);
+                for (int j = 0; j < 8; j++) {
+                    const uint8_t *src = bp + (int64_t)(q / 2 + j) * NR * 4;
+                    for (int h = 0; h < 2; h++) {
+                        __m512i v = _mm512_loadu_si512(src + h * 64);
+                        _mm512_store_si512(b4 + (2 * j) * 128 + h * 64, _mm512_and_si512(v, lo));
+                        _mm512_store_si512(b4 + (2 * j + 1) * 128 + h * 64,
+                                           _mm512_and_si512(_mm512_srli_epi16(v, 4), lo));
+                    }
+                }
+                brow = b4;
+            } else {
+                brow = bp + (int64_t)q * NR * 4;
+            }
+            _tile_loadd(4, ap + (int64_t)q * 4, kc);
+            _tile_loadd(5, ap + 16 * kc + (int64_t)q * 4, kc);
+            _tile_loadd(6, brow, NR * 4);
+            _tile_loadd(7, brow + 64, NR * 4);
+            _tile_dpbsud(0, 4, 6);
+            _tile_dpbsud(1, 4, 7);
+            _tile_dpbsud(2, 5, 6);
+            _tile_dpbsud(3, 5, 7);
+        }
+        _tile_stored(0, blk, NR * 4);
+        _tile_stored(1, blk + 16, NR * 4);
+        _tile_stored(2, blk + 16 * NR, NR * 4);
+        _tile_stored(3, blk + 16 * NR + 16, NR * 4);
+        /* scalar tail for quads past the last multiple of 16 (small groups only) */
+        for (int q = q0 + qfull; q < q0 + seg_q; q++) {
+            for (int i = 0; i < MR; i++)
+                for (int j = 0; j < NR; j++) {
+                    int32_t d = 0;
+                    for (int t = 0; t < 4; t++) {
+                        int u;
+                        if (is_i4) {
+                            uint8_t byte = bp[((int64_t)(q / 2) * NR + j) * 4 + t];
+                            u = (q & 1) ? (byte >> 4) : (byte & 15);
+                        } else {
+                            u = bp[((int64_t)q * NR + j) * 4 + t];
+                        }
+                        d += u * (int32_t)ap[i * kc + (int64_t)q * 4 + t];
+                    }
+                    blk[i * NR + j] += d;
+                }
+        }
+        apply_segment(acc, blk, off, asum + s * MR, sa + s * MR, sw + s * sw_stride);
+    }
+    store_block(acc, c, ldc, mr, nr, accumulate);
+}
+
+static void ukr_i8_amx(int MR_, int NR_, int nseg, int seg_q, const int8_t *ap,
+                       const uint8_t *bp, const float *sa, const int32_t *asum,
+                       const float *sw, int64_t sw_stride, float *c, int64_t ldc, int mr,
+                       int nr, int accumulate) {
+    (void)MR_; (void)NR_;
+    ukr_int_amx(0, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
+}
+
+static void ukr_i4_amx(int MR_, int NR_, int nseg, int seg_q, const int8_t *ap,
+                       const uint8_t *bp, const float *sa, const int32_t *asum,
+                       const float *sw, int64_t sw_stride, float *c, int64_t ldc, int mr,
+                       int nr, int accumulate) {
+    (void)MR_; (void)NR_;
+    ukr_int_amx(1, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
+}
+
+/* ---- bf16 ---------------------------------------------------------------------- */
+
+static inline int64_t kc32(int64_t kc) { return (kc + 31) & ~(int64_t)31; }
+
+/* x rows -> bf16 [MR][kc32] (round to nearest even, zero padded). */
+static void pack_a_bf16_amx(const float *x, int64_t ldx, int64_t rows, int64_t kc, int MR_,
+                            void *dst) {
+    (void)MR_;
+    uint16_t *d = (uint16_t *)dst;
+    const int64_t kp = kc32(kc);
+    for (int64_t i = 0; i < MR; i++) {
+        uint16_t *row = d + i * kp;
+        if (i >= rows) { memset(row, 0, (size_t)kp * 2); continue; }
+        int64_t k = 0;
+        for (; k + 16 <= kc; k += 16) {
+            __m512 v = _mm512_loadu_ps(x + i * ldx + k);
+            _mm256_storeu_si256((__m256i *)(row + k), (__m256i)_mm512_cvtneps_pbh(v));
+        }
+        for (; k < kc; k++) row[k] = h3_f32_to_bf16(x[i * ldx + k]);
+        for (; k < kp; k++) row[k] = 0;
+    }
+}
+
+/* W (bf16 storage) block -> per 32-column panel, bf16 pairs [kc32/2][32][2]; the panel
+ * sits at the float offset the driver computes ((j/NR) * kc * NR floats). */
+static void unpack_bf16_amx(int wtype, const void *w, int64_t ldw, int64_t n0, int64_t nc,
+                            int64_t n_valid, int64_t k0, int64_t kc, float *out, int nr) {
+    (void)nr;
+    const int64_t kp = kc32(kc);
+    const uint16_t *wb = (const uint16_t *)w;
+    for (int64_t j = 0; j < nc; j++) {
+        uint16_t *panel = (uint16_t *)(out + (j / NR) * kc * NR);
+        int64_t col = j % NR, n = n0 + j;
+        for (int64_t k = 0; k < kp; k++) {
+            uint16_t v = 0;
+            if (n < n_valid && k < kc)
+                v = wtype == H3_DT_BF16 ? wb[n * ldw + k0 + k]
+                                        : h3_f32_to_bf16(gemm_w_at(wtype, w, n * ldw + k0 + k));
+            panel[((k / 2) * NR + col) * 2 + (k & 1)] = v;
+        }
+    }
+}
+
+static void ukr_bf16_amx(int MR_, int NR_, int64_t kc, const float *ap, const float *bp,
+                         float *c, int64_t ldc, int mr, int nr, int accumulate) {
+    (void)MR_; (void)NR_;
+    const int64_t kp = kc32(kc);
+    const uint16_t *a = (const uint16_t *)ap, *b = (const uint16_t *)bp;
+    float acc[MR * NR] __attribute__((aligned(64)));
+    config_tiles();
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (int64_t k = 0; k < kp; k += 32) {
+        _tile_loadd(4, a + k, kp * 2);
+        _tile_loadd(5, a + 16 * kp + k, kp * 2);
+        _tile_loadd(6, b + (k / 2) * NR * 2, NR * 4);
+        _tile_loadd(7, b + (k / 2) * NR * 2 + 32, NR * 4);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, acc, NR * 4);
+    _tile_stored(1, acc + 16, NR * 4);
+    _tile_stored(2, acc + 16 * NR, NR * 4);
+    _tile_stored(3, acc + 16 * NR + 16, NR * 4);
+    store_block(acc, c, ldc, mr, nr, accumulate);
+}
+
+/* For bf16-stored weights.  The driver's panel buffers are sized for f32, so the bf16
+ * panels (half the bytes) always fit; kc is a multiple of 32 except the last block. */
 const gemm_kernels gemm_kernels_amx = {
-    .mr = 4, .nr = 8, .kc = 256, .mc = 64, .nc = 256, .mc_int = 64,
+    .mr = MR, .nr = NR, .kc = 512, .mc = MR * 8, .nc = 256, .mc_int = MR * 8,
     .gemv_max_m = 0,
+    .ukr_f32 = ukr_bf16_amx, .unpack = unpack_bf16_amx, .pack_a = pack_a_bf16_amx,
+    .ukr_i8 = ukr_i8_amx, .ukr_i4 = ukr_i4_amx, .int_a_rowmajor = 1,
 };
