@@ -159,7 +159,8 @@ class Linear:
         """x: (M, K) float32 -> (M, N) float32."""
         x = self._x(x)
         out = _out(out, "out", (x.shape[0], self.N))
-        return self._c.forward(x, out, 0)
+        self._c.forward(x, out, 0)
+        return out
 
     def swiglu(self, x, out=None):
         """``silu(x @ Wg.T + bg) * (x @ Wv.T + bv)`` for ``W = [Wg; Wv]`` (needs pair=True):
@@ -168,7 +169,8 @@ class Linear:
             raise H3ValueError("swiglu() needs a Linear created with pair=True")
         x = self._x(x)
         out = _out(out, "out", (x.shape[0], self.N // 2))
-        return self._c.forward(x, out, 1)
+        self._c.forward(x, out, 1)
+        return out
 
     def residual(self, x, resid, gate=None, gate_row=None, out=None):
         """``out = resid + gate[gate_row] * (x @ W.T + b)`` (gate optional; out may be resid).
@@ -185,7 +187,8 @@ class Linear:
                 raise H3ValueError("gate_row given without gate")
             _need(gate_row, "gate_row", np.int32, 1, (M,))
         out = _out(out, "out", (M, self.N))
-        return self._c.forward(x, out, 2, resid, gate, gate_row)
+        self._c.forward(x, out, 2, resid, gate, gate_row)
+        return out
 
     def __repr__(self):
         return (f"Linear(N={self.N}, K={self.K}, weights={self.weights!r}, isa={self.isa!r}, "

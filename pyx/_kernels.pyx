@@ -174,13 +174,12 @@ cdef class LinearCore:
             epi.gate_row = &grv[0]
         cdef int64_t M = x.shape[0]
         if M == 0:
-            return out
+            return
         with self.pool.lock:
             with nogil:
                 rc = h3_linear_forward(self.c, self.pool.c, &x[0, 0], M, &out[0, 0], &epi,
                                        NULL, 0, &err)
         check(rc, &err)
-        return out
 
 
 include "_kernels_attn.pxi"
