@@ -1,4 +1,6 @@
-/* convert.c — bf16/f16 <-> f32 conversions (scalar, exact; SIMD paths in elem_*.c). */
+/* convert.c — scalar f16 <-> f32 conversions (exact, round-to-nearest-even).  These are
+ * the reference the SIMD conversions (elem_*.c) must match bit for bit; the public
+ * h3_convert entries live in elem.c. */
 #include "h3_internal.h"
 
 #include <math.h>
@@ -52,40 +54,4 @@ uint16_t h3_f32_to_f16(float f) {
     uint32_t h = (e << 10) | hm;
     if (rest > 0x1000u || (rest == 0x1000u && (hm & 1u))) h++;     /* may carry into exp */
     return (uint16_t)(sign | h);
-}
-
-static int dt_ok(int dt) { return dt == H3_DT_F32 || dt == H3_DT_BF16 || dt == H3_DT_F16; }
-
-h3_status h3_convert(const void *src, int src_dtype, void *dst, int dst_dtype, int64_t n,
-                     h3_isa isa, h3_err *err) {
-    h3_status st = h3_isa_check(isa, err);
-    if (st) return st;
-    if (!dt_ok(src_dtype) || !dt_ok(dst_dtype))
-        return h3_fail(err, H3_EINVAL, "convert: dtypes %d -> %d not supported (f32, bf16, f16)",
-                       src_dtype, dst_dtype);
-    if (n < 0) return h3_fail(err, H3_EINVAL, "convert: n = %lld < 0", (long long)n);
-    if (n > 0 && (!src || !dst)) return h3_fail(err, H3_EINVAL, "convert: NULL pointer");
-    /* Scalar loops are exact and memory-bound; the compiler vectorises the bf16 ones. */
-    if (src_dtype == dst_dtype) {
-        memmove(dst, src, (size_t)n * (src_dtype == H3_DT_F32 ? 4u : 2u));
-        return H3_OK;
-    }
-    const float *sf = (const float *)src;
-    const uint16_t *sh = (const uint16_t *)src;
-    float *df = (float *)dst;
-    uint16_t *dh = (uint16_t *)dst;
-    if (src_dtype == H3_DT_F32 && dst_dtype == H3_DT_BF16) {
-        for (int64_t i = 0; i < n; i++) dh[i] = h3_f32_to_bf16(sf[i]);
-    } else if (src_dtype == H3_DT_F32 && dst_dtype == H3_DT_F16) {
-        for (int64_t i = 0; i < n; i++) dh[i] = h3_f32_to_f16(sf[i]);
-    } else if (src_dtype == H3_DT_BF16 && dst_dtype == H3_DT_F32) {
-        for (int64_t i = 0; i < n; i++) df[i] = h3_bf16_to_f32(sh[i]);
-    } else if (src_dtype == H3_DT_F16 && dst_dtype == H3_DT_F32) {
-        for (int64_t i = 0; i < n; i++) df[i] = h3_f16_to_f32(sh[i]);
-    } else if (src_dtype == H3_DT_BF16 && dst_dtype == H3_DT_F16) {
-        for (int64_t i = 0; i < n; i++) dh[i] = h3_f32_to_f16(h3_bf16_to_f32(sh[i]));
-    } else { /* f16 -> bf16 */
-        for (int64_t i = 0; i < n; i++) dh[i] = h3_f32_to_bf16(h3_f16_to_f32(sh[i]));
-    }
-    return H3_OK;
 }

@@ -62,10 +62,18 @@ void h3_pool_free(h3_pool *pool);                    /* NULL is a no-op */
 int h3_pool_threads(const h3_pool *pool);            /* NULL pool -> 1 */
 void h3_pool_run(h3_pool *pool, h3_task_fn fn, void *ctx); /* NULL pool -> fn(ctx,0,1) */
 
-/* ---- Number formats (convert.c) ---------------------------------------------- */
-/* bf16 as raw uint16 bits; f32->bf16 rounds to nearest even (NaN stays NaN), as torch. */
+/* ---- Number formats (convert.c, elem.c) --------------------------------------- */
+/* bf16 is passed as raw uint16 bits, f16 as IEEE binary16 bits.  Every path gives the
+ * same bits as the scalar reference: f32->bf16 and f32->f16 round to nearest even;
+ * f16 overflow -> +-inf; subnormals are kept (never flushed); NaN stays NaN (f32->bf16
+ * keeps sign and payload and sets the quiet bit, f32->f16 gives sign|0x7e00).
+ * src_dtype/dst_dtype: H3_DT_F32, H3_DT_BF16 or H3_DT_F16; src and dst must not overlap
+ * (unless the dtypes are equal: then this is memmove).  h3_convert runs on the calling
+ * thread; h3_convert_mt splits n over pool and reports the kernel table that ran. */
 h3_status h3_convert(const void *src, int src_dtype, void *dst, int dst_dtype, int64_t n,
                      h3_isa isa, h3_err *err);
+h3_status h3_convert_mt(const void *src, int src_dtype, void *dst, int dst_dtype, int64_t n,
+                        h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err);
 enum { H3_DT_F32 = 0, H3_DT_BF16 = 1, H3_DT_F16 = 2, H3_DT_I8 = 3, H3_DT_I4 = 4 };
 
 /* ---- GEMM: y[M,N] = x[M,K] . W[N,K]^T (+ epilogue)  (gemm.c) ------------------ */
@@ -140,28 +148,52 @@ h3_status h3_attention(const h3_attn_args *a, const float *q, const float *k, co
                        h3_err *err);
 
 /* ---- Element-wise and row ops (elem.c) --------------------------------------- */
-/* All operate on [rows, n] float32, row stride = n unless stated; out may alias x. */
-/* RMSNorm: out = x * rsqrt(mean(x^2) + eps) (* w when w != NULL, w: [n]). */
+/* All operate on contiguous float32 arrays ([rows, n], row stride n).  Work is split
+ * over rows (or elements) of `pool` (NULL: calling thread only); small calls run on the
+ * calling thread.  `ran` (may be NULL) receives the ISA whose kernels ran: `isa` itself,
+ * except H3_ISA_AMX, which runs the AVX-512 kernels and reports H3_ISA_AVX512.  An
+ * unsupported isa is H3_EUNSUPPORTED, never a silent fallback.  "may alias" means the
+ * output may be the very same buffer as that input; any other overlap is H3_EINVAL.
+ * Exactness vs H3_ISA_REF: RoPE, AdaLN and conversions are bit-identical on every path;
+ * RMSNorm differs by the order of its sum (~1e-7 relative); SiLU/GELU/SwiGLU use a
+ * ~2-ulp vector exp (a few 1e-7 relative). */
+
+/* RMSNorm (torch order, float32): out = (x * (1 / sqrt(mean(x^2) + eps))) * w.
+ * x, out: [rows, n] (out may alias x); w: [n] or NULL (no weight); n >= 1; eps >= 0. */
 h3_status h3_rmsnorm(const float *x, const float *w, float *out, int64_t rows, int64_t n,
-                     float eps, h3_pool *pool, h3_isa isa, h3_err *err);
+                     float eps, h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err);
+
 /* Rotate-half RoPE on the first rot_dim channels of each head, in place.
  * x: [rows, heads, head_dim]; cos, sin: [rows, rot_dim/2] (per-row tables; the same
- * angle is used for channel i and i + rot_dim/2):
+ * angle is used for channel i and i + rot_dim/2); rot_dim even, 2 <= rot_dim <= head_dim:
  *   x1 = x[i], x2 = x[i + rot_dim/2]  (i < rot_dim/2)
- *   x[i] = x1*cos - x2*sin ; x[i + rot_dim/2] = x2*cos + x1*sin                    */
+ *   x[i] = x1*cos - x2*sin ; x[i + rot_dim/2] = x2*cos + x1*sin
+ * (= torch's x*cos + rotate_half(x)*sin with cos/sin repeated twice; channels past
+ * rot_dim are left as they are). */
 h3_status h3_rope(float *x, const float *cos, const float *sin, int64_t rows, int heads,
-                  int head_dim, int rot_dim, h3_pool *pool, h3_isa isa, h3_err *err);
+                  int head_dim, int rot_dim, h3_pool *pool, h3_isa isa, h3_isa *ran,
+                  h3_err *err);
+
+/* out[i] = act(x[i]), x, out: [n] (out may alias x).
+ *   H3_ACT_SILU:      x / (1 + exp(-x))
+ *   H3_ACT_GELU_TANH: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (torch "tanh") */
 enum { H3_ACT_SILU = 0, H3_ACT_GELU_TANH = 1 };
 h3_status h3_activation(const float *x, float *out, int64_t n, int act, h3_pool *pool,
-                        h3_isa isa, h3_err *err);
-/* SwiGLU of a [gate; value] pair per row: x: [rows, 2h] -> out: [rows, h] = silu(g) * v */
+                        h3_isa isa, h3_isa *ran, h3_err *err);
+
+/* SwiGLU of a [gate; value] pair per row: x: [rows, 2h] -> out: [rows, h] = silu(g) * v.
+ * out may alias x (the result is compacted into x's first rows*h floats; that call
+ * runs on one thread). */
 h3_status h3_swiglu(const float *x, float *out, int64_t rows, int64_t h, h3_pool *pool,
-                    h3_isa isa, h3_err *err);
-/* AdaLN modulation: out[i] = x[i] * (1 + scale[row_table[i]]) + shift[row_table[i]]
- * x: [rows, n]; scale, shift: [table_rows, n]; row_table: [rows] (NULL -> all row 0). */
+                    h3_isa isa, h3_isa *ran, h3_err *err);
+
+/* AdaLN modulation: out[i] = x[i] * (1 + scale[t]) + shift[t], t = row_table[i]
+ * x, out: [rows, n] (out may alias x); scale, shift: [table_rows, n];
+ * row_table: [rows] int32 in [0, table_rows) (NULL -> every row uses table row 0). */
 h3_status h3_adaln_modulate(const float *x, const float *scale, const float *shift,
                             const int32_t *row_table, int64_t table_rows, float *out,
-                            int64_t rows, int64_t n, h3_pool *pool, h3_isa isa, h3_err *err);
+                            int64_t rows, int64_t n, h3_pool *pool, h3_isa isa,
+                            h3_isa *ran, h3_err *err);
 
 #ifdef __cplusplus
 }

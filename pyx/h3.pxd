@@ -45,6 +45,8 @@ cdef extern from "h3.h" nogil:
         H3_DT_I4
     h3_status h3_convert(const void *src, int src_dtype, void *dst, int dst_dtype, int64_t n,
                          h3_isa isa, h3_err *err)
+    h3_status h3_convert_mt(const void *src, int src_dtype, void *dst, int dst_dtype,
+                            int64_t n, h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err)
 
     ctypedef struct h3_linear:
         pass
@@ -93,17 +95,18 @@ cdef extern from "h3.h" nogil:
                            size_t ws_bytes, h3_isa isa, h3_err *err)
 
     h3_status h3_rmsnorm(const float *x, const float *w, float *out, int64_t rows, int64_t n,
-                         float eps, h3_pool *pool, h3_isa isa, h3_err *err)
+                         float eps, h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err)
     h3_status h3_rope(float *x, const float *cos, const float *sin, int64_t rows, int heads,
-                      int head_dim, int rot_dim, h3_pool *pool, h3_isa isa, h3_err *err)
+                      int head_dim, int rot_dim, h3_pool *pool, h3_isa isa, h3_isa *ran,
+                      h3_err *err)
     enum:
         H3_ACT_SILU
         H3_ACT_GELU_TANH
     h3_status h3_activation(const float *x, float *out, int64_t n, int act, h3_pool *pool,
-                            h3_isa isa, h3_err *err)
+                            h3_isa isa, h3_isa *ran, h3_err *err)
     h3_status h3_swiglu(const float *x, float *out, int64_t rows, int64_t h, h3_pool *pool,
-                        h3_isa isa, h3_err *err)
+                        h3_isa isa, h3_isa *ran, h3_err *err)
     h3_status h3_adaln_modulate(const float *x, const float *scale, const float *shift,
                                 const int32_t *row_table, int64_t table_rows, float *out,
                                 int64_t rows, int64_t n, h3_pool *pool, h3_isa isa,
-                                h3_err *err)
+                                h3_isa *ran, h3_err *err)
