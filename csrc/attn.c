@@ -46,14 +46,23 @@ size_t h3_attn_workspace_bytes(const h3_attn_args *a, int n_threads) {
     return best;
 }
 
-/* [lo, hi) byte range touched by a [S, H*D] view with row stride ld */
-static void span(const float *p, int64_t S, int64_t ld, int64_t width, uintptr_t *lo,
-                 uintptr_t *hi) {
-    *lo = (uintptr_t)p;
-    *hi = (uintptr_t)(p + (S - 1) * ld + width);
-}
-static int overlaps(uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) {
-    return a0 < b1 && b0 < a1;
+/* Whether two [S rows of width w] float views with row strides lda, ldb share an element.
+ * Equal strides (views into one fused QKV buffer) are checked exactly: row r of a meets
+ * row r + t of b iff -wb < d + t*ld < wa with d = b - a in floats; otherwise the byte
+ * spans are compared (conservative). */
+static int views_overlap(const float *a, int64_t lda, int64_t wa, const float *b, int64_t ldb,
+                         int64_t wb, int64_t S) {
+    uintptr_t a0 = (uintptr_t)a, a1 = (uintptr_t)(a + (S - 1) * lda + wa);
+    uintptr_t b0 = (uintptr_t)b, b1 = (uintptr_t)(b + (S - 1) * ldb + wb);
+    if (!(a0 < b1 && b0 < a1)) return 0;
+    if (lda != ldb || ((a0 - b0) % sizeof(float)) != 0) return 1;
+    const int64_t ld = lda, d = ((int64_t)b0 - (int64_t)a0) / (int64_t)sizeof(float);
+    /* largest t with d + t*ld < wa (floor division), clamped to the rows that exist */
+    int64_t num = wa - 1 - d;
+    int64_t t = num >= 0 ? num / ld : -((-num + ld - 1) / ld);
+    if (t < -(S - 1)) return 0;
+    if (t > S - 1) t = S - 1;
+    return d + t * ld > -wb;
 }
 
 static h3_status validate(const h3_attn_args *a, const float *q, const float *k,
@@ -86,16 +95,15 @@ static h3_status validate(const h3_attn_args *a, const float *q, const float *k,
     if (!q || !k || !v || !out)
         return h3_fail(err, H3_EINVAL, "attention: NULL %s pointer",
                        !q ? "q" : !k ? "k" : !v ? "v" : "out");
-    uintptr_t o0, o1, x0, x1;
-    span(out, a->S, a->ldo, wq, &o0, &o1);
-    span(k, a->S, a->ldk, wkv, &x0, &x1);
-    if (overlaps(o0, o1, x0, x1)) return h3_fail(err, H3_EINVAL, "attention: out overlaps k");
-    span(v, a->S, a->ldv, wkv, &x0, &x1);
-    if (overlaps(o0, o1, x0, x1)) return h3_fail(err, H3_EINVAL, "attention: out overlaps v");
-    span(q, a->S, a->ldq, wq, &x0, &x1);
-    if (overlaps(o0, o1, x0, x1) && !(out == q && a->ldo == a->ldq))
-        return h3_fail(err, H3_EINVAL,
-                       "attention: out overlaps q (only out == q with ldo == ldq is allowed)");
+    if (views_overlap(out, a->ldo, wq, k, a->ldk, wkv, a->S))
+        return h3_fail(err, H3_EINVAL, "attention: out overlaps k");
+    if (views_overlap(out, a->ldo, wq, v, a->ldv, wkv, a->S))
+        return h3_fail(err, H3_EINVAL, "attention: out overlaps v");
+    if (out != q && views_overlap(out, a->ldo, wq, q, a->ldq, wq, a->S))
+        return h3_fail(err, H3_EINVAL, "attention: out overlaps q (only out == q is allowed)");
+    if (out == q && a->ldo != a->ldq)
+        return h3_fail(err, H3_EINVAL, "attention: out == q needs ldo == ldq, got %lld and %lld",
+                       (long long)a->ldo, (long long)a->ldq);
     return H3_OK;
 }
 
