@@ -24,6 +24,11 @@
 #define MR 32
 #define NR 32
 
+/* GCC's tile load/store intrinsics are asm statements without a "memory" clobber: the
+ * compiler does not know they read or write memory, and may drop or move our stores to
+ * a buffer a tile then loads (or our loads of a buffer a tile just stored).  Fence them. */
+#define MEMORY_FENCE() __asm__ volatile("" ::: "memory")
+
 typedef struct {
     uint8_t palette_id;
     uint8_t start_row;
@@ -106,6 +111,7 @@ static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
                     }
                 }
                 brow = b4;
+                MEMORY_FENCE();
             } else {
                 brow = bp + (int64_t)q * NR * 4;
             }
@@ -122,6 +128,7 @@ static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
         _tile_stored(1, blk + 16, NR * 4);
         _tile_stored(2, blk + 16 * NR, NR * 4);
         _tile_stored(3, blk + 16 * NR + 16, NR * 4);
+        MEMORY_FENCE();
         /* scalar tail for quads past the last multiple of 16 (small groups only) */
         for (int q = q0 + qfull; q < q0 + seg_q; q++) {
             for (int i = 0; i < MR; i++)
@@ -226,6 +233,7 @@ static void ukr_bf16_amx(int MR_, int NR_, int64_t kc, const float *ap, const fl
     _tile_stored(1, acc + 16, NR * 4);
     _tile_stored(2, acc + 16 * NR, NR * 4);
     _tile_stored(3, acc + 16 * NR + 16, NR * 4);
+    MEMORY_FENCE();
     store_block(acc, c, ldc, mr, nr, accumulate);
 }
 
