@@ -19,6 +19,13 @@ cdef inline float *_f1(float[::1] a):
     return &a[0] if a.shape[0] > 0 else NULL
 
 
+cdef int _same(str what, tuple got, tuple want) except -1:
+    """Shape agreement between the buffers of one call (C only sees pointers)."""
+    if got != want:
+        raise H3ValueError(f"{what} has shape {got}, expected {want}")
+    return 0
+
+
 def elem_rmsnorm(const float[:, ::1] x, const float[::1] w, float[:, ::1] out, float eps,
                  str isa, ThreadPool pool):
     """out[rows, n] = rmsnorm(x[rows, n]) (* w[n]); returns the ISA that ran."""
@@ -27,6 +34,9 @@ def elem_rmsnorm(const float[:, ::1] x, const float[::1] w, float[:, ::1] out, f
     cdef h3_isa ran = H3_ISA_COUNT
     cdef h3_isa want = isa_id(isa)
     cdef int64_t rows = x.shape[0], n = x.shape[1]
+    _same("out", (out.shape[0], out.shape[1]), (rows, n))
+    if w is not None:
+        _same("w", (w.shape[0],), (n,))
     cdef const float *xp = _cf2(x)
     cdef const float *wp = _cf1(w)
     cdef float *op = _f2(out)
@@ -46,6 +56,9 @@ def elem_rope(float[:, :, ::1] x, const float[:, ::1] cos, const float[:, ::1] s
     cdef h3_isa want = isa_id(isa)
     cdef int64_t rows = x.shape[0]
     cdef int heads = <int>x.shape[1], head_dim = <int>x.shape[2]
+    if 2 <= rot_dim <= head_dim and rot_dim % 2 == 0:
+        _same("cos", (cos.shape[0], cos.shape[1]), (rows, rot_dim // 2))
+        _same("sin", (sin.shape[0], sin.shape[1]), (rows, rot_dim // 2))
     cdef float *xp = &x[0, 0, 0] if x.shape[0] > 0 and heads > 0 and head_dim > 0 else NULL
     cdef const float *cp = _cf2(cos)
     cdef const float *sp = _cf2(sin)
@@ -63,6 +76,7 @@ def elem_activation(const float[::1] x, float[::1] out, int act, str isa, Thread
     cdef h3_isa ran = H3_ISA_COUNT
     cdef h3_isa want = isa_id(isa)
     cdef int64_t n = x.shape[0]
+    _same("out", (out.shape[0],), (n,))
     cdef const float *xp = _cf1(x)
     cdef float *op = _f1(out)
     with pool.lock:
@@ -79,6 +93,7 @@ def elem_swiglu(const float[:, ::1] x, float[:, ::1] out, str isa, ThreadPool po
     cdef h3_isa ran = H3_ISA_COUNT
     cdef h3_isa want = isa_id(isa)
     cdef int64_t rows = x.shape[0], h = out.shape[1]
+    _same("x", (x.shape[0], x.shape[1]), (rows, 2 * h))
     cdef const float *xp = _cf2(x)
     cdef float *op = _f2(out)
     with pool.lock:
@@ -96,6 +111,11 @@ def elem_adaln(const float[:, ::1] x, const float[:, ::1] scale, const float[:, 
     cdef h3_isa ran = H3_ISA_COUNT
     cdef h3_isa want = isa_id(isa)
     cdef int64_t rows = x.shape[0], n = x.shape[1], trows = scale.shape[0]
+    _same("out", (out.shape[0], out.shape[1]), (rows, n))
+    _same("scale", (scale.shape[0], scale.shape[1]), (trows, n))
+    _same("shift", (shift.shape[0], shift.shape[1]), (trows, n))
+    if row_table is not None:
+        _same("row_table", (row_table.shape[0],), (rows,))
     cdef const float *xp = _cf2(x)
     cdef const float *scp = _cf2(scale)
     cdef const float *shp = _cf2(shift)
