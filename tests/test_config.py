@@ -1,0 +1,92 @@
+"""ISA selection (H3CY_ISA, isa=), thread defaults and the errors around them."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import h3cy
+from h3cy import UnsupportedCPUError
+from h3cy.errors import H3ValueError
+
+
+def run_py(code, **env):
+    full = dict(os.environ)
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_env_isa_ref_is_used_by_new_objects():
+    r = run_py("import numpy as np, h3cy; w = np.ones((4, 8), np.float32);"
+               "print(h3cy.ops.active_isa(), h3cy.ops.Linear(w, weights='fp32').isa)",
+               H3CY_ISA="ref")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["ref", "ref"]
+
+
+def test_env_isa_unknown_or_missing_is_a_clear_error():
+    r = run_py("import h3cy; h3cy.ops.active_isa()", H3CY_ISA="sse9")
+    assert r.returncode != 0 and "unknown ISA 'sse9'" in r.stderr
+    missing = next(i for i in ("neon", "amx", "avx512", "avx2") if i not in h3cy.ops.available_isas())
+    r = run_py("import h3cy; h3cy.ops.active_isa()", H3CY_ISA=missing)
+    assert r.returncode != 0 and "UnsupportedCPUError" in r.stderr and missing in r.stderr
+
+
+def test_isa_argument_overrides_and_is_reported():
+    w = np.ones((4, 8), np.float32)
+    for isa in h3cy.ops.available_isas():
+        assert h3cy.ops.Linear(w, weights="fp32", isa=isa).isa == isa
+    missing = [i for i in ("ref", "avx2", "avx512", "amx", "neon") if i not in h3cy.ops.available_isas()]
+    for isa in missing:
+        with pytest.raises(UnsupportedCPUError, match=isa):
+            h3cy.ops.Linear(w, weights="fp32", isa=isa)
+    with pytest.raises(ValueError, match="unknown ISA"):
+        h3cy.ops.Linear(w, weights="fp32", isa="mmx")
+
+
+def test_best_isa_is_supported_and_ref_always_present():
+    avail = h3cy.ops.available_isas()
+    assert "ref" in avail
+    assert h3cy.ops.resolve_isa(None) in avail or os.environ.get("H3CY_ISA")
+    assert all(isinstance(f, str) for f in h3cy.ops.cpu_features())
+
+
+def test_set_num_threads_sets_the_default():
+    w = np.ones((4, 8), np.float32)
+    try:
+        h3cy.set_num_threads(3)
+        assert h3cy.get_num_threads() == 3
+        assert h3cy.ops.Linear(w, weights="fp32").threads == 3
+        assert h3cy.ops.Linear(w, weights="fp32", threads=1).threads == 1
+    finally:
+        h3cy.set_num_threads(None)
+    n = h3cy.get_num_threads()
+    assert 1 <= n <= (os.cpu_count() or 1)
+
+
+@pytest.mark.parametrize("bad", [0, -2])
+def test_bad_thread_counts_raise(bad):
+    with pytest.raises(ValueError):
+        h3cy.set_num_threads(bad)
+    with pytest.raises(ValueError):
+        h3cy.ops.Linear(np.ones((2, 2), np.float32), weights="fp32", threads=bad)
+    with pytest.raises(TypeError):
+        h3cy.set_num_threads(2.5)
+
+
+def test_env_threads():
+    r = run_py("import h3cy; print(h3cy.get_num_threads())", H3CY_THREADS="5")
+    assert r.returncode == 0 and r.stdout.strip() == "5"
+    r = run_py("import h3cy; h3cy.get_num_threads()", H3CY_THREADS="zero")
+    assert r.returncode != 0 and "H3CY_THREADS" in r.stderr
+
+
+def test_selfcheck_cli_runs_and_verifies():
+    r = subprocess.run([sys.executable, "-m", "h3cy", "selfcheck", "--size", "64,96,80",
+                        "--threads", "1"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ISA path" in r.stdout and "selfcheck: ok" in r.stdout
+    for mode in ("fp32", "bf16", "fp16", "int8", "int4"):
+        assert f"h3cy {mode}" in r.stdout
