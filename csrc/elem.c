@@ -44,7 +44,7 @@ static int overlap(const void *a, size_t an, const void *b, size_t bn) {
     return pa < pb + bn && pb < pa + an;
 }
 
-/* rows * n elements of `esize` bytes must be addressable */
+/* rows * n elements (of up to 16 bytes, with slack) must fit in int64/size_t maths */
 static int too_big(int64_t rows, int64_t n) {
     return n > 0 && rows > (INT64_MAX / 16) / n;
 }
@@ -121,10 +121,10 @@ static void elem_task(void *ctx, int ith, int nth) {
 /* Run job over `units`, each worth `elems_per_unit` elements of traffic. */
 static void run_job(elem_job *j, h3_pool *pool, int64_t elems_per_unit, int allow_threads) {
     int nth = allow_threads ? h3_pool_threads(pool) : 1;
+    if (j->align <= 0) j->align = 1;
     int64_t total = j->units * elems_per_unit;
     int64_t want = H3_MAX((int64_t)1, total / MIN_PER_THREAD);
     j->parts = (int)H3_MIN((int64_t)nth, H3_MIN(want, H3_MAX(j->units / j->align, (int64_t)1)));
-    if (j->align <= 0) j->align = 1;
     if (j->parts <= 1) {
         j->parts = 1;
         elem_task(j, 0, 1);

@@ -155,8 +155,10 @@ h3_status h3_attention(const h3_attn_args *a, const float *q, const float *k, co
  * unsupported isa is H3_EUNSUPPORTED, never a silent fallback.  "may alias" means the
  * output may be the very same buffer as that input; any other overlap is H3_EINVAL.
  * Exactness vs H3_ISA_REF: RoPE, AdaLN and conversions are bit-identical on every path;
- * RMSNorm differs by the order of its sum (~1e-7 relative); SiLU/GELU/SwiGLU use a
- * ~2-ulp vector exp (a few 1e-7 relative). */
+ * RMSNorm differs by the order of its sum (~1e-7 relative); SiLU/SwiGLU use a ~2-ulp
+ * vector exp (<= 2e-7 relative vs float64, as ref); SIMD GELU is x*sigmoid(2u), which
+ * avoids the 1+tanh cancellation of torch's formula (the ref) for x < -3: both are
+ * within 1.3e-7 * max(1, |x|) of float64. */
 
 /* RMSNorm (torch order, float32): out = (x * (1 / sqrt(mean(x^2) + eps))) * w.
  * x, out: [rows, n] (out may alias x); w: [n] or NULL (no weight); n >= 1; eps >= 0. */
