@@ -36,7 +36,7 @@ static const gemm_kernels *raw_table(h3_isa isa) {
     switch (isa) {
 #if H3_X86
     case H3_ISA_AVX2: return &gemm_kernels_avx2;
-    case H3_ISA_AVX512: return &gemm_kernels_avx512;
+    case H3_ISA_AVX512: return h3_cpu_has_avx512_vnni() ? &gemm_kernels_avx512 : &gemm_kernels_avx512_novnni;
     case H3_ISA_AMX: return &gemm_kernels_amx;
 #endif
 #if H3_ARM64
@@ -266,10 +266,18 @@ typedef struct {
     float *y;
     int64_t ldy;            /* output row stride (N, or H for SWIGLU) */
     const h3_epilogue *epi;
-    /* int phase 1 results */
-    int8_t *qa;             /* [M][Kp] */
-    float *sa;              /* [M][nag] */
-    int64_t nag;
+    /* int phase 1 results: A quantised and packed once for the whole call, so that the
+     * column blocks of phase 2 never repack it.  Per MR-row panel p:
+     *   qa + p*MR*Kp + pc*MR: the K block at pc, [kb/4][MR][4] (or [MR][kb] row-major
+     *                         when kt->int_a_rowmajor), kb = that block's length;
+     *   sa/asum + (p*nsg + g)*MR: scale and int32 sum of each row over segment g. */
+    int8_t *qa;
+    float *sa;
+    int32_t *asum;
+    int64_t nsg, segeff;    /* segments over Kp and their length */
+    int64_t nag;            /* activation scales per row */
+    char *qtmp;             /* per thread: one quantised row [Kp] + its scales [nag] */
+    size_t qtmp_bytes;
     /* per-thread scratch */
     char *tws;
     size_t tws_bytes;
@@ -283,11 +291,13 @@ static size_t float_thread_bytes(const gemm_kernels *kt, int64_t M, int need_scr
 }
 static size_t int_thread_bytes(const h3_linear *l, int64_t M, int need_scratch) {
     const gemm_kernels *kt = l->kt;
-    size_t kci = (size_t)l->kci, mc = (size_t)kt->mc_int;
-    size_t nseg = kci / (size_t)H3_MIN(l->seg, l->kci);
-    size_t b = H3_ALIGN_UP(mc * kci, 64) + nseg * (size_t)kt->mr * 8 + 512;
+    size_t b = 256;
     if (need_scratch) b += (size_t)M * kt->nc * 4 + 128;
     return H3_ALIGN_UP(b, 64);
+}
+static int64_t int_segeff(const h3_linear *l) { return H3_MIN(l->seg, l->kci); }
+static size_t int_qtmp_bytes(const h3_linear *l) {
+    return H3_ALIGN_UP((size_t)l->Kp, 64) + H3_ALIGN_UP((size_t)(l->Kp / l->act_group) * 4, 64);
 }
 
 static int needs_scratch(const h3_epilogue *epi) {
@@ -299,20 +309,52 @@ size_t h3_linear_workspace_bytes(const h3_linear *l, int64_t M, int nth,
     if (!l || M < 0 || nth < 1) return 0;
     int ns = needs_scratch(epi);
     if (is_int(l->wtype)) {
-        size_t shared = H3_ALIGN_UP((size_t)M * (size_t)l->Kp, 64) +
-                        H3_ALIGN_UP((size_t)M * (size_t)(l->Kp / l->act_group) * 4, 64);
-        return shared + (size_t)nth * int_thread_bytes(l, M, ns);
+        size_t Mp = (size_t)H3_ALIGN_UP(M, l->kt->mr);
+        size_t nsg = (size_t)(l->Kp / int_segeff(l));
+        size_t shared = H3_ALIGN_UP(Mp * (size_t)l->Kp, 64) + 2 * H3_ALIGN_UP(Mp * nsg * 4, 64);
+        return shared + (size_t)nth * (int_qtmp_bytes(l) + int_thread_bytes(l, M, ns));
     }
     return (size_t)nth * float_thread_bytes(l->kt, M, ns);
 }
 
+/* Phase 1 (split by MR-row panels): quantise each row, scatter it into the panel layout
+ * of every K block, and record per-segment scales and sums. */
 static void quant_task(void *p, int ith, int nth) {
     run_ctx *c = (run_ctx *)p;
     const h3_linear *l = c->l;
-    int64_t m0 = c->M * ith / nth, m1 = c->M * (ith + 1) / nth;
-    for (int64_t m = m0; m < m1; m++)
-        c->kt->quant_row(c->x + m * l->K, l->K, l->Kp, l->act_group, c->qa + m * l->Kp,
-                         c->sa + m * c->nag);
+    const int MR = c->kt->mr, rowmajor = c->kt->int_a_rowmajor;
+    const int64_t Kp = l->Kp, kci = l->kci, seg = c->segeff, nsg = c->nsg;
+    const int64_t P = H3_CEIL_DIV(c->M, MR);
+    int8_t *row = (int8_t *)(c->qtmp + (size_t)ith * c->qtmp_bytes);
+    float *rs = (float *)(row + H3_ALIGN_UP((size_t)Kp, 64));
+    for (int64_t pp = P * ith / nth; pp < P * (ith + 1) / nth; pp++) {
+        int8_t *panel = c->qa + pp * MR * Kp;
+        for (int i = 0; i < MR; i++) {
+            int64_t m = pp * MR + i;
+            if (m < c->M) {
+                c->kt->quant_row(c->x + m * l->K, l->K, Kp, l->act_group, row, rs);
+            } else {
+                memset(row, 0, (size_t)Kp);
+                for (int64_t g = 0; g < c->nag; g++) rs[g] = 0.0f;
+            }
+            for (int64_t pc = 0; pc < Kp; pc += kci) {
+                int64_t kb = H3_MIN(kci, Kp - pc);
+                int8_t *blk = panel + pc * MR;
+                if (rowmajor) {
+                    memcpy(blk + i * kb, row + pc, (size_t)kb);
+                } else {
+                    for (int64_t q = 0; q < kb / 4; q++) memcpy(blk + (q * MR + i) * 4, row + pc + q * 4, 4);
+                }
+            }
+            for (int64_t g = 0; g < nsg; g++) {
+                int32_t sum = 0;
+                const int8_t *r = row + g * seg;
+                for (int64_t k = 0; k < seg; k++) sum += r[k];
+                c->asum[(pp * nsg + g) * MR + i] = sum;
+                c->sa[(pp * nsg + g) * MR + i] = rs[(g * seg) / l->act_group];
+            }
+        }
+    }
 }
 
 /* Multiply rows [0,M) of x by logical W rows [r0, r0+w) into C (ldc). */
@@ -361,60 +403,44 @@ static void float_block(run_ctx *c, char *tw, int64_t r0, int64_t w, float *C, i
     }
 }
 
-/* Multiply by packed rows [pr0, pr0+w) (panel aligned) into C (ldc). */
-static void int_block(run_ctx *c, char *tw, int64_t pr0, int64_t w, float *C, int64_t ldc) {
+/* Multiply by packed rows [pr0, pr0+w) (panel aligned) into C (ldc).  A panels come
+ * packed from phase 1; per K block, each MR-row A panel (L1) meets every B panel of the
+ * column block (L2). */
+static void int_block(run_ctx *c, int64_t pr0, int64_t w, float *C, int64_t ldc) {
     const h3_linear *l = c->l;
     const gemm_kernels *kt = c->kt;
     const int MR = kt->mr, NR = kt->nr;
-    const int64_t Kp = l->Kp, M = c->M, kci = l->kci;
-    const int64_t segeff = H3_MIN(l->seg, kci);
+    const int64_t Kp = l->Kp, M = c->M, kci = l->kci, segeff = c->segeff, nsg = c->nsg;
     const int i4 = l->wtype == H3_DT_I4;
     const int64_t ng = i4 ? Kp / l->group_size : 1;
-    int8_t *ap = (int8_t *)tw;
-    float *sab = (float *)(tw + (((size_t)kt->mc_int * kci + 63) & ~(size_t)63));
-    int32_t *asb = (int32_t *)(sab + (kci / segeff) * MR);
     const uint8_t *pk = (const uint8_t *)l->w;
+    gemm_ukr_int_fn ukr = i4 ? kt->ukr_i4 : kt->ukr_i8;
     for (int64_t pc = 0; pc < Kp; pc += kci) {
         /* Kp is a multiple of segeff, and of kci when seg > kci (choose_kci) */
         const int nseg = (int)(H3_MIN(kci, Kp - pc) / segeff);
-        for (int64_t ic = 0; ic < M; ic += kt->mc_int) {
-            int64_t mc = H3_MIN(kt->mc_int, M - ic);
-            for (int64_t ir = 0; ir < mc; ir += MR) {
-                int mr = (int)H3_MIN(MR, mc - ir);
-                int8_t *dst = ap + ir * kci;
-                /* pack A: [kq][MR][4]; gather scales and segment sums */
-                for (int i = 0; i < MR; i++) {
-                    const int8_t *src = i < mr ? c->qa + (ic + ir + i) * Kp + pc : NULL;
-                    for (int s = 0; s < nseg; s++) {
-                        int32_t sum = 0;
-                        for (int64_t k = s * segeff; k < (s + 1) * segeff; k++) {
-                            int8_t v = src ? src[k] : 0;
-                            if (kt->int_a_rowmajor) dst[i * (nseg * segeff) + k] = v; /* row stride = this block's K */
-                            else dst[((k / 4) * MR + i) * 4 + (k % 4)] = v;
-                            sum += v;
-                        }
-                        asb[s * MR + i] = sum;
-                        sab[s * MR + i] = src ? c->sa[(ic + ir + i) * c->nag + (pc + s * segeff) / l->act_group] : 0.0f;
-                    }
+        for (int64_t ir = 0; ir < M; ir += MR) {
+            int mr = (int)H3_MIN(MR, M - ir);
+            const int64_t pa = ir / MR;
+            const int8_t *ap = c->qa + pa * MR * Kp + pc * MR;
+            const float *sab = c->sa + (pa * nsg + pc / segeff) * MR;
+            const int32_t *asb = c->asum + (pa * nsg + pc / segeff) * MR;
+            for (int64_t jr = 0; jr < w; jr += NR) {
+                int64_t p = (pr0 + jr) / NR;
+                int nr = (int)H3_MIN(NR, w - jr);
+                const uint8_t *b;
+                const float *sw;
+                int64_t sws;
+                if (i4) {
+                    b = pk + ((p * (Kp / 8) + pc / 8) * NR) * 4;
+                    sw = l->wscale + (p * ng + pc / l->group_size) * NR;
+                    sws = NR;
+                } else {
+                    b = pk + ((p * (Kp / 4) + pc / 4) * NR) * 4;
+                    sw = l->wscale + p * NR;
+                    sws = 0;
                 }
-                for (int64_t jr = 0; jr < w; jr += NR) {
-                    int64_t p = (pr0 + jr) / NR;
-                    int nr = (int)H3_MIN(NR, w - jr);
-                    const uint8_t *b;
-                    const float *sw;
-                    int64_t sws;
-                    if (i4) {
-                        b = pk + ((p * (Kp / 8) + pc / 8) * NR) * 4;
-                        sw = l->wscale + (p * ng + pc / l->group_size) * NR;
-                        sws = NR;
-                    } else {
-                        b = pk + ((p * (Kp / 4) + pc / 4) * NR) * 4;
-                        sw = l->wscale + p * NR;
-                        sws = 0;
-                    }
-                    (i4 ? kt->ukr_i4 : kt->ukr_i8)(MR, NR, nseg, (int)(segeff / 4), dst, b, sab, asb, sw, sws,
-                                                   C + (ic + ir) * ldc + jr, ldc, mr, nr, pc > 0);
-                }
+                ukr(MR, NR, nseg, (int)(segeff / 4), ap, b, sab, asb, sw, sws, C + ir * ldc + jr, ldc, mr, nr,
+                    pc > 0);
             }
         }
     }
@@ -431,7 +457,7 @@ static void run_block(run_ctx *c, char *tw, char *scratch, int64_t o0, int64_t r
     const int64_t lds = c->kt->nc;
     const int intm = is_int(l->wtype);
 #define MUL(rowstart, target, ld) \
-    (intm ? int_block(c, tw, prow_of(l, rowstart), w, target, ld) : float_block(c, tw, rowstart, w, target, ld))
+    (intm ? int_block(c, prow_of(l, rowstart), w, target, ld) : float_block(c, tw, rowstart, w, target, ld))
     if (kind == H3_EPI_NONE) {
         MUL(r0, c->y + o0, ldy);
         if (l->bias)
@@ -544,9 +570,15 @@ h3_status h3_linear_forward(const h3_linear *l, h3_pool *pool, const float *x, i
     c.need_scratch = needs_scratch(epi);
     h3_arena ar = {(char *)ws, 0, ws_bytes};
     if (is_int(l->wtype)) {
+        const int64_t Mp = H3_ALIGN_UP(M, l->kt->mr);
         c.nag = l->Kp / l->act_group;
-        c.qa = h3_arena_take(&ar, (size_t)M * (size_t)l->Kp);
-        c.sa = h3_arena_take(&ar, (size_t)M * (size_t)c.nag * 4);
+        c.segeff = int_segeff(l);
+        c.nsg = l->Kp / c.segeff;
+        c.qa = h3_arena_take(&ar, (size_t)Mp * (size_t)l->Kp);
+        c.sa = h3_arena_take(&ar, (size_t)Mp * (size_t)c.nsg * 4);
+        c.asum = h3_arena_take(&ar, (size_t)Mp * (size_t)c.nsg * 4);
+        c.qtmp_bytes = int_qtmp_bytes(l);
+        c.qtmp = h3_arena_take(&ar, c.qtmp_bytes * (size_t)nth);
         c.tws_bytes = int_thread_bytes(l, M, c.need_scratch);
         c.tws = h3_arena_take(&ar, c.tws_bytes * (size_t)nth);
         h3_pool_run(pool, quant_task, &c);

@@ -76,6 +76,7 @@ extern const gemm_kernels gemm_kernels_ref;
 #if H3_X86
 extern const gemm_kernels gemm_kernels_avx2;
 extern const gemm_kernels gemm_kernels_avx512;
+extern const gemm_kernels gemm_kernels_avx512_novnni; /* AVX-512 without VNNI (Skylake-X) */
 extern const gemm_kernels gemm_kernels_amx;
 #endif
 #if H3_ARM64
@@ -97,6 +98,23 @@ void gemm_ukr_i4_ref(int MR, int NR, int nseg, int seg_q, const int8_t *ap, cons
                      float *c, int64_t ldc, int mr, int nr, int accumulate);
 void gemm_quant_row_ref(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_t *q,
                         float *scales);
+#if H3_X86
+/* x86 integer pieces shared by tables (gemm_int_avx512.c, gemm_avx2.c). */
+void gemm_ukr_i8_avx512vnni(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                            const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                            float *c, int64_t ldc, int mr, int nr, int accumulate);
+void gemm_ukr_i4_avx512vnni(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                            const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                            float *c, int64_t ldc, int mr, int nr, int accumulate);
+void gemm_ukr_i8_avx512bw(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                          const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                          float *c, int64_t ldc, int mr, int nr, int accumulate);
+void gemm_ukr_i4_avx512bw(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                          const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                          float *c, int64_t ldc, int mr, int nr, int accumulate);
+void gemm_quant_row_avx512(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_t *q,
+                           float *scales);
+#endif
 /* The table of `isa` with every NULL member replaced by the reference one. */
 const gemm_kernels *gemm_kernels_for(h3_isa isa);
 

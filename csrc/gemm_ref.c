@@ -91,12 +91,19 @@ void gemm_quant_row_ref(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_
     for (int64_t g = 0; g < ng; g++) {
         int64_t k0 = g * ag, k1 = H3_MIN(k0 + ag, K);
         float amax = 0.0f;
-        for (int64_t k = k0; k < k1; k++) amax = fmaxf(amax, fabsf(x[k]));
+        int bad = 0;
+        for (int64_t k = k0; k < k1; k++) {
+            float a = fabsf(x[k]);
+            if (!(a < INFINITY)) bad = 1;
+            amax = fmaxf(amax, a);
+        }
         int64_t kend = H3_MIN(k0 + ag, Kp);
-        if (!(amax > 0.0f) || !isfinite(amax)) {
-            /* zero (or non-finite, rejected by the caller) rows quantise to zeros */
+        if (bad || !(amax > 0.0f)) {
+            /* all-zero groups quantise to zeros with scale 0; a NaN/Inf input gives scale
+             * NaN, so that every output of the row becomes NaN instead of silently
+             * dropping the bad value */
             for (int64_t k = k0; k < kend; k++) q[k] = 0;
-            scales[g] = 0.0f;
+            scales[g] = bad ? NAN : 0.0f;
             continue;
         }
         float inv = 127.0f / amax;

@@ -1,0 +1,195 @@
+/* gemm_int_avx512.c — AVX-512 integer GEMM micro-kernels (I8/I4 weights x int8
+ * activations) and the activation quantiser.
+ *
+ * Tile: MR rows (the table's, a multiple of the row block RB) x 32 columns.  Per k-quad
+ * the 32 columns' weight bytes are two zmm ([32][4] uint8); each row's 4 activation
+ * bytes are broadcast.  With VNNI one vpdpbusd does 16 columns x 4 k:
+ *   dpbusd(acc, u = q_w + off, a) = acc + sum u*a,
+ * and acc starts at -off * sum(a) (asum), so the int32 dot is exact: sum q_w*a.
+ * Without VNNI (Skylake-X) the same exact dot comes from vpmaddubsw + vpmaddwd:
+ *   int8 weights: |a| x (q_w with a's sign) -- pairs reach 2*127*127 < 2^15, no
+ *                 saturation, and no offset (acc starts at 0);
+ *   int4 weights: nibble u in [0,15] x a -- pairs reach 2*15*127, no saturation.
+ * Per segment the float epilogue is the reference's, in its order:
+ *   acc_f = fma((float)dot, sa[m] * sw[n], acc_f), then C = acc_f or C + acc_f,
+ * so results are bit-identical to gemm_ukr_i8_ref / gemm_ukr_i4_ref.
+ * Compiled with -mavx512f/bw/vl/dq (+vnni; the VNNI kernels are only called when the
+ * CPU has it, see gemm_kernels_for). */
+#include "gemm_impl.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define NR 32
+
+static inline __m512i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* One exact 16-column x 4-k step: acc += sum_t w[t]*a[t] (w as stored, see header). */
+static inline __attribute__((always_inline)) __m512i dot4(const int I4, const int VNNI, __m512i acc,
+                                                          __m512i w, __m512i a) {
+    if (VNNI) {
+        /* inline asm: GCC's _mm512_dpbusd_epi32 copies the tied accumulator around every
+         * use (two extra moves per dot), which halves the throughput */
+        __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(a));
+        return acc;
+    }
+    const __m512i ones = _mm512_set1_epi16(1);
+    if (I4) return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(w, a), ones));
+    /* w holds q_w (already xor 0x80): give it a's sign, multiply by |a| */
+    __m512i ws = _mm512_mask_sub_epi8(w, _mm512_movepi8_mask(a), _mm512_setzero_si512(), w);
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(a), ws), ones));
+}
+
+static inline void store_row(float *c, __m512 v0, __m512 v1, int nr, int accumulate) {
+    __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1u);
+    __mmask16 m1 = nr >= 32 ? 0xffff : (nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1u));
+    if (accumulate) {
+        v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
+        v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
+    }
+    _mm512_mask_storeu_ps(c, m0, v0);
+    _mm512_mask_storeu_ps(c + 16, m1, v1);
+}
+
+/* RB rows starting at the panel's row r0 (ap, sa, asum already offset by r0). */
+static inline __attribute__((always_inline)) void
+int_rows(const int I4, const int VNNI, const int RB, int MR, int nseg, int seg_q, const int8_t *ap,
+         const uint8_t *bp, const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+         float *c, int64_t ldc, int mr, int nr, int accumulate) {
+    /* float accumulators live in L1 (a stack tile), which frees registers for the int
+     * ones; a single segment (int8 with whole-row scales) skips them */
+    float fbuf[RB * 32] __attribute__((aligned(64)));
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const int32_t off = I4 ? 8 : 128;
+    for (int s = 0; s < nseg; s++) {
+        __m512i acc[RB][2];
+#pragma GCC unroll 16
+        for (int i = 0; i < RB; i++)
+            acc[i][0] = acc[i][1] = (VNNI || I4) ? _mm512_set1_epi32(-off * asum[s * MR + i]) : _mm512_setzero_si512();
+        const int8_t *a = ap + (int64_t)s * seg_q * MR * 4;
+        if (!I4) {
+            const uint8_t *b = bp + (int64_t)s * seg_q * NR * 4;
+            for (int q = 0; q < seg_q; q++, a += MR * 4, b += NR * 4) {
+                __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64);
+                if (!VNNI) { b0 = _mm512_xor_si512(b0, flip); b1 = _mm512_xor_si512(b1, flip); }
+#pragma GCC unroll 16
+                for (int i = 0; i < RB; i++) {
+                    __m512i av = bcast4(a + i * 4);
+                    acc[i][0] = dot4(0, VNNI, acc[i][0], b0, av);
+                    acc[i][1] = dot4(0, VNNI, acc[i][1], b1, av);
+                }
+            }
+        } else {
+            const uint8_t *b = bp + (int64_t)s * (seg_q / 2) * NR * 4;
+            for (int q = 0; q < seg_q; q += 2, a += 2 * MR * 4, b += NR * 4) {
+                __m512i v0 = _mm512_loadu_si512(b), v1 = _mm512_loadu_si512(b + 64);
+                __m512i l0 = _mm512_and_si512(v0, m4), l1 = _mm512_and_si512(v1, m4);
+#pragma GCC unroll 16
+                for (int i = 0; i < RB; i++) {
+                    __m512i av = bcast4(a + i * 4);
+                    acc[i][0] = dot4(1, VNNI, acc[i][0], l0, av);
+                    acc[i][1] = dot4(1, VNNI, acc[i][1], l1, av);
+                }
+                __m512i h0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4);
+                __m512i h1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4);
+#pragma GCC unroll 16
+                for (int i = 0; i < RB; i++) {
+                    __m512i av = bcast4(a + MR * 4 + i * 4);
+                    acc[i][0] = dot4(1, VNNI, acc[i][0], h0, av);
+                    acc[i][1] = dot4(1, VNNI, acc[i][1], h1, av);
+                }
+            }
+        }
+        const __m512 sw0 = _mm512_loadu_ps(sw + s * sw_stride), sw1 = _mm512_loadu_ps(sw + s * sw_stride + 16);
+        const int last = s == nseg - 1;
+#pragma GCC unroll 16
+        for (int i = 0; i < RB; i++) {
+            __m512 sav = _mm512_set1_ps(sa[s * MR + i]);
+            __m512 f0 = s ? _mm512_load_ps(fbuf + i * 32) : _mm512_setzero_ps();
+            __m512 f1 = s ? _mm512_load_ps(fbuf + i * 32 + 16) : _mm512_setzero_ps();
+            f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][0]), _mm512_mul_ps(sav, sw0), f0);
+            f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][1]), _mm512_mul_ps(sav, sw1), f1);
+            if (!last) {
+                _mm512_store_ps(fbuf + i * 32, f0);
+                _mm512_store_ps(fbuf + i * 32 + 16, f1);
+            } else if (i < mr) {
+                store_row(c + i * ldc, f0, f1, nr, accumulate);
+            }
+        }
+    }
+}
+
+/* The table's MR in row blocks of RB (MR % RB == 0, checked by the caller). */
+#define DEFINE_UKR(name, I4, VNNI, RB)                                                              \
+    static void name(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,     \
+                     const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,      \
+                     float *c, int64_t ldc, int mr, int nr, int accumulate) {                       \
+        (void)NR_;                                                                                  \
+        for (int r0 = 0; r0 < mr; r0 += RB)                                                         \
+            int_rows(I4, VNNI, RB, MR, nseg, seg_q, ap + r0 * 4, bp, sa + r0, asum + r0, sw,       \
+                     sw_stride, c + r0 * ldc, ldc, H3_MIN(RB, mr - r0), nr, accumulate);            \
+    }
+
+DEFINE_UKR(ukr_i8_vnni_rb, 0, 1, 7)
+DEFINE_UKR(ukr_i4_vnni_rb, 1, 1, 7)
+DEFINE_UKR(ukr_i8_bw_rb, 0, 0, 7)
+DEFINE_UKR(ukr_i4_bw_rb, 1, 0, 7)
+
+/* Entry points: NR must be 32 and MR a multiple of 7; anything else is the reference's. */
+#define DEFINE_ENTRY(name, rb_fn, ref_fn)                                                           \
+    void name(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,            \
+              const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride, float *c,   \
+              int64_t ldc, int mr, int nr, int accumulate) {                                        \
+        if (NR_ != NR || MR % 7)                                                                    \
+            ref_fn(MR, NR_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate); \
+        else                                                                                        \
+            rb_fn(MR, NR_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate); \
+    }
+
+DEFINE_ENTRY(gemm_ukr_i8_avx512vnni, ukr_i8_vnni_rb, gemm_ukr_i8_ref)
+DEFINE_ENTRY(gemm_ukr_i4_avx512vnni, ukr_i4_vnni_rb, gemm_ukr_i4_ref)
+DEFINE_ENTRY(gemm_ukr_i8_avx512bw, ukr_i8_bw_rb, gemm_ukr_i8_ref)
+DEFINE_ENTRY(gemm_ukr_i4_avx512bw, ukr_i4_bw_rb, gemm_ukr_i4_ref)
+
+/* gemm_quant_row_ref, 16 lanes at a time (same operations, so the same bits):
+ * amax = max |x| (exact in any order), inv = 127/amax, q = clamp(rint(x*inv)),
+ * scale = amax/127; a NaN/Inf in the group gives q = 0 and scale NaN. */
+void gemm_quant_row_avx512(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_t *q,
+                           float *scales) {
+    const __m512 inf = _mm512_set1_ps(INFINITY);
+    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    int64_t ng = H3_CEIL_DIV(Kp, ag);
+    for (int64_t g = 0; g < ng; g++) {
+        int64_t k0 = g * ag, k1 = H3_MIN(k0 + ag, K), kend = H3_MIN(k0 + ag, Kp);
+        __m512 vmax = _mm512_setzero_ps();
+        __mmask16 bad = 0;
+        for (int64_t k = k0; k < k1; k += 16) {
+            __mmask16 m = (k1 - k) >= 16 ? 0xffff : (__mmask16)((1u << (k1 - k)) - 1u);
+            __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + k));
+            bad |= _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ);
+            vmax = _mm512_max_ps(vmax, a);
+        }
+        float amax = _mm512_reduce_max_ps(vmax);
+        if (bad || !(amax > 0.0f)) {
+            if (kend > k0) memset(q + k0, 0, (size_t)(kend - k0));
+            scales[g] = bad ? NAN : 0.0f;
+            continue;
+        }
+        const __m512 inv = _mm512_set1_ps(127.0f / amax);
+        for (int64_t k = k0; k < kend; k += 16) {
+            __mmask16 ms = (kend - k) >= 16 ? 0xffff : (__mmask16)((1u << (kend - k)) - 1u);
+            __mmask16 ml = k >= K ? 0 : ((K - k) >= 16 ? 0xffff : (__mmask16)((1u << (K - k)) - 1u));
+            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(ml, x + k), inv);
+            v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+            _mm512_mask_cvtepi32_storeu_epi8(q + k, ms, _mm512_cvtps_epi32(v));
+        }
+        scales[g] = amax / 127.0f;
+    }
+}
