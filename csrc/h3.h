@@ -129,12 +129,18 @@ h3_status h3_linear_forward(const h3_linear *lin, h3_pool *pool, const float *x,
                             h3_err *err);
 
 /* ---- Attention (attn.c) ------------------------------------------------------ */
-/* Multi-head self-attention over one sequence, online softmax in float32.
+/* Multi-head self-attention over one sequence, online (flash) softmax in float32:
+ *   out[i,h,:] = sum_j softmax_j(scale * q[i,h,:] . k[j,g,:]) v[j,g,:],  g = h / (Hq/Hkv)
  * q: [S, Hq, D], k,v: [S, Hkv, D] with row strides (in floats) ldq, ldk, ldv between
- * consecutive sequence positions (>= H*D); out: [S, Hq, D] with stride ldo.
- * Hq % Hkv == 0 (grouped-query: head h reads kv head h / (Hq/Hkv)).  scale: usually
- * 1/sqrt(D).  causal: row i attends to keys 0..i only.  D <= 256.
- * Memory: workspace only, O(n_threads * tile * D), never S x S. */
+ * consecutive sequence positions (>= H*D, so views into a fused QKV buffer work);
+ * out: [S, Hq, D] with stride ldo.  Hq % Hkv == 0 (grouped-query).  scale: usually
+ * 1/sqrt(D).  causal: row i attends to keys 0..i only.  1 <= D <= 256.  S = 0 is a no-op.
+ * out may be q itself (ldo == ldq) but must not overlap k or v (EINVAL).
+ * Memory: workspace only, O(n_threads * tile * D), never S x S; workspace_bytes does not
+ * depend on S and covers every isa.  ws == NULL: allocated and freed inside (ENOMEM
+ * possible); else it must be 64-byte aligned and at least workspace_bytes.
+ * isa H3_ISA_AMX runs the AVX-512 kernels (the products are f32).  Results do not
+ * depend on the thread count. */
 typedef struct {
     int64_t S;
     int Hq, Hkv, D;

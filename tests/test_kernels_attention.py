@@ -27,7 +27,8 @@ REL_L2 = 1e-5    # observed <= 1.2e-6
 VS_REF = 2e-5    # SIMD vs the scalar ref, observed <= 2.2e-6
 
 # (S, Hq, Hkv, D, causal): lengths around the tile sizes (16/64 queries, 128 keys, 6-row
-# micro-tiles), head dims that are not multiples of the vector width, GQA and causal.
+# micro-tiles), head dims that are not multiples of the vector width (or odd), GQA and
+# causal.
 CASES = [
     (1, 1, 1, 8, False),
     (1, 2, 1, 64, True),
@@ -36,6 +37,7 @@ CASES = [
     (17, 4, 1, 256, True),
     (64, 3, 3, 64, False),
     (65, 2, 1, 8, True),
+    (129, 2, 1, 5, False),      # odd head dim: micro-tile tails in both products
     (257, 2, 1, 72, True),
     (257, 2, 2, 256, False),
     (1000, 2, 2, 128, False),
