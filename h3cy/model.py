@@ -1,0 +1,383 @@
+"""h3cy.model — the MiniMax-H3 diffusion transformer (``MiniMaxH3Transformer3DModel``).
+
+``DiT.forward`` takes diffusers' arguments with diffusers' meaning (batch 1) and returns
+``(video_velocity, audio_velocity)`` as float32 arrays.  Weights modes:
+
+- ``fp32``: every weight widened to float32, activations float32 (the reference for the
+  quantised modes);
+- ``bf16``: bf16 weights as released, and the activations rounded to bf16 wherever
+  diffusers (loaded as released) rounds them (spec §4.6), so it matches that run;
+- ``fp16`` / ``int8`` / ``int4``: the bf16 weights stored in that format, activations
+  float32.  int8/int4 quantise activations per row, with finer scales (one per
+  ``ffn_act_group`` channels) on the FFN down-projection input, which carries outliers.
+
+The float32 tensors of the release (patch projections, timestep MLP, output heads) stay
+float32 in every mode.
+"""
+import logging
+
+import numpy as np
+
+from . import ops
+from ._bf16 import bf16_bits_to_f32, round_bf16
+from .errors import H3Error, H3ValueError
+
+log = logging.getLogger("h3cy")
+
+MODALITY_NUM = 3  # token tags: 0 video, 1 text, 2 audio
+
+# float32 constants of torch 2.13 CPU (spec Appendix B), used when the config matches.
+_ROPE_INV_FREQ_16 = np.array([int(h, 16) for h in (
+    "3f800000 3f0ff59a 3ea1e89b 3e361887 3dcccccd 3d6655c2 3d0186e3 3c91ad39 "
+    "3c23d70a 3bb8449c 3b4f3e38 3ae91528 3a83126f 3a136a16 39a5cb60 393a7753").split()],
+    dtype=np.uint32).view(np.float32)
+
+
+def rope_inv_freq(rope_freq_dim, theta):
+    """``1 / theta ** (arange(0, 2F, 2) / 2F)`` in float32, as diffusers computes it."""
+    if rope_freq_dim == 16 and theta == 10000.0:
+        return _ROPE_INV_FREQ_16.copy()
+    ar = np.arange(0, 2 * rope_freq_dim, 2, dtype=np.float32) / np.float32(2 * rope_freq_dim)
+    return (np.float32(1.0) / (np.float32(theta) ** ar)).astype(np.float32)
+
+
+def timestep_embedding(timestep, dim):
+    """diffusers ``Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=0)``: float32
+    ``[cos(t f_k), sin(t f_k)]`` with ``f_k = exp(-ln(1e4) k / (dim/2))``.  (U,) -> (U, dim)."""
+    half = dim // 2
+    exponent = np.float32(-np.log(10000.0)) * np.arange(half, dtype=np.float32)
+    exponent = (exponent / np.float32(half)).astype(np.float32)
+    freqs = np.exp(exponent).astype(np.float32)
+    emb = np.asarray(timestep, np.float32)[:, None] * freqs[None, :]
+    return np.concatenate([np.cos(emb), np.sin(emb)], axis=1).astype(np.float32)
+
+
+def _f32(a):
+    """A weight as float32 (bf16 bits widened exactly)."""
+    if a.dtype == np.uint16:
+        return bf16_bits_to_f32(a)
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+class _Block:
+    """One transformer (or refiner) block's weights, converted for the chosen mode."""
+
+    def __init__(self, dit, src, prefix, adaln):
+        mk = dit._linear
+        self.norm1 = _f32(src.get(prefix + "norm1.weight"))
+        self.norm2 = _f32(src.get(prefix + "norm2.weight"))
+        qkv, self.qkv_layout = src.qkv(prefix + "attn.")
+        self.qkv = mk(qkv)
+        self.norm_q = _f32(src.get(prefix + "attn.norm_q.weight"))
+        self.norm_k = _f32(src.get(prefix + "attn.norm_k.weight"))
+        self.out = mk(src.get(prefix + "attn.to_out.0.weight"))
+        self.up = mk(src.ffn_up(prefix + "ff."), pair=True)
+        self.down = mk(src.get(prefix + "ff.net.2.weight"), act_group=dit.ffn_act_group)
+        self.adaln = None
+        if adaln:
+            self.adaln = mk(src.get(prefix + "adaln_proj.linear.weight"),
+                            bias=_f32(src.get(prefix + "adaln_proj.linear.bias")))
+
+
+class DiT:
+    """The MiniMax-H3 transformer on the CPU.  Build with :meth:`from_pretrained`."""
+
+    def __init__(self, source, weights="bf16", threads=None, isa=None, ffn_act_group=None):
+        if weights not in ops.WEIGHT_MODES:
+            raise H3ValueError(f"weights must be one of {ops.WEIGHT_MODES}, got {weights!r}")
+        cfg = source.config
+        self.config = cfg
+        self.weights = weights
+        self.isa = ops.resolve_isa(isa)
+        self._threads = threads
+        self._pool = ops._pool(threads)
+        self.threads = self._pool.threads
+        self.round_bf16 = weights == "bf16"
+        self.heads = cfg["num_attention_heads"]
+        self.head_dim = cfg["attention_head_dim"]
+        self.hidden = cfg["hidden_size"]
+        self.inner = self.heads * self.head_dim
+        self.rot_dim = 6 * cfg["rope_freq_dim"]
+        if self.rot_dim > self.head_dim:
+            raise H3ValueError(f"6 * rope_freq_dim = {self.rot_dim} exceeds attention_head_dim = {self.head_dim}")
+        ffn = cfg["ffn_dim"]
+        if ffn_act_group is None and weights in ("int8", "int4"):
+            # one activation scale per 1024 FFN-down input channels (as h3.c), or per
+            # multiple of 8 that divides the row for small models
+            ffn_act_group = 1024 if ffn % 1024 == 0 else None
+        self.ffn_act_group = ffn_act_group if weights in ("int8", "int4") else None
+        f32 = self._linear_f32
+        self.proj_in = f32(source.get("proj_in.weight"), source.get("proj_in.bias"))
+        self.audio_proj_in = f32(source.get("audio_proj_in.weight"), source.get("audio_proj_in.bias"))
+        self.time_1 = f32(source.get("time_embedder.linear_1.weight"), source.get("time_embedder.linear_1.bias"))
+        self.time_2 = f32(source.get("time_embedder.linear_2.weight"), source.get("time_embedder.linear_2.bias"))
+        self.proj_out = f32(source.get("proj_out.weight"), source.get("proj_out.bias"))
+        self.audio_proj_out = f32(source.get("audio_proj_out.weight"), source.get("audio_proj_out.bias"))
+        self.context_embedder = self._linear(source.get("context_embedder.weight"),
+                                             bias=_f32(source.get("context_embedder.bias")))
+        self.refiner = [_Block(self, source, f"token_refiner.refiner_blocks.{j}.", adaln=False)
+                        for j in range(cfg["num_refiner_layers"])]
+        self.refiner_norm = _f32(source.get("token_refiner.final_norm.weight"))
+        self.blocks = [_Block(self, source, f"transformer_blocks.{b}.", adaln=True)
+                       for b in range(cfg["num_layers"])]
+        self.norm_out = _f32(source.get("norm_out.norm.weight"))
+        self.norm_out_linear = self._linear(source.get("norm_out.linear.weight"),
+                                            bias=_f32(source.get("norm_out.linear.bias")))
+        self.inv_freq = rope_inv_freq(cfg["rope_freq_dim"], float(cfg["rope_theta"]))
+        self._attn = ops.Attention(scale=1.0 / np.sqrt(self.head_dim), isa=self.isa, threads=self.threads)
+        self._tables = {}          # timestep value (float32 bits) -> prepared AdaLN tables
+        self._adaln_released = False
+
+    # ---- weights ---------------------------------------------------------------------
+    def _linear(self, w, bias=None, pair=False, act_group=None):
+        """A bf16 (or fp32) checkpoint weight in this model's weights mode."""
+        mode = self.weights
+        kw = {}
+        if mode == "int4":
+            K = w.shape[1]
+            kw["group_size"] = 128 if K % 128 == 0 else (64 if K % 64 == 0 else 32)
+            if act_group is not None and act_group % kw["group_size"]:
+                act_group = None
+        if act_group is not None and mode in ("int8", "int4"):
+            kw["act_group"] = act_group
+        wd = "bf16" if w.dtype == np.uint16 else "fp32"
+        w = np.ascontiguousarray(w)
+        return ops.Linear(w, bias=bias, weights=mode, isa=self.isa, weight_dtype=wd,
+                          threads=self.threads, pair=pair, **kw)
+
+    def _linear_f32(self, w, b):
+        return ops.Linear(_f32(w), bias=_f32(b), weights="fp32", isa=self.isa, threads=self.threads)
+
+    # ---- small helpers -----------------------------------------------------------------
+    def _r(self, x):
+        """Round to bf16 in place in bf16 mode (the reference's activation dtype)."""
+        if self.round_bf16:
+            round_bf16(x, out=x)
+        return x
+
+    def _rms(self, x, w, eps):
+        y = ops.rms_norm(x, w, eps=eps, isa=self.isa, threads=self.threads)
+        return self._r(y)
+
+    def _modulate(self, n, scale1p, shift, rows):
+        """n * (1 + scale)[rows] + shift[rows]; scale1p already holds (1 + scale)."""
+        if self.round_bf16:
+            t = round_bf16(n * scale1p[rows])
+            return round_bf16(t + shift[rows])
+        return (n * scale1p[rows] + shift[rows]).astype(np.float32)
+
+    def _gate_add(self, h, gate, rows, branch):
+        """h + gate[rows] * branch (with the reference's two roundings in bf16 mode)."""
+        if self.round_bf16:
+            g = round_bf16(gate[rows] * branch)
+            return round_bf16(h + g)
+        return (h + gate[rows] * branch).astype(np.float32)
+
+    def _rope(self, x, cos, sin):
+        """Rotate-half RoPE on the first rot_dim channels of every head of x (S, H, D)."""
+        if not self.round_bf16:
+            return ops.rope(x, cos, sin, rot_dim=self.rot_dim, isa=self.isa, threads=self.threads)
+        half = self.rot_dim // 2
+        c = round_bf16(cos)[:, None, :]
+        s = round_bf16(sin)[:, None, :]
+        x1 = x[:, :, :half].copy()
+        x2 = x[:, :, half:self.rot_dim].copy()
+        x[:, :, :half] = round_bf16(round_bf16(x1 * c) + round_bf16(-x2 * s))
+        x[:, :, half:self.rot_dim] = round_bf16(round_bf16(x2 * c) + round_bf16(x1 * s))
+        return x
+
+    def _attention(self, blk, n, cos=None, sin=None):
+        """Self-attention of the rows of n (S, hidden) -> (S, inner) before to_out."""
+        S = n.shape[0]
+        H, D = self.heads, self.head_dim
+        qkv = self._r(blk.qkv(n))
+        if blk.qkv_layout == "interleaved":
+            v4 = qkv.reshape(S, H, 3, D)
+            q, k, v = v4[:, :, 0], v4[:, :, 1], v4[:, :, 2]
+        else:
+            v4 = qkv.reshape(S, 3, H, D)
+            q, k, v = v4[:, 0], v4[:, 1], v4[:, 2]
+        eps = self.config["qk_norm_eps"]
+        q = self._rms(np.ascontiguousarray(q), blk.norm_q, eps)
+        k = self._rms(np.ascontiguousarray(k), blk.norm_k, eps)
+        v = np.ascontiguousarray(v)
+        if cos is not None:
+            self._rope(q, cos, sin)
+            self._rope(k, cos, sin)
+        o = self._attn(q, k, v)
+        return self._r(o.reshape(S, self.inner))
+
+    def _ffn(self, blk, n):
+        if self.round_bf16:
+            gv = self._r(blk.up(n))
+            f = gv.shape[1] // 2
+            g = round_bf16(ops.silu(np.ascontiguousarray(gv[:, :f]), isa=self.isa, threads=self.threads))
+            act = round_bf16(g * gv[:, f:])
+        else:
+            act = blk.up.swiglu(n)
+        return self._r(blk.down(np.ascontiguousarray(act)))
+
+    # ---- AdaLN tables ----------------------------------------------------------------------
+    def _temb(self, timestep):
+        e = timestep_embedding(timestep, self.config["freq_dim"])
+        h = self.time_1(e)
+        h = ops.silu(h, out=h, isa=self.isa, threads=self.threads)
+        return self.time_2(h)
+
+    def _adaln_tables(self, t_value):
+        """Per block: (1+scale, shift, gate) for msa and mlp, [3 modalities, hidden] each;
+        and the final (1+scale, shift) [hidden].  Computed for one timestep value."""
+        key = np.float32(t_value).view(np.uint32).item()
+        if key in self._tables:
+            return self._tables[key]
+        if self._adaln_released:
+            raise H3Error(f"timestep {float(t_value)!r} was not prepared before release_adaln(); "
+                          "call prepare_timesteps with every timestep you will use")
+        temb = self._temb(np.array([t_value], np.float32))
+        st = ops.silu(temb, isa=self.isa, threads=self.threads)
+        st = self._r(st)
+        Hd = self.hidden
+        blocks = []
+        for blk in self.blocks:
+            m = self._r(blk.adaln(st)).reshape(MODALITY_NUM, 6, Hd)
+            one = np.float32(1.0)
+            s1p_msa = self._r((one + m[:, 1]).astype(np.float32))
+            s1p_mlp = self._r((one + m[:, 4]).astype(np.float32))
+            blocks.append((m[:, 0].copy(), s1p_msa, m[:, 2].copy(),
+                           m[:, 3].copy(), s1p_mlp, m[:, 5].copy()))
+        fin = self._r(self.norm_out_linear(st)).reshape(2, Hd)
+        fin_s1p = self._r((np.float32(1.0) + fin[1]).astype(np.float32))
+        tab = (blocks, fin_s1p, fin[0].copy())
+        self._tables[key] = tab
+        return tab
+
+    def prepare_timesteps(self, values):
+        """Compute the AdaLN modulation tables for these timestep values in one pass, so
+        that forwards at them never touch the AdaLN weights."""
+        for v in np.asarray(values, np.float32).reshape(-1):
+            self._adaln_tables(v)
+
+    def release_adaln(self):
+        """Drop the AdaLN weights (about 13B of the 33B parameters).  Forwards at
+        timesteps that were not prepared raise H3Error afterwards."""
+        for blk in self.blocks:
+            blk.adaln = None
+        self.norm_out_linear = None
+        self._adaln_released = True
+
+    # ---- forward -----------------------------------------------------------------------------
+    def forward(self, hidden_states, audio_hidden_states, encoder_hidden_states, timestep,
+                timestep_indices, token_tags, position_ids, video_indices, audio_indices,
+                text_indices):
+        """One denoiser evaluation, with diffusers' ``MiniMaxH3Transformer3DModel.forward``
+        arguments (batch 1; a leading batch axis of 1 is accepted and kept).
+
+        Parameters
+        ----------
+        hidden_states : (1, Nv, in_channels*4) float32 — patchified video rows
+        audio_hidden_states : (1, Na, audio_in_channels) float32
+        encoder_hidden_states : (1, L, text_dim) float32
+        timestep : (U,) float32 — the distinct timestep values in [0, 1]
+        timestep_indices, token_tags : (S,) int — per packed row: index into timestep;
+            modality 0 video, 1 text, 2 audio
+        position_ids : (S, 3) — (t, h, w) rotary coordinates
+        video_indices, audio_indices, text_indices : (Nv,), (Na,), (L,) int — row positions
+
+        Returns
+        -------
+        video : (1, Nv, in_channels*4) float32; audio : (1, Na, audio_in_channels) float32
+        """
+        cfg = self.config
+        batched = np.ndim(hidden_states) == 3
+        xv = _batch1(hidden_states, "hidden_states")
+        xa = _batch1(audio_hidden_states, "audio_hidden_states")
+        xt = _batch1(encoder_hidden_states, "encoder_hidden_states")
+        pos = np.asarray(position_ids)
+        if pos.ndim != 2 or pos.shape[1] != 3:
+            raise H3ValueError(f"position_ids must be (seq_len, 3), got {pos.shape}")
+        S = pos.shape[0]
+        ti = _index(timestep_indices, "timestep_indices", S)
+        tags = _index(token_tags, "token_tags", S)
+        vi = _index(video_indices, "video_indices", None)
+        ai = _index(audio_indices, "audio_indices", None)
+        xi = _index(text_indices, "text_indices", None)
+        t = np.asarray(timestep, np.float32).reshape(-1)
+        U = t.shape[0]
+        if ti.size and (ti.min() < 0 or ti.max() >= U):
+            raise H3ValueError(f"timestep_indices must be in [0, {U}), got range [{ti.min()}, {ti.max()}]")
+        if tags.size and (tags.min() < 0 or tags.max() > 2):
+            raise H3ValueError("token_tags must be 0 (video), 1 (text) or 2 (audio)")
+        for name, idx, x in (("video", vi, xv), ("audio", ai, xa), ("text", xi, xt)):
+            if idx.shape[0] != x.shape[0]:
+                raise H3ValueError(f"{name}_indices has {idx.shape[0]} entries but the {name} input has {x.shape[0]} rows")
+            if idx.size and (idx.min() < 0 or idx.max() >= S):
+                raise H3ValueError(f"{name}_indices must be in [0, {S})")
+        if len(np.unique(np.concatenate([vi, ai, xi]))) != vi.size + ai.size + xi.size:
+            raise H3ValueError("video/audio/text indices overlap")
+        pv = cfg["in_channels"] * int(np.prod(cfg["patch_size"]))
+        for name, x, want in (("hidden_states", xv, pv), ("audio_hidden_states", xa, cfg["audio_in_channels"]),
+                              ("encoder_hidden_states", xt, cfg["text_dim"])):
+            if x.shape[1] != want:
+                raise H3ValueError(f"{name} has {x.shape[1]} channels, expected {want}")
+        Hd = self.hidden
+        # 1. RoPE tables (float32): angles per axis, [t | h | w]
+        p32 = pos.astype(np.float32)
+        ang = (p32[:, :, None] * self.inv_freq[None, None, :]).astype(np.float32).reshape(S, -1)
+        cos = np.cos(ang).astype(np.float32)
+        sin = np.sin(ang).astype(np.float32)
+        # 2. input projections; text through the refiner
+        v = self.proj_in(xv)
+        a = self.audio_proj_in(xa)
+        xt_in = round_bf16(xt) if self.round_bf16 else xt
+        x_txt = self._r(self.context_embedder(np.ascontiguousarray(xt_in)))
+        eps, feps = cfg["norm_eps"], cfg["final_norm_eps"]
+        for blk in self.refiner:
+            att = self._r(blk.out(self._attention(blk, self._rms(x_txt, blk.norm1, eps))))
+            x_txt = self._r(x_txt + att)
+            x_txt = self._r(x_txt + self._ffn(blk, self._rms(x_txt, blk.norm2, eps)))
+        x_txt = self._rms(x_txt, self.refiner_norm, feps)
+        h = np.zeros((S, Hd), np.float32)
+        h[xi] = x_txt
+        h[vi] = self._r(v)
+        h[ai] = self._r(a)
+        # 3. AdaLN tables for each distinct timestep, rows = ti*3 + tag
+        tabs = [self._adaln_tables(tv) for tv in t]
+        rows = (ti * MODALITY_NUM + tags).astype(np.int64)
+        for b, blk in enumerate(self.blocks):
+            sh_msa, s1_msa, g_msa, sh_mlp, s1_mlp, g_mlp = (
+                np.concatenate([tab[0][b][k] for tab in tabs]) for k in range(6))
+            n = self._modulate(self._rms(h, blk.norm1, eps), s1_msa, sh_msa, rows)
+            h = self._gate_add(h, g_msa, rows, self._r(blk.out(self._attention(blk, n, cos, sin))))
+            n = self._modulate(self._rms(h, blk.norm2, eps), s1_mlp, sh_mlp, rows)
+            h = self._gate_add(h, g_mlp, rows, self._ffn(blk, n))
+        # 4. final norm (rows by timestep only) and the two fp32 heads on their rows
+        fs1 = np.stack([tab[1] for tab in tabs])
+        fsh = np.stack([tab[2] for tab in tabs])
+        hn = self._modulate(self._rms(h, self.norm_out, feps), fs1, fsh, ti.astype(np.int64))
+        video = self.proj_out(np.ascontiguousarray(hn[vi]))
+        audio = self.audio_proj_out(np.ascontiguousarray(hn[ai]))
+        if batched:
+            return video[None], audio[None]
+        return video, audio
+
+    __call__ = forward
+
+
+def _batch1(x, name):
+    x = np.asarray(x)
+    if x.ndim == 3:
+        if x.shape[0] != 1:
+            raise H3ValueError(f"{name}: batch size must be 1, got {x.shape[0]}")
+        x = x[0]
+    if x.ndim != 2:
+        raise H3ValueError(f"{name} must be (1, rows, channels) or (rows, channels), got {x.shape}")
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def _index(a, name, n):
+    a = np.asarray(a)
+    if a.ndim != 1 or (n is not None and a.shape[0] != n):
+        raise H3ValueError(f"{name} must have shape ({n if n is not None else 'n'},), got {a.shape}")
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        raise H3ValueError(f"{name} must hold integers, got {a.dtype}")
+    return a.astype(np.int64)
