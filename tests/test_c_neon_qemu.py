@@ -47,3 +47,6 @@ def test_neon_paths_match_ref_under_qemu():
     tested = re.search(r"^isas tested: (.*)$", r.stdout, re.M).group(1).split()
     assert "neon" in tested, f"the NEON path was not exercised: {tested}"
     assert not any(i in tested for i in ("avx2", "avx512", "amx")), tested
+    for part in ("convert", "gemm", "ops"):
+        m = re.search(rf"^{part} +(\d+) checks, 0 failed", r.stdout, re.M)
+        assert m and int(m.group(1)) > 0, f"driver part '{part}' ran no checks:\n{r.stdout[-3000:]}"

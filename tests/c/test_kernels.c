@@ -175,7 +175,7 @@ typedef struct { int64_t N, K; } nk_t;
 /* N = output rows of W (SwiGLU: 2H), K = input channels.  Chosen to hit: vector tails,
  * K > kc (float K blocks), N > nc (several column blocks), Kp > the int K block. */
 static const nk_t NK_FULL[] = {{37, 100}, {20, 300}, {530, 40}, {10, 520}, {1, 7}, {48, 64}};
-static const nk_t NK_QUICK[] = {{37, 100}, {20, 300}, {10, 520}, {2, 7}};
+static const nk_t NK_QUICK[] = {{37, 100}, {20, 300}, {250, 24}, {10, 520}, {2, 7}};
 static const int64_t MS[] = {1, 3, 17, 64};
 
 static int is_int_mode(int wt) { return wt == H3_DT_I8 || wt == H3_DT_I4; }
