@@ -1,0 +1,667 @@
+"""Open a MiniMax-H3 transformer checkpoint folder and present its tensors under diffusers names.
+
+Two folder layouts (spec §4.1–4.2), told apart by the tensor names in the files:
+
+* **diffusers** (``transformer/``): ``config.json`` + ``diffusion_pytorch_model.safetensors`` or
+  ``diffusion_pytorch_model.safetensors.index.json`` + shards.
+* **original** release (``FL2VA/transformer/``, ``Ref2VA/transformer/``): ``config.json`` (original key
+  spellings) + ``model.safetensors.index.json`` + ``model-*.safetensors`` shards, or one
+  ``model.safetensors``.  Its tensors differ from diffusers' in three ways, all handled here without a
+  full-size copy:
+
+  - names (``blocks.{b}.mlp.fc2`` -> ``transformer_blocks.{b}.ff.net.2``, ...), spec §4.2 rename rules;
+  - ``attn.qkv_proj.weight`` [3·inner, hidden] fuses ``to_q/to_k/to_v``.  ``qkv_layout="interleaved"``:
+    rows per head ``[h0: q k v, h1: q k v, ...]`` (MiniMaxAI shards), ``to_q[h·D + d] = qkv[h·3D + d]``;
+    ``"stacked"``: ``[q; k; v]`` (re-published single files).  The tensor cannot tell which; the folder
+    decides (index + shards -> interleaved, one file -> stacked; the ``qkv_layout=`` argument overrides);
+  - ``mlp.fc1.weight`` rows are ``[gate; value]``, diffusers' ``ff.net.0.proj.weight`` ``[value; gate]``.
+
+How to consume (the lead's DiT loader):
+
+* ``ckpt.attention_qkv(prefix)`` -> ``(q, k, v)``, each a view of shape (heads, head_dim, hidden_size).
+  For diffusers and stacked layouts they are C-contiguous (``.reshape(inner, hidden)`` is free); for
+  the interleaved layout they are strided views into the fused tensor — pack them, don't copy twice.
+* ``ckpt.swiglu(prefix)`` -> ``(value, gate)``, each a contiguous row-slice view (ffn_dim, hidden_size),
+  in both layouts; diffusers computes ``net.2(value * silu(gate))``.  The same views are also reachable
+  as ``ckpt[prefix + ".ff.value.weight"]`` / ``ckpt[prefix + ".ff.gate.weight"]``.
+* ``ckpt[name]`` for any diffusers state-dict key returns exactly the diffusers parameter (bf16 as
+  uint16 bits).  It is a zero-copy view except for ``to_q/to_k/to_v`` of an interleaved and
+  ``ff.net.0.proj.weight`` of an original checkpoint, which are assembled copies
+  (``ckpt.entry(name).zero_copy`` is False and ``.note`` says what to use instead).
+
+Everything is validated when the folder is opened, before any compute: config keys and values, every
+expected tensor present (from ``num_layers`` / ``num_refiner_layers``), no unexpected tensor
+(``rope.inv_freq`` is ignored), shapes as the config implies, dtypes per one of three policies:
+``"released"`` (float32 for proj_in, audio_proj_in, time_embedder, proj_out, audio_proj_out; bfloat16
+elsewhere — also what diffusers' ``save_pretrained`` writes for a model loaded with
+``torch_dtype=torch.bfloat16``), ``"fp32"`` or ``"bf16"`` throughout.  Problems raise
+:class:`h3cy.CheckpointError` naming the file and the tensor; every file opened so far is closed.
+"""
+import json
+import logging
+import math
+import os
+import re
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from .errors import CheckpointError, H3ValueError
+from .safetensors import SafetensorsFile
+
+__all__ = ["TransformerConfig", "TensorEntry", "TransformerCheckpoint", "open_transformer",
+           "expected_tensors", "MODALITY_NUM", "KEEP_IN_FP32_MODULES"]
+
+log = logging.getLogger("h3cy")
+
+MODALITY_NUM = 3  # video, audio, text: each block's AdaLN projects 6 vectors per modality
+KEEP_IN_FP32_MODULES = ("proj_in", "audio_proj_in", "time_embedder", "proj_out", "audio_proj_out")
+DIFFUSERS_INDEX = "diffusion_pytorch_model.safetensors.index.json"
+DIFFUSERS_SINGLE = "diffusion_pytorch_model.safetensors"
+ORIGINAL_INDEX = "model.safetensors.index.json"
+ORIGINAL_SINGLE = "model.safetensors"
+IGNORED_TENSORS = ("rope.inv_freq",)
+
+
+def _err(path, tensor, msg):
+    where = f"{path}: tensor {tensor!r}: " if tensor is not None else f"{path}: "
+    e = CheckpointError(where + msg)
+    e.path, e.tensor = path, tensor
+    return e
+
+
+# ---------------------------------------------------------------------------------------------
+# config
+# ---------------------------------------------------------------------------------------------
+# (field, diffusers key, original key, kind); kind "int" (> 0), "float" (> 0), "patch"
+_CONFIG_KEYS = (
+    ("num_attention_heads", "num_attention_heads", "num_attention_heads", "int"),
+    ("attention_head_dim", "attention_head_dim", "attention_head_dim", "int"),
+    ("hidden_size", "hidden_size", "hidden_size", "int"),
+    ("num_layers", "num_layers", "num_layers", "int"),
+    ("num_refiner_layers", "num_refiner_layers", "token_refiner_num_layers", "int"),
+    ("ffn_dim", "ffn_dim", "ffn_hidden_size", "int"),
+    ("in_channels", "in_channels", "latents_dim", "int"),
+    ("audio_in_channels", "audio_in_channels", "audio_latents_dim", "int"),
+    ("patch_size", "patch_size", "patch_size", "patch"),
+    ("text_dim", "text_dim", "text_dim", "int"),
+    ("freq_dim", "freq_dim", "timestep_input_dim", "int"),
+    ("time_embed_hidden_dim", "time_embed_hidden_dim", "time_embed_hidden_size", "int"),
+    ("time_embed_dim", "time_embed_dim", "time_embed_dim", "int"),
+    ("rope_freq_dim", "rope_freq_dim", "rope_inv_freq_len", "int"),
+    ("rope_theta", "rope_theta", "rope_theta", "float"),
+    ("norm_eps", "norm_eps", "norm_eps", "float"),
+    ("qk_norm_eps", "qk_norm_eps", "qk_norm_eps", "float"),
+    ("final_norm_eps", "final_norm_eps", "final_norm_eps", "float"),
+)
+_DEFAULTS = {"rope_theta": 10000.0}  # the original config has no rope_theta (spec §4.1)
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Normalised transformer config (diffusers names, spec §4.1).  Values of the released model in
+    brackets."""
+    num_attention_heads: int     # [56]
+    attention_head_dim: int      # [128]
+    hidden_size: int             # [5376]
+    num_layers: int              # [50]
+    num_refiner_layers: int      # [2]
+    ffn_dim: int                 # [14336]  SwiGLU inner width
+    in_channels: int             # [24]     video latent channels
+    audio_in_channels: int       # [32]
+    patch_size: tuple            # [(1, 2, 2)]
+    text_dim: int                # [5120]
+    freq_dim: int                # [256]    sinusoidal timestep features
+    time_embed_hidden_dim: int   # [5376]
+    time_embed_dim: int          # [2688]
+    rope_freq_dim: int           # [16]
+    rope_theta: float            # [10000.0]
+    norm_eps: float              # [1e-5]
+    qk_norm_eps: float           # [1e-5]
+    final_norm_eps: float        # [1e-5]
+
+    @property
+    def inner_dim(self):
+        """num_attention_heads * attention_head_dim [7168]."""
+        return self.num_attention_heads * self.attention_head_dim
+
+    @property
+    def video_patch_dim(self):
+        """in_channels * prod(patch_size) [96]."""
+        return self.in_channels * math.prod(self.patch_size)
+
+    @property
+    def adaln_out_features(self):
+        """6 * MODALITY_NUM * hidden_size [96768]."""
+        return 6 * MODALITY_NUM * self.hidden_size
+
+    @classmethod
+    def from_dict(cls, d, path="<config>"):
+        """Normalise a config dict in diffusers or original spelling (spec §4.1 table).
+
+        Raises CheckpointError naming ``path`` and the key when a key is missing, spelt both ways with
+        different values, or out of range.
+        """
+        if not isinstance(d, dict):
+            raise _err(path, None, f"config must be a JSON object, got {type(d).__name__}")
+        vals = {}
+        for field, dk, ok, kind in _CONFIG_KEYS:
+            have = [(k, d[k]) for k in dict.fromkeys((dk, ok)) if k in d]
+            if len(have) == 2 and have[0][1] != have[1][1]:
+                raise _err(path, None, f"config keys {dk!r}={have[0][1]!r} and {ok!r}={have[1][1]!r} disagree")
+            if not have:
+                if field in _DEFAULTS:
+                    vals[field] = _DEFAULTS[field]
+                    continue
+                names = dk if dk == ok else f"{dk!r} (original: {ok!r})"
+                raise _err(path, None, f"config key {names} is missing")
+            key, v = have[0]
+            if kind == "int":
+                if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                    raise _err(path, None, f"config {key!r} must be a positive int, got {v!r}")
+            elif kind == "float":
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                    raise _err(path, None, f"config {key!r} must be a positive finite number, got {v!r}")
+                v = float(v)
+            else:
+                if (not isinstance(v, (list, tuple)) or len(v) != 3
+                        or not all(isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in v)):
+                    raise _err(path, None, f"config {key!r} must be three positive ints, got {v!r}")
+                v = tuple(v)
+            vals[field] = v
+        cfg = cls(**vals)
+        if 6 * cfg.rope_freq_dim > cfg.attention_head_dim:
+            raise _err(path, None, f"config rope_freq_dim={cfg.rope_freq_dim}: RoPE rotates 6*rope_freq_dim = "
+                                   f"{6 * cfg.rope_freq_dim} channels, more than attention_head_dim="
+                                   f"{cfg.attention_head_dim}")
+        for key, want in (("adaln_out_features", cfg.adaln_out_features),
+                          ("final_adaln_out_features", 2 * cfg.hidden_size)):
+            if key in d and d[key] != want:
+                raise _err(path, None, f"config {key!r}={d[key]!r} but hidden_size={cfg.hidden_size} "
+                                       f"implies {want}")
+        return cfg
+
+    def to_dict(self):
+        """Diffusers-spelt dict (``patch_size`` as a list), as diffusers' config.json."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["patch_size"] = list(self.patch_size)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# tensor table
+# ---------------------------------------------------------------------------------------------
+def _block_tensors(cfg, dprefix, oprefix, adaln):
+    """Rows (diffusers name, original name, shape, qkv/ff role) of one block."""
+    H, I, D, F = cfg.hidden_size, cfg.inner_dim, cfg.attention_head_dim, cfg.ffn_dim
+    rows = [
+        ("norm1.weight", "norm1.weight", (H,), None),
+        ("attn.to_q.weight", "attn.qkv_proj.weight", (I, H), ("qkv", 0)),
+        ("attn.to_k.weight", "attn.qkv_proj.weight", (I, H), ("qkv", 1)),
+        ("attn.to_v.weight", "attn.qkv_proj.weight", (I, H), ("qkv", 2)),
+        ("attn.norm_q.weight", "attn.q_norm.weight", (D,), None),
+        ("attn.norm_k.weight", "attn.k_norm.weight", (D,), None),
+        ("attn.to_out.0.weight", "attn.out_proj.weight", (H, I), None),
+        ("norm2.weight", "norm2.weight", (H,), None),
+        ("ff.net.0.proj.weight", "mlp.fc1.weight", (2 * F, H), ("ff", None)),
+        ("ff.net.2.weight", "mlp.fc2.weight", (H, F), None),
+    ]
+    if adaln:
+        A = cfg.adaln_out_features
+        rows += [("adaln_proj.linear.weight", "adaln_proj.linear.weight", (A, cfg.time_embed_dim), None),
+                 ("adaln_proj.linear.bias", "adaln_proj.linear.bias", (A,), None)]
+    return [(dprefix + d, oprefix + o, s, role) for d, o, s, role in rows]
+
+
+def expected_tensors(cfg):
+    """The tensor table a config implies, in diffusers state-dict order.
+
+    Returns
+    -------
+    list of (diffusers_name, original_name, shape, role)
+        ``role`` is None, ``("qkv", part)`` (part 0 q, 1 k, 2 v; the original tensor is the fused
+        ``attn.qkv_proj.weight`` of shape (3 * inner_dim, hidden_size)) or ``("ff", None)``.
+    """
+    H, T = cfg.hidden_size, cfg.time_embed_dim
+    out = [
+        ("proj_in.weight", "video_patch_proj.weight", (H, cfg.video_patch_dim), None),
+        ("proj_in.bias", "video_patch_proj.bias", (H,), None),
+        ("audio_proj_in.weight", "audio_patch_proj.weight", (H, cfg.audio_in_channels), None),
+        ("audio_proj_in.bias", "audio_patch_proj.bias", (H,), None),
+        ("context_embedder.weight", "condition_proj.weight", (H, cfg.text_dim), None),
+        ("context_embedder.bias", "condition_proj.bias", (H,), None),
+        ("time_embedder.linear_1.weight", "time_embedder.proj_in.weight", (cfg.time_embed_hidden_dim, cfg.freq_dim), None),
+        ("time_embedder.linear_1.bias", "time_embedder.proj_in.bias", (cfg.time_embed_hidden_dim,), None),
+        ("time_embedder.linear_2.weight", "time_embedder.proj_out.weight", (T, cfg.time_embed_hidden_dim), None),
+        ("time_embedder.linear_2.bias", "time_embedder.proj_out.bias", (T,), None),
+    ]
+    for j in range(cfg.num_refiner_layers):
+        out += _block_tensors(cfg, f"token_refiner.refiner_blocks.{j}.", f"token_refiner.blocks.{j}.", False)
+    out.append(("token_refiner.final_norm.weight", "token_refiner.final_norm.weight", (H,), None))
+    for b in range(cfg.num_layers):
+        out += _block_tensors(cfg, f"transformer_blocks.{b}.", f"blocks.{b}.", True)
+    vpd, A = cfg.video_patch_dim, cfg.audio_in_channels
+    out += [
+        ("norm_out.norm.weight", "final_layer.norm.weight", (H,), None),
+        ("norm_out.linear.weight", "final_layer.adaln_proj.linear.weight", (2 * H, T), None),
+        ("norm_out.linear.bias", "final_layer.adaln_proj.linear.bias", (2 * H,), None),
+        ("proj_out.weight", "final_layer.video_out.weight", (vpd, H), None),
+        ("proj_out.bias", "final_layer.video_out.bias", (vpd,), None),
+        ("audio_proj_out.weight", "final_layer.audio_out.weight", (A, H), None),
+        ("audio_proj_out.bias", "final_layer.audio_out.bias", (A,), None),
+    ]
+    return out
+
+
+def fp32_in_release(diffusers_name):
+    """True when the released checkpoint stores this tensor in float32 (diffusers'
+    ``_keep_in_fp32_modules``, matched per dotted name component)."""
+    return any(m in diffusers_name.split(".") for m in KEEP_IN_FP32_MODULES)
+
+
+@dataclass
+class TensorEntry:
+    """One logical tensor, under its diffusers name.
+
+    Attributes
+    ----------
+    name : str          diffusers name (or ``<prefix>.ff.value.weight`` / ``.ff.gate.weight``)
+    shape : tuple       the logical (diffusers) shape
+    dtype : str         stored dtype, "F32" or "BF16" (returned arrays: float32 / uint16 bits)
+    file : str          the safetensors file holding it
+    source : str        the stored tensor's name in that file
+    kind : str          "direct"; "rows" (row slice [start, stop) of source); "qkv_interleaved"
+                        (part ``part`` of per-head interleaved fused QKV); "ff_swap" (source halves
+                        swapped: [value; gate] assembled from an original [gate; value])
+    start, stop, part : int or None
+    zero_copy : bool    whether ``ckpt[name]`` is a view (False: an assembled copy)
+    note : str          how to consume it
+    """
+    name: str
+    shape: tuple
+    dtype: str
+    file: str
+    source: str
+    kind: str = "direct"
+    start: int = None
+    stop: int = None
+    part: int = None
+    zero_copy: bool = True
+    note: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# the folder
+# ---------------------------------------------------------------------------------------------
+def _load_json(path, what):
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(64 << 20)
+    except OSError as e:
+        raise _err(path, None, f"cannot read {what}: {e.strerror or e}") from e
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise _err(path, None, f"{what} is not valid JSON: {str(e)[:200]}") from None
+
+
+def _weight_files(folder):
+    """``(index_path or None, [shard paths])`` of a transformer folder."""
+    present = [n for n in (DIFFUSERS_INDEX, ORIGINAL_INDEX, DIFFUSERS_SINGLE, ORIGINAL_SINGLE)
+               if os.path.isfile(os.path.join(folder, n))]
+    if not present:
+        raise _err(folder, None, f"no weights: expected {DIFFUSERS_SINGLE}, {DIFFUSERS_INDEX}, "
+                                 f"{ORIGINAL_SINGLE} or {ORIGINAL_INDEX}")
+    if len(present) > 1:
+        raise _err(folder, None, f"ambiguous weights: found {', '.join(present)}; keep one")
+    name = present[0]
+    path = os.path.join(folder, name)
+    if not name.endswith(".index.json"):
+        return None, [path]
+    idx = _load_json(path, "index")
+    wm = idx.get("weight_map") if isinstance(idx, dict) else None
+    if not isinstance(wm, dict) or not wm:
+        raise _err(path, None, "index has no 'weight_map' object")
+    shards = []
+    for key, fname in wm.items():
+        if (not isinstance(fname, str) or not fname or fname in (".", "..")
+                or os.path.basename(fname) != fname or "\\" in fname or "\0" in fname):
+            raise _err(path, key, f"weight_map file name {fname!r} must be a plain file name in the folder")
+        if fname not in shards:
+            shards.append(fname)
+    return (path, idx), [os.path.join(folder, s) for s in shards]
+
+
+class TransformerCheckpoint:
+    """A validated, memory-mapped MiniMax-H3 transformer checkpoint.  Create with :func:`open_transformer`.
+
+    Attributes
+    ----------
+    path : str                  the folder
+    config : TransformerConfig
+    layout : str                "diffusers" or "original"
+    qkv_layout : str or None    "interleaved" / "stacked" for the original layout, None for diffusers
+    dtype_policy : str          "released", "fp32" or "bf16"
+    files : list of str         the safetensors files, in index order
+    """
+
+    def __init__(self, path, config, layout, qkv_layout, files, entries, dtype_policy):
+        self.path, self.config, self.layout, self.qkv_layout = path, config, layout, qkv_layout
+        self._files = files              # path -> SafetensorsFile
+        self._entries = entries          # logical name -> TensorEntry
+        self._keys = [n for n, e in entries.items() if ".ff.value." not in n and ".ff.gate." not in n]
+        self.dtype_policy = dtype_policy
+
+    # -- names -----------------------------------------------------------------------------------
+    @property
+    def files(self):
+        return list(self._files)
+
+    def keys(self):
+        """Diffusers state-dict keys, in diffusers' order (what ``model.state_dict()`` lists)."""
+        return list(self._keys)
+
+    def logical_keys(self):
+        """keys() plus the SwiGLU halves ``<prefix>.ff.value.weight`` / ``<prefix>.ff.gate.weight``."""
+        return list(self._entries)
+
+    def __contains__(self, name):
+        return name in self._entries
+
+    def __len__(self):
+        return len(self._keys)
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def entry(self, name):
+        """The :class:`TensorEntry` describing logical tensor ``name``."""
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise _err(self.path, name, "no such tensor (diffusers names; see keys())") from None
+
+    def dtype(self, name):
+        """Stored dtype name of ``name``: "F32" or "BF16"."""
+        return self.entry(name).dtype
+
+    def shape(self, name):
+        return self.entry(name).shape
+
+    @property
+    def nbytes(self):
+        """Bytes of all stored tensors (the checkpoint's data size)."""
+        return sum(f.tensors[t].nbytes for f in self._files.values() for t in f.tensors
+                   if t not in IGNORED_TENSORS)
+
+    # -- arrays ----------------------------------------------------------------------------------
+    def _raw(self, e):
+        return self._files[e.file].get(e.source)
+
+    def __getitem__(self, name):
+        return self.tensor(name)
+
+    def tensor(self, name):
+        """Logical tensor ``name`` exactly as the diffusers parameter.
+
+        Returns
+        -------
+        ndarray of ``entry.shape``, float32 or uint16 (bf16 bits), read-only.  A view into the mapped
+        file when ``entry(name).zero_copy``; otherwise an assembled copy (interleaved to_q/to_k/to_v,
+        original ff.net.0.proj.weight) — use :meth:`attention_qkv` / :meth:`swiglu` to avoid it.
+        """
+        e = self.entry(name)
+        raw = self._raw(e)
+        if e.kind == "direct":
+            return raw
+        if e.kind == "rows":
+            return raw[e.start:e.stop]
+        if e.kind == "qkv_interleaved":
+            out = self._interleaved_part(raw, e.part).reshape(e.shape)   # copies (strided rows)
+        else:  # ff_swap: original [gate; value] -> diffusers [value; gate]
+            half = e.shape[0] // 2
+            out = np.concatenate([raw[half:], raw[:half]])
+        log.debug("%s: assembled a %s copy of %r (%s)", self.path, "x".join(map(str, e.shape)), name, e.kind)
+        out.flags.writeable = False
+        return out
+
+    def _interleaved_part(self, raw, part):
+        c = self.config
+        return raw.reshape(c.num_attention_heads, 3, c.attention_head_dim, c.hidden_size)[:, part]
+
+    def attention_qkv(self, prefix):
+        """Q, K, V projection weights of one block, without copying.
+
+        Parameters
+        ----------
+        prefix : str   e.g. "transformer_blocks.3" or "token_refiner.refiner_blocks.0"
+
+        Returns
+        -------
+        (q, k, v) : ndarrays of shape (num_attention_heads, attention_head_dim, hidden_size)
+            Read-only views, float32 or uint16 (bf16 bits).  Row ``h, d`` is output feature
+            ``h * attention_head_dim + d`` of diffusers' to_q/to_k/to_v.  C-contiguous for diffusers
+            and stacked checkpoints; strided (head stride 3 * head_dim rows) for interleaved ones.
+        """
+        c = self.config
+        shape3 = (c.num_attention_heads, c.attention_head_dim, c.hidden_size)
+        out = []
+        for p in "qkv":
+            e = self.entry(f"{prefix}.attn.to_{p}.weight")
+            raw = self._raw(e)
+            if e.kind == "qkv_interleaved":
+                out.append(self._interleaved_part(raw, e.part))
+            elif e.kind == "rows":
+                out.append(raw[e.start:e.stop].reshape(shape3))
+            else:
+                out.append(raw.reshape(shape3))
+        return tuple(out)
+
+    def swiglu(self, prefix):
+        """The two halves of a block's SwiGLU input projection, without copying.
+
+        Returns
+        -------
+        (value, gate) : ndarrays of shape (ffn_dim, hidden_size), C-contiguous read-only row views.
+            The block computes ``ff.net.2(value @ x * silu(gate @ x))``.
+        """
+        return (self.tensor(f"{prefix}.ff.value.weight"), self.tensor(f"{prefix}.ff.gate.weight"))
+
+    def state_dict(self):
+        """``{diffusers name: ndarray}`` for every key (copies where :meth:`tensor` copies)."""
+        return {k: self.tensor(k) for k in self._keys}
+
+    # -- lifetime --------------------------------------------------------------------------------
+    def close(self):
+        """Release the mappings (arrays already returned stay valid: they keep their mapping alive)."""
+        for f in self._files.values():
+            f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        c = self.config
+        return (f"TransformerCheckpoint({self.path!r}, layout={self.layout}, qkv_layout={self.qkv_layout}, "
+                f"dtypes={self.dtype_policy}, layers={c.num_layers}+{c.num_refiner_layers}, "
+                f"hidden={c.hidden_size}, {len(self._files)} file(s))")
+
+
+def open_transformer(path, qkv_layout=None):
+    """Open and validate a MiniMax-H3 transformer folder (diffusers or original release layout).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The folder holding ``config.json`` and the weights (``transformer/``, ``FL2VA/transformer/``).
+    qkv_layout : {None, "interleaved", "stacked"}
+        Row order of the original layout's fused ``attn.qkv_proj.weight``.  None: "interleaved" for a
+        sharded folder with an index (the MiniMaxAI release), "stacked" for a single
+        ``model.safetensors``.  Ignored for the diffusers layout (separate to_q/to_k/to_v).
+
+    Returns
+    -------
+    TransformerCheckpoint  (a context manager; ``close()`` releases the mappings)
+
+    Raises
+    ------
+    CheckpointError
+        Missing/ambiguous files, bad config, missing/unexpected tensor, wrong shape or dtype, a
+        truncated or malformed safetensors file; the message names the file and the tensor.
+    """
+    if qkv_layout not in (None, "interleaved", "stacked"):
+        raise H3ValueError(f'qkv_layout must be None, "interleaved" or "stacked", got {qkv_layout!r}')
+    folder = os.fspath(path)
+    if not os.path.isdir(folder):
+        raise _err(folder, None, "not a folder (expected a transformer folder with config.json)")
+    cfg_path = os.path.join(folder, "config.json")
+    cfg = TransformerConfig.from_dict(_load_json(cfg_path, "config"), cfg_path)
+    index, shard_paths = _weight_files(folder)
+    files = {}
+    try:
+        for p in shard_paths:
+            files[p] = SafetensorsFile(p)
+        where = _locate(index, files)          # stored name -> file path
+        ckpt = _build(folder, cfg, cfg_path, index, where, files, qkv_layout)
+    except BaseException:
+        for f in files.values():
+            f.close()
+        raise
+    return ckpt
+
+
+def _locate(index, files):
+    """Map each stored tensor name to its file, cross-checking the index."""
+    where = {}
+    for p, f in files.items():
+        for name in f.tensors:
+            if name in where:
+                raise _err(p, name, f"tensor also stored in {where[name]}")
+            where[name] = p
+    if index is not None:
+        ipath, idx = index
+        wm = idx["weight_map"]
+        folder = os.path.dirname(ipath)
+        for name, fname in wm.items():
+            got = where.get(name)
+            if got is None:
+                raise _err(os.path.join(folder, fname), name, f"listed in {os.path.basename(ipath)} "
+                                                              f"but not stored in that file")
+            if os.path.basename(got) != fname:
+                raise _err(got, name, f"{os.path.basename(ipath)} says it is in {fname}")
+        for name, p in where.items():
+            if name not in wm:
+                raise _err(p, name, f"stored but not listed in {os.path.basename(ipath)}")
+        meta = idx.get("metadata")
+        total = meta.get("total_size") if isinstance(meta, dict) else None
+        have = sum(files[p].tensors[n].nbytes for n, p in where.items())
+        if total is not None and total != have:
+            log.warning("%s: metadata.total_size=%r but the shards hold %d bytes of tensors", ipath, total, have)
+    return where
+
+
+def _build(folder, cfg, cfg_path, index, where, files, qkv_layout):
+    table = expected_tensors(cfg)
+    dnames = {d for d, _, _, _ in table}
+    onames = {o for _, o, _, _ in table}
+    stored = [n for n in where if n not in IGNORED_TENSORS]
+    nd = sum(n in dnames for n in stored)
+    no = sum(n in onames for n in stored)
+    if nd == 0 and no == 0:
+        some = stored[0] if stored else None
+        raise _err(where[some] if some else folder, some,
+                   "no MiniMax-H3 transformer tensor names found (neither diffusers nor original layout)")
+    layout = "diffusers" if nd >= no else "original"
+    names = dnames if layout == "diffusers" else onames
+    hint = (f"(config.json: num_layers={cfg.num_layers}, num_refiner_layers={cfg.num_refiner_layers}, "
+            f"{layout} layout)")
+    extra = [n for n in stored if n not in names]
+    if extra:
+        more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+        raise _err(where[extra[0]], extra[0], f"unexpected tensor{more} {hint}")
+    wfile = index[0] if index is not None else next(iter(files))
+    seen = set()
+    missing = []
+    for d, o, _, _ in table:
+        n = d if layout == "diffusers" else o
+        if n not in where and n not in seen:
+            missing.append(n)
+        seen.add(n)
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise _err(wfile, missing[0], f"missing tensor{more} {hint}")
+
+    if layout == "original":
+        if qkv_layout is None:
+            qkv_layout = "interleaved" if index is not None else "stacked"
+            why = "sharded folder with an index (MiniMaxAI release)" if index is not None else "single file"
+            log.info("%s: fused attn.qkv_proj rows assumed %s (%s); pass qkv_layout= to override",
+                     folder, qkv_layout, why)
+        else:
+            log.info("%s: fused attn.qkv_proj rows %s (qkv_layout argument)", folder, qkv_layout)
+    else:
+        if qkv_layout is not None:
+            log.debug("%s: qkv_layout=%r ignored for the diffusers layout", folder, qkv_layout)
+        qkv_layout = None
+
+    # shapes: stored tensors against what the config implies
+    for d, o, shape, role in table:
+        n = d if layout == "diffusers" else o
+        want = shape
+        if layout == "original" and role is not None and role[0] == "qkv":
+            want = (3 * shape[0], shape[1])
+        info = files[where[n]].tensors[n]
+        if info.shape != want:
+            raise _err(where[n], n, f"shape {list(info.shape)} but config implies {list(want)} {hint}")
+
+    # dtypes: one of three policies
+    policies = {"released": lambda d: "F32" if fp32_in_release(d) else "BF16",
+                "fp32": lambda d: "F32", "bf16": lambda d: "BF16"}
+    bad = {}
+    for pol, fn in policies.items():
+        bad[pol] = [(d if layout == "diffusers" else o, fn(d)) for d, o, _, _ in table
+                    if files[where[d if layout == "diffusers" else o]].tensors[
+                        d if layout == "diffusers" else o].dtype != fn(d)]
+    ok = [p for p in policies if not bad[p]]
+    if not ok:
+        pol = min(policies, key=lambda p: len(bad[p]))
+        n, want = bad[pol][0]
+        got = files[where[n]].tensors[n].dtype
+        raise _err(where[n], n, f"dtype {got} but a {pol} checkpoint stores it as {want} (accepted: "
+                                f"released mix of F32/BF16, all F32, all BF16)")
+    dtype_policy = ok[0]
+
+    # logical entries
+    entries = {}
+    I, F = cfg.inner_dim, cfg.ffn_dim
+    for d, o, shape, role in table:
+        n = d if layout == "diffusers" else o
+        info = files[where[n]].tensors[n]
+        e = TensorEntry(d, shape, info.dtype, where[n], n)
+        if layout == "original" and role is not None and role[0] == "qkv":
+            p = role[1]
+            if qkv_layout == "stacked":
+                e.kind, e.start, e.stop = "rows", p * I, (p + 1) * I
+                e.note = f"rows [{p * I}, {(p + 1) * I}) of stacked {n}"
+            else:
+                e.kind, e.part, e.zero_copy = "qkv_interleaved", p, False
+                e.note = (f"part {p} of per-head interleaved {n}; use attention_qkv() for a strided "
+                          f"zero-copy view (heads, head_dim, hidden)")
+        elif layout == "original" and role is not None and role[0] == "ff":
+            e.kind, e.zero_copy = "ff_swap", False
+            e.note = f"{n} is [gate; value]; assembled [value; gate] copy; use swiglu() / .ff.value/.ff.gate views"
+        entries[d] = e
+        if role is not None and role[0] == "ff":
+            prefix = d[: -len("ff.net.0.proj.weight")]
+            vstart = 0 if layout == "diffusers" else F
+            gstart = F - vstart
+            for half, start in (("value", vstart), ("gate", gstart)):
+                entries[f"{prefix}ff.{half}.weight"] = TensorEntry(
+                    f"{prefix}ff.{half}.weight", (F, cfg.hidden_size), info.dtype, where[n], n, "rows",
+                    start, start + F, note=f"SwiGLU {half}: rows [{start}, {start + F}) of {n}")
+    log.debug("%s: %s layout, %d tensors in %d file(s), dtypes %s", folder, layout, len(table),
+              len(files), dtype_policy)
+    return TransformerCheckpoint(folder, cfg, layout, qkv_layout, files, entries, dtype_policy)
