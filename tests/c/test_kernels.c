@@ -27,6 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 
 /* ------------------------------------------------------------------ checking */
 
@@ -717,6 +720,10 @@ int main(int argc, char **argv) {
     uint64_t f = h3_cpu_features();
     for (int i = 0; h3_cpu_feature_name(i); i++) if ((f >> i) & 1) printf(" %s", h3_cpu_feature_name(i));
     printf("\n");
+#if defined(__aarch64__) && defined(__linux__)
+    /* which NEON integer GEMM kernel runs: SDOT (asimddp) or the ARMv8.0 SMULL one */
+    printf("aarch64 asimddp: %s\n", (getauxval(AT_HWCAP) & (1ul << 20)) ? "yes" : "no");
+#endif
     h3_err err;
     if (h3_pool_create(1, &pool1, &err) || h3_pool_create(2, &pool2, &err)) {
         printf("FAIL: pool_create: %s\n", err.msg);
