@@ -216,6 +216,19 @@ def test_bad_out_and_options():
         attention(q, kv, kv, isa="sse9")
 
 
+@pytest.mark.parametrize("qshape,kvshape,msg", [
+    ((4, 1, 257), (4, 1, 257), "head dim D must be in 1..256, got 257"),
+    ((4, 3, 8), (4, 2, 8), "Hq=3 is not a multiple of Hkv=2"),
+])
+def test_c_validation_messages(qshape, kvshape, msg):
+    # bypass the Python checks: the C entry point must refuse on its own, naming the value
+    q = np.zeros(qshape, np.float32)
+    kv = np.zeros(kvshape, np.float32)
+    out = np.zeros_like(q)
+    with pytest.raises(H3ValueError, match=msg):
+        _kernels.attention(q, kv, kv, out, 1.0, False, "ref", h3cy.ops.ThreadPool(1))
+
+
 LONG_S_SCRIPT = textwrap.dedent("""
     import resource, sys, numpy as np
     from h3cy.ops import Attention
