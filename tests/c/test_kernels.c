@@ -111,11 +111,6 @@ static int guards16_ok(const uint16_t *p, size_t n) {
     return 1;
 }
 
-static int all_finite(const float *p, size_t n) {
-    for (size_t i = 0; i < n; i++) if (!isfinite(p[i])) return 0;
-    return 1;
-}
-
 static h3_isa isas[H3_ISA_COUNT]; /* supported SIMD paths (ref excluded) */
 static int n_isas;
 static h3_isa unsupported_isa = H3_ISA_COUNT; /* one valid id this machine cannot run */
