@@ -3,13 +3,22 @@
 H3CY_ISA      default kernel path: ref | avx2 | avx512 | amx | neon (default: the best the
               CPU supports).  Every op and model also takes ``isa=`` to override it.
 H3CY_THREADS  default thread count for objects created with ``threads=None``.
+H3CY_DIT_PYTHON=1  run DiT blocks op by op from Python instead of the C block driver
+              (same arithmetic; for A/B diagnosis).
 """
 import os
 
 _ENV_ISA = os.environ.get("H3CY_ISA", "").strip().lower() or None
 _ENV_THREADS = os.environ.get("H3CY_THREADS", "").strip() or None
 
+_ENV_DIT_PYTHON = os.environ.get("H3CY_DIT_PYTHON", "").strip() == "1"
+
 _state = {"threads": None}
+
+
+def dit_python_blocks():
+    """H3CY_DIT_PYTHON=1: run transformer blocks op by op from Python (A/B reference)."""
+    return _ENV_DIT_PYTHON
 
 
 def env_isa():

@@ -18,7 +18,7 @@ import logging
 
 import numpy as np
 
-from . import ops
+from . import _config, _kernels, ops
 from ._bf16 import bf16_bits_to_f32, round_bf16
 from .errors import H3Error, H3ValueError
 
@@ -73,6 +73,9 @@ class _Block:
         self.out = mk(src.get(prefix + "attn.to_out.0.weight"))
         self.up = mk(src.ffn_up(prefix + "ff."), pair=True)
         self.down = mk(src.get(prefix + "ff.net.2.weight"), act_group=dit.ffn_act_group)
+        self.core = _kernels.DitBlockCore(
+            self.qkv._c, int(self.qkv_layout == "interleaved"), self.out._c, self.up._c,
+            self.down._c, self.norm1, self.norm2, self.norm_q, self.norm_k, dit._pool)
         self.adaln = None
         if adaln:
             self.adaln = mk(src.get(prefix + "adaln_proj.linear.weight"),
@@ -126,6 +129,10 @@ class DiT:
         self.inv_freq = rope_inv_freq(cfg["rope_freq_dim"], float(cfg["rope_theta"]))
         self._attn = ops.Attention(scale=1.0 / np.sqrt(self.head_dim), isa=self.isa, threads=self.threads)
         self._tables = {}          # timestep value (float32 bits) -> prepared AdaLN tables
+        self._ws = None            # block workspace, kept between forwards
+        # A/B switch: H3CY_DIT_PYTHON=1 runs each block op by op from Python (the
+        # readable reference of the C block driver)
+        self._python_blocks = _config.dit_python_blocks()
         self._adaln_released = False
 
     # ---- weights ---------------------------------------------------------------------
@@ -265,6 +272,16 @@ class DiT:
         self.norm_out_linear = None
         self._adaln_released = True
 
+    def _run_core(self, blk, h, rows=None, tables=None, cos=None, sin=None):
+        """One block in C (GIL released), h updated in place."""
+        need = blk.core.workspace_bytes(h.shape[0], self.heads, self.rot_dim) + 64
+        if self._ws is None or self._ws.nbytes < need:
+            self._ws = None
+            self._ws = np.empty(need, np.uint8)
+        cfg = self.config
+        blk.core.forward(h, self.heads, self.rot_dim, cfg["norm_eps"], cfg["qk_norm_eps"],
+                         int(self.round_bf16), self.isa, self._ws, rows, tables, cos, sin)
+
     # ---- forward -----------------------------------------------------------------------------
     def forward(self, hidden_states, audio_hidden_states, encoder_hidden_states, timestep,
                 timestep_indices, token_tags, position_ids, video_indices, audio_indices,
@@ -332,9 +349,12 @@ class DiT:
         x_txt = self._r(self.context_embedder(np.ascontiguousarray(xt_in)))
         eps, feps = cfg["norm_eps"], cfg["final_norm_eps"]
         for blk in self.refiner:
-            att = self._r(blk.out(self._attention(blk, self._rms(x_txt, blk.norm1, eps))))
-            x_txt = self._r(x_txt + att)
-            x_txt = self._r(x_txt + self._ffn(blk, self._rms(x_txt, blk.norm2, eps)))
+            if self._python_blocks:
+                att = self._r(blk.out(self._attention(blk, self._rms(x_txt, blk.norm1, eps))))
+                x_txt = self._r(x_txt + att)
+                x_txt = self._r(x_txt + self._ffn(blk, self._rms(x_txt, blk.norm2, eps)))
+            else:
+                self._run_core(blk, x_txt)
         x_txt = self._rms(x_txt, self.refiner_norm, feps)
         h = np.zeros((S, Hd), np.float32)
         h[xi] = x_txt
@@ -343,13 +363,17 @@ class DiT:
         # 3. AdaLN tables for each distinct timestep, rows = ti*3 + tag
         tabs = [self._adaln_tables(tv) for tv in t]
         rows = (ti * MODALITY_NUM + tags).astype(np.int64)
+        rows32 = rows.astype(np.int32)
         for b, blk in enumerate(self.blocks):
-            sh_msa, s1_msa, g_msa, sh_mlp, s1_mlp, g_mlp = (
-                np.concatenate([tab[0][b][k] for tab in tabs]) for k in range(6))
-            n = self._modulate(self._rms(h, blk.norm1, eps), s1_msa, sh_msa, rows)
-            h = self._gate_add(h, g_msa, rows, self._r(blk.out(self._attention(blk, n, cos, sin))))
-            n = self._modulate(self._rms(h, blk.norm2, eps), s1_mlp, sh_mlp, rows)
-            h = self._gate_add(h, g_mlp, rows, self._ffn(blk, n))
+            tables = tuple(np.concatenate([tab[0][b][k] for tab in tabs]) for k in range(6))
+            if self._python_blocks:
+                sh_msa, s1_msa, g_msa, sh_mlp, s1_mlp, g_mlp = tables
+                n = self._modulate(self._rms(h, blk.norm1, eps), s1_msa, sh_msa, rows)
+                h = self._gate_add(h, g_msa, rows, self._r(blk.out(self._attention(blk, n, cos, sin))))
+                n = self._modulate(self._rms(h, blk.norm2, eps), s1_mlp, sh_mlp, rows)
+                h = self._gate_add(h, g_mlp, rows, self._ffn(blk, n))
+            else:
+                self._run_core(blk, h, rows32, tables, cos, sin)
         # 4. final norm (rows by timestep only) and the two fp32 heads on their rows
         fs1 = np.stack([tab[1] for tab in tabs])
         fsh = np.stack([tab[2] for tab in tabs])

@@ -184,3 +184,4 @@ cdef class LinearCore:
 
 include "_kernels_attn.pxi"
 include "_kernels_elem.pxi"
+include "_dit.pxi"

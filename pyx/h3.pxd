@@ -110,3 +110,41 @@ cdef extern from "h3.h" nogil:
                                 const int32_t *row_table, int64_t table_rows, float *out,
                                 int64_t rows, int64_t n, h3_pool *pool, h3_isa isa,
                                 h3_isa *ran, h3_err *err)
+
+cdef extern from "h3_dit.h" nogil:
+    ctypedef struct h3_dit_block:
+        const h3_linear *qkv
+        const h3_linear *out
+        const h3_linear *up
+        const h3_linear *down
+        int qkv_interleaved
+        const float *norm1
+        const float *norm2
+        const float *norm_q
+        const float *norm_k
+    ctypedef struct h3_dit_block_args:
+        int64_t S
+        int hidden
+        int heads
+        int head_dim
+        int ffn
+        int rot_dim
+        float eps
+        float qk_eps
+        int round_bf16
+        const int32_t *rows
+        int64_t table_rows
+        const float *shift_msa
+        const float *scale1p_msa
+        const float *gate_msa
+        const float *shift_mlp
+        const float *scale1p_mlp
+        const float *gate_mlp
+        const float *cos
+        const float *sin
+    size_t h3_dit_block_workspace_bytes(const h3_dit_block *w, const h3_dit_block_args *a,
+                                        int n_threads)
+    h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a, float *h,
+                                   h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
+                                   h3_err *err)
+    h3_status h3_round_bf16(float *x, int64_t n, h3_pool *pool, h3_err *err)

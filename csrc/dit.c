@@ -1,0 +1,295 @@
+/* dit.c — one MiniMax-H3 transformer block, composed from the kernels (spec §4.3):
+ *
+ *   n = RMS(h, norm1) ; n = n * (1+scale_msa)[r] + shift_msa[r]
+ *   q,k,v = n Wqkv^T ; q,k = RMS per head ; RoPE(q, k) on the first rot_dim channels
+ *   h = h + gate_msa[r] * (attention(q,k,v) Wout^T)
+ *   n = RMS(h, norm2) ; n = n * (1+scale_mlp)[r] + shift_mlp[r]
+ *   h = h + gate_mlp[r] * (silu(n Wg^T) * (n Wv^T)) Wdown^T
+ *
+ * Refiner blocks: no modulation, gates = 1, no RoPE.  In float32 the residual adds are
+ * fused into the GEMM epilogues; with round_bf16 every step is a separate op rounded to
+ * bf16 in torch's order (spec §4.6), so the result matches diffusers run in bf16. */
+#include "h3_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+static inline float rb(float x) { return h3_bf16_to_f32(h3_f32_to_bf16(x)); }
+
+enum { EW_ROUND, EW_MODULATE, EW_GATE_ADD, EW_SWIGLU_BF16, EW_ROPE_BF16, EW_SPLIT_QKV };
+
+typedef struct {
+    int op, round;
+    int64_t rows, n;
+    float *x;              /* in/out [rows, n] */
+    const float *a, *b;    /* tables / second operand */
+    const float *t1, *t2;  /* modulate: scale1p, shift tables; gate: gate table */
+    const int32_t *rt;     /* row -> table row */
+    /* rope / split */
+    int heads, head_dim, rot_dim, interleaved;
+    const float *cos, *sin;
+    float *q, *k, *v;
+} ew_ctx;
+
+static void ew_task(void *p, int ith, int nth) {
+    ew_ctx *c = (ew_ctx *)p;
+    int64_t r0 = c->rows * ith / nth, r1 = c->rows * (ith + 1) / nth;
+    const int64_t n = c->n;
+    for (int64_t i = r0; i < r1; i++) {
+        float *x = c->x + i * n;
+        switch (c->op) {
+        case EW_ROUND:
+            for (int64_t j = 0; j < n; j++) x[j] = rb(x[j]);
+            break;
+        case EW_MODULATE: { /* x = R(R(x * s1p) + shift) */
+            int64_t t = c->rt ? c->rt[i] : 0;
+            const float *s1 = c->t1 + t * n, *sh = c->t2 + t * n;
+            if (c->round)
+                for (int64_t j = 0; j < n; j++) x[j] = rb(rb(x[j] * s1[j]) + sh[j]);
+            else
+                for (int64_t j = 0; j < n; j++) x[j] = x[j] * s1[j] + sh[j];
+            break;
+        }
+        case EW_GATE_ADD: { /* x = R(x + R(gate * branch)) ; gate NULL = 1 */
+            const float *br = c->a + i * n;
+            const float *g = c->t1 ? c->t1 + (c->rt ? c->rt[i] : 0) * n : NULL;
+            for (int64_t j = 0; j < n; j++) {
+                float v = g ? g[j] * br[j] : br[j];
+                if (c->round) v = rb(v);
+                v = x[j] + v;
+                x[j] = c->round ? rb(v) : v;
+            }
+            break;
+        }
+        case EW_SWIGLU_BF16: { /* a: [rows, 2n] = [gate; value] -> x: [rows, n] */
+            const float *gv = c->a + i * 2 * n;
+            for (int64_t j = 0; j < n; j++) {
+                float g = gv[j];
+                float s = rb(g / (1.0f + expf(-g)));
+                x[j] = rb(s * gv[n + j]);
+            }
+            break;
+        }
+        case EW_ROPE_BF16: { /* x: [rows, heads*head_dim]; tables [rows, rot_dim/2] */
+            const int half = c->rot_dim / 2;
+            const float *cs = c->cos + i * half, *sn = c->sin + i * half;
+            for (int h = 0; h < c->heads; h++) {
+                float *y = x + (int64_t)h * c->head_dim;
+                for (int j = 0; j < half; j++) {
+                    float co = rb(cs[j]), si = rb(sn[j]);
+                    float x1 = y[j], x2 = y[j + half];
+                    y[j] = rb(rb(x1 * co) + rb(-x2 * si));
+                    y[j + half] = rb(rb(x2 * co) + rb(x1 * si));
+                }
+            }
+            break;
+        }
+        case EW_SPLIT_QKV: { /* x: [rows, 3*inner] -> q, k, v [rows, inner] */
+            const int D = c->head_dim, H = c->heads;
+            const int64_t inner = (int64_t)H * D;
+            for (int h = 0; h < H; h++)
+                for (int part = 0; part < 3; part++) {
+                    const float *src = c->interleaved ? x + ((int64_t)h * 3 + part) * D
+                                                      : x + part * inner + (int64_t)h * D;
+                    float *dst = (part == 0 ? c->q : part == 1 ? c->k : c->v) + i * inner + (int64_t)h * D;
+                    memcpy(dst, src, (size_t)D * sizeof(float));
+                }
+            break;
+        }
+        }
+    }
+}
+
+static void ew_run(h3_pool *pool, ew_ctx *c) {
+    /* small calls stay on the calling thread */
+    if (c->rows * c->n < 16384) h3_pool_run(NULL, ew_task, c);
+    else h3_pool_run(pool, ew_task, c);
+}
+
+h3_status h3_round_bf16(float *x, int64_t n, h3_pool *pool, h3_err *err) {
+    if (n < 0 || (n > 0 && !x)) return h3_fail(err, H3_EINVAL, "round_bf16: bad arguments");
+    ew_ctx c;
+    memset(&c, 0, sizeof c);
+    c.op = EW_ROUND;
+    c.x = x;
+    c.n = 1024;
+    c.rows = n / 1024;
+    ew_run(pool, &c);
+    for (int64_t i = c.rows * 1024; i < n; i++) x[i] = rb(x[i]);
+    return H3_OK;
+}
+
+/* workspace layout (floats): n [S,hidden] | qkv [S,3*inner] | q,k,v [S,inner] each |
+ * o [S,inner] | br [S,hidden] | ff [S,2*ffn] | act [S,ffn] | then kernel workspaces */
+typedef struct { size_t n, qkv, q, k, v, o, br, ff, act, lin, attn, total; } ws_plan;
+
+static size_t al(size_t b) { return (b + 63) & ~(size_t)63; }
+
+static ws_plan plan(const h3_dit_block *w, const h3_dit_block_args *a, int nth) {
+    ws_plan p;
+    const size_t S = (size_t)a->S, Hd = (size_t)a->hidden, I = (size_t)a->heads * a->head_dim,
+                 F = (size_t)a->ffn;
+    size_t off = 0;
+    p.n = off; off += al(S * Hd * 4);
+    p.qkv = off; off += al(S * 3 * I * 4);
+    p.q = off; off += al(S * I * 4);
+    p.k = off; off += al(S * I * 4);
+    p.v = off; off += al(S * I * 4);
+    p.o = off; off += al(S * I * 4);
+    p.br = off; off += al(S * Hd * 4);
+    p.ff = off; off += al(S * 2 * F * 4);
+    p.act = off; off += al(S * F * 4);
+    h3_epilogue e_res = {H3_EPI_RESID, NULL, NULL, NULL, 0};
+    h3_epilogue e_sw = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
+    size_t lw = 0, t;
+    t = h3_linear_workspace_bytes(w->qkv, a->S, nth, NULL); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(w->out, a->S, nth, &e_res); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(w->up, a->S, nth, &e_sw); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(w->up, a->S, nth, NULL); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(w->down, a->S, nth, &e_res); lw = H3_MAX(lw, t);
+    p.lin = off; off += al(lw);
+    h3_attn_args aa = {a->S, a->heads, a->heads, a->head_dim, (int64_t)I, (int64_t)I, (int64_t)I, (int64_t)I, 1.0f, 0};
+    p.attn = off; off += al(h3_attn_workspace_bytes(&aa, nth));
+    p.total = off;
+    return p;
+}
+
+size_t h3_dit_block_workspace_bytes(const h3_dit_block *w, const h3_dit_block_args *a,
+                                    int n_threads) {
+    if (!w || !a || a->S < 0) return 0;
+    return plan(w, a, n_threads < 1 ? 1 : n_threads).total;
+}
+
+#define TRY(call) do { st = (call); if (st) goto fail; } while (0)
+
+h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a, float *h,
+                               h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
+                               h3_err *err) {
+    if (!w || !a || !h) return h3_fail(err, H3_EINVAL, "dit_block: NULL argument");
+    if (!w->qkv || !w->out || !w->up || !w->down || !w->norm1 || !w->norm2 || !w->norm_q || !w->norm_k)
+        return h3_fail(err, H3_EINVAL, "dit_block: a weight is missing");
+    const int64_t S = a->S;
+    const int Hd = a->hidden, H = a->heads, D = a->head_dim, F = a->ffn;
+    const int64_t I = (int64_t)H * D;
+    if (S < 0 || Hd < 1 || H < 1 || D < 1 || F < 1)
+        return h3_fail(err, H3_EINVAL, "dit_block: bad geometry S=%lld hidden=%d heads=%d head_dim=%d ffn=%d",
+                       (long long)S, Hd, H, D, F);
+    if (h3_linear_n(w->qkv) != 3 * I || h3_linear_k(w->qkv) != Hd || h3_linear_n(w->out) != Hd ||
+        h3_linear_k(w->out) != I || h3_linear_n(w->up) != 2 * (int64_t)F || h3_linear_k(w->up) != Hd ||
+        h3_linear_n(w->down) != Hd || h3_linear_k(w->down) != F)
+        return h3_fail(err, H3_EINVAL, "dit_block: weight shapes do not match hidden=%d inner=%lld ffn=%d",
+                       Hd, (long long)I, F);
+    const int mod = a->scale1p_msa != NULL;
+    if (mod && (!a->shift_msa || !a->gate_msa || !a->shift_mlp || !a->scale1p_mlp || !a->gate_mlp || !a->rows))
+        return h3_fail(err, H3_EINVAL, "dit_block: modulation tables are incomplete");
+    if (mod)
+        for (int64_t i = 0; i < S; i++)
+            if (a->rows[i] < 0 || a->rows[i] >= a->table_rows)
+                return h3_fail(err, H3_EINVAL, "dit_block: rows[%lld] = %d outside [0, %lld)",
+                               (long long)i, a->rows[i], (long long)a->table_rows);
+    if (a->cos && (a->rot_dim < 2 || a->rot_dim > D || a->rot_dim % 2 || !a->sin))
+        return h3_fail(err, H3_EINVAL, "dit_block: rot_dim %d must be even and in [2, %d]", a->rot_dim, D);
+    if (S == 0) return H3_OK;
+    const int nth = h3_pool_threads(pool);
+    ws_plan p = plan(w, a, nth);
+    void *own = NULL;
+    h3_status st = H3_OK;
+    if (!ws) {
+        own = ws = h3_alloc(p.total);
+        if (!ws) return h3_fail(err, H3_ENOMEM, "dit_block: cannot allocate %zu bytes of workspace", p.total);
+    } else if (ws_bytes < p.total || ((uintptr_t)ws & 63)) {
+        return h3_fail(err, H3_EINVAL, "dit_block: workspace too small or misaligned (%zu < %zu)", ws_bytes, p.total);
+    }
+    char *base = (char *)ws;
+    float *n = (float *)(base + p.n), *qkv = (float *)(base + p.qkv), *q = (float *)(base + p.q),
+          *k = (float *)(base + p.k), *v = (float *)(base + p.v), *o = (float *)(base + p.o),
+          *br = (float *)(base + p.br), *ff = (float *)(base + p.ff), *act = (float *)(base + p.act);
+    void *lws = base + p.lin, *aws = base + p.attn;
+    const size_t lws_b = p.attn - p.lin, aws_b = p.total - p.attn;
+    const int R = a->round_bf16;
+    ew_ctx c;
+
+    /* ---- attention half ---- */
+    TRY(h3_rmsnorm(h, w->norm1, n, S, Hd, a->eps, pool, isa == H3_ISA_AMX ? H3_ISA_AVX512 : isa, NULL, err));
+    if (R) TRY(h3_round_bf16(n, S * Hd, pool, err));
+    if (mod) {
+        memset(&c, 0, sizeof c);
+        c.op = EW_MODULATE; c.round = R; c.rows = S; c.n = Hd; c.x = n;
+        c.t1 = a->scale1p_msa; c.t2 = a->shift_msa; c.rt = a->rows;
+        ew_run(pool, &c);
+    }
+    TRY(h3_linear_forward(w->qkv, pool, n, S, qkv, NULL, lws, lws_b, err));
+    if (R) TRY(h3_round_bf16(qkv, S * 3 * I, pool, err));
+    memset(&c, 0, sizeof c);
+    c.op = EW_SPLIT_QKV; c.rows = S; c.n = 3 * I; c.x = qkv; c.heads = H; c.head_dim = D;
+    c.interleaved = w->qkv_interleaved; c.q = q; c.k = k; c.v = v;
+    ew_run(pool, &c);
+    h3_isa eisa = isa == H3_ISA_AMX ? H3_ISA_AVX512 : isa;
+    TRY(h3_rmsnorm(q, w->norm_q, q, S * H, D, a->qk_eps, pool, eisa, NULL, err));
+    TRY(h3_rmsnorm(k, w->norm_k, k, S * H, D, a->qk_eps, pool, eisa, NULL, err));
+    if (R) {
+        TRY(h3_round_bf16(q, S * I, pool, err));
+        TRY(h3_round_bf16(k, S * I, pool, err));
+    }
+    if (a->cos) {
+        if (R) {
+            memset(&c, 0, sizeof c);
+            c.op = EW_ROPE_BF16; c.rows = S; c.n = I; c.heads = H; c.head_dim = D;
+            c.rot_dim = a->rot_dim; c.cos = a->cos; c.sin = a->sin;
+            c.x = q; ew_run(pool, &c);
+            c.x = k; ew_run(pool, &c);
+        } else {
+            TRY(h3_rope(q, a->cos, a->sin, S, H, D, a->rot_dim, pool, eisa, NULL, err));
+            TRY(h3_rope(k, a->cos, a->sin, S, H, D, a->rot_dim, pool, eisa, NULL, err));
+        }
+    }
+    h3_attn_args aa = {S, H, H, D, I, I, I, I, 1.0f / sqrtf((float)D), 0};
+    TRY(h3_attention(&aa, q, k, v, o, pool, aws, aws_b, isa, err));
+    if (R) TRY(h3_round_bf16(o, S * I, pool, err));
+    if (R || !mod) {
+        /* separately rounded: br = R(o Wout^T); h = R(h + R(gate * br)) */
+        TRY(h3_linear_forward(w->out, pool, o, S, br, NULL, lws, lws_b, err));
+        if (R) TRY(h3_round_bf16(br, S * Hd, pool, err));
+        memset(&c, 0, sizeof c);
+        c.op = EW_GATE_ADD; c.round = R; c.rows = S; c.n = Hd; c.x = h; c.a = br;
+        c.t1 = mod ? a->gate_msa : NULL; c.rt = a->rows;
+        ew_run(pool, &c);
+    } else {
+        h3_epilogue e = {H3_EPI_RESID, h, a->gate_msa, a->rows, a->table_rows};
+        TRY(h3_linear_forward(w->out, pool, o, S, h, &e, lws, lws_b, err));
+    }
+
+    /* ---- feed-forward half ---- */
+    TRY(h3_rmsnorm(h, w->norm2, n, S, Hd, a->eps, pool, eisa, NULL, err));
+    if (R) TRY(h3_round_bf16(n, S * Hd, pool, err));
+    if (mod) {
+        memset(&c, 0, sizeof c);
+        c.op = EW_MODULATE; c.round = R; c.rows = S; c.n = Hd; c.x = n;
+        c.t1 = a->scale1p_mlp; c.t2 = a->shift_mlp; c.rt = a->rows;
+        ew_run(pool, &c);
+    }
+    if (R) {
+        TRY(h3_linear_forward(w->up, pool, n, S, ff, NULL, lws, lws_b, err));
+        TRY(h3_round_bf16(ff, S * 2 * (int64_t)F, pool, err));
+        memset(&c, 0, sizeof c);
+        c.op = EW_SWIGLU_BF16; c.rows = S; c.n = F; c.x = act; c.a = ff;
+        ew_run(pool, &c);
+    } else {
+        h3_epilogue e = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
+        TRY(h3_linear_forward(w->up, pool, n, S, act, &e, lws, lws_b, err));
+    }
+    if (R || !mod) {
+        TRY(h3_linear_forward(w->down, pool, act, S, br, NULL, lws, lws_b, err));
+        if (R) TRY(h3_round_bf16(br, S * Hd, pool, err));
+        memset(&c, 0, sizeof c);
+        c.op = EW_GATE_ADD; c.round = R; c.rows = S; c.n = Hd; c.x = h; c.a = br;
+        c.t1 = mod ? a->gate_mlp : NULL; c.rt = a->rows;
+        ew_run(pool, &c);
+    } else {
+        h3_epilogue e = {H3_EPI_RESID, h, a->gate_mlp, a->rows, a->table_rows};
+        TRY(h3_linear_forward(w->down, pool, act, S, h, &e, lws, lws_b, err));
+    }
+fail:
+    h3_free(own);
+    return st;
+}

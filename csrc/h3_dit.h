@@ -1,0 +1,53 @@
+/* h3_dit.h — one MiniMax-H3 transformer block (or token-refiner block) in C.
+ * Included at the end of h3.h; see dit.c for the op order. */
+#ifndef H3_DIT_H
+#define H3_DIT_H
+
+#include "h3.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The weights of one block (borrowed; the caller keeps them alive).
+ *   qkv  : [3*inner, hidden]; rows stacked [q; k; v] or, with qkv_interleaved, per head
+ *          [q_h; k_h; v_h] (the original release's fused layout)
+ *   out  : [hidden, inner];  up: pair=1 linear, rows [gate; value] of [2*ffn, hidden];
+ *   down : [hidden, ffn];    norm1, norm2: [hidden];  norm_q, norm_k: [head_dim] */
+typedef struct {
+    const h3_linear *qkv, *out, *up, *down;
+    int qkv_interleaved;
+    const float *norm1, *norm2, *norm_q, *norm_k;
+} h3_dit_block;
+
+/* One call's geometry and modulation.
+ *   h: [S, hidden] residual stream, updated in place.
+ *   Modulation tables (transformer blocks; all NULL for refiner blocks): [table_rows,
+ *   hidden] each, row r of packed row i = rows[i]; scale tables hold (1 + scale).
+ *   cos, sin: [S, rot_dim/2] RoPE tables (NULL: no RoPE, as in the refiner).
+ *   round_bf16: reproduce diffusers' bf16 activation roundings (spec 4.6). */
+typedef struct {
+    int64_t S;
+    int hidden, heads, head_dim, ffn, rot_dim;
+    float eps, qk_eps;
+    int round_bf16;
+    const int32_t *rows;
+    int64_t table_rows;
+    const float *shift_msa, *scale1p_msa, *gate_msa, *shift_mlp, *scale1p_mlp, *gate_mlp;
+    const float *cos, *sin;
+} h3_dit_block_args;
+
+size_t h3_dit_block_workspace_bytes(const h3_dit_block *w, const h3_dit_block_args *a,
+                                    int n_threads);
+/* ws: 64-byte aligned, >= workspace_bytes (NULL: allocated inside). */
+h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a, float *h,
+                               h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
+                               h3_err *err);
+
+/* x = bf16(x) in place (round to nearest even, kept as float32). */
+h3_status h3_round_bf16(float *x, int64_t n, h3_pool *pool, h3_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
