@@ -73,13 +73,13 @@ def _err(path, tensor, msg):
 # ---------------------------------------------------------------------------------------------
 # config
 # ---------------------------------------------------------------------------------------------
-# (field, diffusers key, original key, kind); kind "int" (> 0), "float" (> 0), "patch"
+# (field, diffusers key, original key, kind); kind "int" (> 0), "int0" (>= 0), "float" (> 0), "patch"
 _CONFIG_KEYS = (
     ("num_attention_heads", "num_attention_heads", "num_attention_heads", "int"),
     ("attention_head_dim", "attention_head_dim", "attention_head_dim", "int"),
     ("hidden_size", "hidden_size", "hidden_size", "int"),
     ("num_layers", "num_layers", "num_layers", "int"),
-    ("num_refiner_layers", "num_refiner_layers", "token_refiner_num_layers", "int"),
+    ("num_refiner_layers", "num_refiner_layers", "token_refiner_num_layers", "int0"),
     ("ffn_dim", "ffn_dim", "ffn_hidden_size", "int"),
     ("in_channels", "in_channels", "latents_dim", "int"),
     ("audio_in_channels", "audio_in_channels", "audio_latents_dim", "int"),
@@ -94,7 +94,9 @@ _CONFIG_KEYS = (
     ("qk_norm_eps", "qk_norm_eps", "qk_norm_eps", "float"),
     ("final_norm_eps", "final_norm_eps", "final_norm_eps", "float"),
 )
-_DEFAULTS = {"rope_theta": 10000.0}  # the original config has no rope_theta (spec §4.1)
+# Keys the shapes cannot check default as in diffusers' __init__ (diffusers fills missing config keys the
+# same way); the original config has no rope_theta (spec §4.1).  Every shape-bearing key is required.
+_DEFAULTS = {"rope_theta": 10000.0, "norm_eps": 1e-5, "qk_norm_eps": 1e-5, "final_norm_eps": 1e-5}
 
 
 @dataclass(frozen=True)
@@ -152,13 +154,16 @@ class TransformerConfig:
             if not have:
                 if field in _DEFAULTS:
                     vals[field] = _DEFAULTS[field]
+                    if field != "rope_theta":
+                        log.info("%s: config has no %r; using diffusers' default %r", path, dk, _DEFAULTS[field])
                     continue
                 names = dk if dk == ok else f"{dk!r} (original: {ok!r})"
                 raise _err(path, None, f"config key {names} is missing")
             key, v = have[0]
-            if kind == "int":
-                if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                    raise _err(path, None, f"config {key!r} must be a positive int, got {v!r}")
+            if kind in ("int", "int0"):
+                if isinstance(v, bool) or not isinstance(v, int) or v < (kind == "int"):
+                    word = "a positive" if kind == "int" else "a non-negative"
+                    raise _err(path, None, f"config {key!r} must be {word} int, got {v!r}")
             elif kind == "float":
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                     raise _err(path, None, f"config {key!r} must be a positive finite number, got {v!r}")
@@ -578,7 +583,7 @@ def _build(folder, cfg, cfg_path, index, where, files, qkv_layout):
     names = dnames if layout == "diffusers" else onames
     hint = (f"(config.json: num_layers={cfg.num_layers}, num_refiner_layers={cfg.num_refiner_layers}, "
             f"{layout} layout)")
-    extra = [n for n in stored if n not in names]
+    extra = sorted(n for n in stored if n not in names)
     if extra:
         more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
         raise _err(where[extra[0]], extra[0], f"unexpected tensor{more} {hint}")

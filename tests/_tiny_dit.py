@@ -202,7 +202,9 @@ def build(name, root):
     msd = mixed.state_dict()
     t.params_bf16 = {k: to_numpy(v) for k, v in msd.items()}
 
-    allbf16 = copy.deepcopy(model).to(torch.bfloat16)
+    allbf16 = copy.deepcopy(model)   # model.to(bf16), without diffusers' keep-in-fp32 warning
+    for p in allbf16.parameters():
+        p.data = p.data.to(torch.bfloat16)
     t.diffusers_allbf16 = os.path.join(root, "diffusers_allbf16")
     allbf16.save_pretrained(t.diffusers_allbf16)
     t.params_allbf16 = {k: to_numpy(v) for k, v in allbf16.state_dict().items()}
