@@ -415,32 +415,39 @@ static void int_block(run_ctx *c, int64_t pr0, int64_t w, float *C, int64_t ldc)
     const int64_t ng = i4 ? Kp / l->group_size : 1;
     const uint8_t *pk = (const uint8_t *)l->w;
     gemm_ukr_int_fn ukr = i4 ? kt->ukr_i4 : kt->ukr_i8;
-    for (int64_t pc = 0; pc < Kp; pc += kci) {
-        /* Kp is a multiple of segeff, and of kci when seg > kci (choose_kci) */
-        const int nseg = (int)(H3_MIN(kci, Kp - pc) / segeff);
-        for (int64_t ir = 0; ir < M; ir += MR) {
-            int mr = (int)H3_MIN(MR, M - ir);
-            const int64_t pa = ir / MR;
-            const int8_t *ap = c->qa + pa * MR * Kp + pc * MR;
-            const float *sab = c->sa + (pa * nsg + pc / segeff) * MR;
-            const int32_t *asb = c->asum + (pa * nsg + pc / segeff) * MR;
-            for (int64_t jr = 0; jr < w; jr += NR) {
-                int64_t p = (pr0 + jr) / NR;
-                int nr = (int)H3_MIN(NR, w - jr);
-                const uint8_t *b;
-                const float *sw;
-                int64_t sws;
-                if (i4) {
-                    b = pk + ((p * (Kp / 8) + pc / 8) * NR) * 4;
-                    sw = l->wscale + (p * ng + pc / l->group_size) * NR;
-                    sws = NR;
-                } else {
-                    b = pk + ((p * (Kp / 4) + pc / 4) * NR) * 4;
-                    sw = l->wscale + p * NR;
-                    sws = 0;
+    /* Small M is weight-bound: walk each weight panel's K in one contiguous stream (jr
+     * outer).  Large M: each A panel (L1) meets every B panel of the block (L2). Either
+     * way every output element sees its K blocks in the same order (same bits). */
+    const int small = M <= 4 * (int64_t)MR;
+    const int64_t nj = small ? w : 1;
+    for (int64_t j0 = 0; j0 < nj; j0 += NR) {
+        for (int64_t pc = 0; pc < Kp; pc += kci) {
+            /* Kp is a multiple of segeff, and of kci when seg > kci (choose_kci) */
+            const int nseg = (int)(H3_MIN(kci, Kp - pc) / segeff);
+            for (int64_t ir = 0; ir < M; ir += MR) {
+                int mr = (int)H3_MIN(MR, M - ir);
+                const int64_t pa = ir / MR;
+                const int8_t *ap = c->qa + pa * MR * Kp + pc * MR;
+                const float *sab = c->sa + (pa * nsg + pc / segeff) * MR;
+                const int32_t *asb = c->asum + (pa * nsg + pc / segeff) * MR;
+                for (int64_t jr = small ? j0 : 0; jr < (small ? j0 + 1 : w); jr += NR) {
+                    int64_t p = (pr0 + jr) / NR;
+                    int nr = (int)H3_MIN(NR, w - jr);
+                    const uint8_t *b;
+                    const float *sw;
+                    int64_t sws;
+                    if (i4) {
+                        b = pk + ((p * (Kp / 8) + pc / 8) * NR) * 4;
+                        sw = l->wscale + (p * ng + pc / l->group_size) * NR;
+                        sws = NR;
+                    } else {
+                        b = pk + ((p * (Kp / 4) + pc / 4) * NR) * 4;
+                        sw = l->wscale + p * NR;
+                        sws = 0;
+                    }
+                    ukr(MR, NR, nseg, (int)(segeff / 4), ap, b, sab, asb, sw, sws, C + ir * ldc + jr, ldc, mr,
+                        nr, pc > 0);
                 }
-                ukr(MR, NR, nseg, (int)(segeff / 4), ap, b, sab, asb, sw, sws, C + ir * ldc + jr, ldc, mr, nr,
-                    pc > 0);
             }
         }
     }

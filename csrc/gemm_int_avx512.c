@@ -67,22 +67,43 @@ int_rows(const int I4, const int VNNI, const int RB, int MR, int nseg, int seg_q
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const int32_t off = I4 ? 8 : 128;
+    /* with 1-2 rows (small M) a second set of accumulators takes every other quad, so
+     * that 4+ independent dpbusd chains hide the instruction latency (int32 adds are exact) */
+    const int DUAL = RB <= 2;
     for (int s = 0; s < nseg; s++) {
-        __m512i acc[RB][2];
+        __m512i acc[RB][2], acc2[RB][2];
 #pragma GCC unroll 16
-        for (int i = 0; i < RB; i++)
+        for (int i = 0; i < RB; i++) {
             acc[i][0] = acc[i][1] = (VNNI || I4) ? _mm512_set1_epi32(-off * asum[s * MR + i]) : _mm512_setzero_si512();
+            acc2[i][0] = acc2[i][1] = _mm512_setzero_si512();
+        }
         const int8_t *a = ap + (int64_t)s * seg_q * MR * 4;
         if (!I4) {
             const uint8_t *b = bp + (int64_t)s * seg_q * NR * 4;
-            for (int q = 0; q < seg_q; q++, a += MR * 4, b += NR * 4) {
+            for (int q = 0; q < seg_q; q += 2, a += 2 * MR * 4, b += 2 * NR * 4) {
+                /* seg_q is even: segments are multiples of 8 k */
                 __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64);
-                if (!VNNI) { b0 = _mm512_xor_si512(b0, flip); b1 = _mm512_xor_si512(b1, flip); }
+                __m512i b2 = _mm512_loadu_si512(b + 128), b3 = _mm512_loadu_si512(b + 192);
+                if (!VNNI) {
+                    b0 = _mm512_xor_si512(b0, flip); b1 = _mm512_xor_si512(b1, flip);
+                    b2 = _mm512_xor_si512(b2, flip); b3 = _mm512_xor_si512(b3, flip);
+                }
 #pragma GCC unroll 16
                 for (int i = 0; i < RB; i++) {
                     __m512i av = bcast4(a + i * 4);
                     acc[i][0] = dot4(0, VNNI, acc[i][0], b0, av);
                     acc[i][1] = dot4(0, VNNI, acc[i][1], b1, av);
+                }
+#pragma GCC unroll 16
+                for (int i = 0; i < RB; i++) {
+                    __m512i av = bcast4(a + MR * 4 + i * 4);
+                    if (DUAL) {
+                        acc2[i][0] = dot4(0, VNNI, acc2[i][0], b2, av);
+                        acc2[i][1] = dot4(0, VNNI, acc2[i][1], b3, av);
+                    } else {
+                        acc[i][0] = dot4(0, VNNI, acc[i][0], b2, av);
+                        acc[i][1] = dot4(0, VNNI, acc[i][1], b3, av);
+                    }
                 }
             }
         } else {
@@ -101,9 +122,21 @@ int_rows(const int I4, const int VNNI, const int RB, int MR, int nseg, int seg_q
 #pragma GCC unroll 16
                 for (int i = 0; i < RB; i++) {
                     __m512i av = bcast4(a + MR * 4 + i * 4);
-                    acc[i][0] = dot4(1, VNNI, acc[i][0], h0, av);
-                    acc[i][1] = dot4(1, VNNI, acc[i][1], h1, av);
+                    if (DUAL) {
+                        acc2[i][0] = dot4(1, VNNI, acc2[i][0], h0, av);
+                        acc2[i][1] = dot4(1, VNNI, acc2[i][1], h1, av);
+                    } else {
+                        acc[i][0] = dot4(1, VNNI, acc[i][0], h0, av);
+                        acc[i][1] = dot4(1, VNNI, acc[i][1], h1, av);
+                    }
                 }
+            }
+        }
+        if (DUAL) {
+#pragma GCC unroll 16
+            for (int i = 0; i < RB; i++) {
+                acc[i][0] = _mm512_add_epi32(acc[i][0], acc2[i][0]);
+                acc[i][1] = _mm512_add_epi32(acc[i][1], acc2[i][1]);
             }
         }
         const __m512 sw0 = _mm512_loadu_ps(sw + s * sw_stride), sw1 = _mm512_loadu_ps(sw + s * sw_stride + 16);
@@ -125,21 +158,36 @@ int_rows(const int I4, const int VNNI, const int RB, int MR, int nseg, int seg_q
     }
 }
 
-/* The table's MR in row blocks of RB (MR % RB == 0, checked by the caller). */
-#define DEFINE_UKR(name, I4, VNNI, RB)                                                              \
+/* The table's MR in row blocks of 7; the last block (and small M, where the GEMM is
+ * memory-bound) uses the smallest of 1/2/4/7 rows that covers it. */
+#define DEFINE_UKR(name, I4, VNNI)                                                                  \
     static void name(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,     \
                      const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,      \
                      float *c, int64_t ldc, int mr, int nr, int accumulate) {                       \
         (void)NR_;                                                                                  \
-        for (int r0 = 0; r0 < mr; r0 += RB)                                                         \
-            int_rows(I4, VNNI, RB, MR, nseg, seg_q, ap + r0 * 4, bp, sa + r0, asum + r0, sw,       \
-                     sw_stride, c + r0 * ldc, ldc, H3_MIN(RB, mr - r0), nr, accumulate);            \
+        for (int r0 = 0; r0 < mr; r0 += 7) {                                                        \
+            int rows = H3_MIN(7, mr - r0);                                                          \
+            const int8_t *a = ap + r0 * 4;                                                          \
+            float *cc = c + r0 * ldc;                                                               \
+            if (rows == 1)                                                                          \
+                int_rows(I4, VNNI, 1, MR, nseg, seg_q, a, bp, sa + r0, asum + r0, sw, sw_stride,    \
+                         cc, ldc, rows, nr, accumulate);                                            \
+            else if (rows == 2)                                                                     \
+                int_rows(I4, VNNI, 2, MR, nseg, seg_q, a, bp, sa + r0, asum + r0, sw, sw_stride,    \
+                         cc, ldc, rows, nr, accumulate);                                            \
+            else if (rows <= 4)                                                                     \
+                int_rows(I4, VNNI, 4, MR, nseg, seg_q, a, bp, sa + r0, asum + r0, sw, sw_stride,    \
+                         cc, ldc, rows, nr, accumulate);                                            \
+            else                                                                                    \
+                int_rows(I4, VNNI, 7, MR, nseg, seg_q, a, bp, sa + r0, asum + r0, sw, sw_stride,    \
+                         cc, ldc, rows, nr, accumulate);                                            \
+        }                                                                                           \
     }
 
-DEFINE_UKR(ukr_i8_vnni_rb, 0, 1, 7)
-DEFINE_UKR(ukr_i4_vnni_rb, 1, 1, 7)
-DEFINE_UKR(ukr_i8_bw_rb, 0, 0, 7)
-DEFINE_UKR(ukr_i4_bw_rb, 1, 0, 7)
+DEFINE_UKR(ukr_i8_vnni_rb, 0, 1)
+DEFINE_UKR(ukr_i4_vnni_rb, 1, 1)
+DEFINE_UKR(ukr_i8_bw_rb, 0, 0)
+DEFINE_UKR(ukr_i4_bw_rb, 1, 0)
 
 /* Entry points: NR must be 32 and MR a multiple of 7; anything else is the reference's. */
 #define DEFINE_ENTRY(name, rb_fn, ref_fn)                                                           \
