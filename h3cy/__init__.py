@@ -6,10 +6,11 @@ and this package is the numpy API.  No torch at run time.
 from ._config import get_num_threads, set_num_threads
 from .errors import Cancelled, CheckpointError, H3Error, UnsupportedCPUError
 from . import ops
+from .model import DiT
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Cancelled", "CheckpointError", "H3Error", "UnsupportedCPUError",
-    "get_num_threads", "set_num_threads", "ops", "__version__",
+    "get_num_threads", "set_num_threads", "ops", "DiT", "__version__",
 ]

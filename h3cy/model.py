@@ -82,8 +82,67 @@ class _Block:
                             bias=_f32(src.get(prefix + "adaln_proj.linear.bias")))
 
 
+class _CheckpointSource:
+    """Adapts a :class:`h3cy.checkpoint.TransformerCheckpoint` to the weight-source
+    interface the model consumes (``config``, ``get``, ``qkv``, ``ffn_up``)."""
+
+    def __init__(self, ckpt):
+        self.ckpt = ckpt
+        self.config = ckpt.config.to_dict()
+
+    def get(self, name):
+        return self.ckpt.tensor(name)
+
+    def qkv(self, prefix):
+        """[3*inner, hidden] rows and their layout ("stacked" or "interleaved")."""
+        p = prefix[: -len(".attn.")]
+        fused = getattr(self.ckpt, "fused_qkv", None)
+        if fused is not None:
+            return fused(p)
+        q, k, v = self.ckpt.attention_qkv(p)
+        hidden = q.shape[-1]
+        return np.concatenate([a.reshape(-1, hidden) for a in (q, k, v)]), "stacked"
+
+    def ffn_up(self, prefix):
+        """[2*ffn, hidden] rows ordered [gate; value]."""
+        p = prefix[: -len(".ff.")]
+        pair = getattr(self.ckpt, "swiglu_gate_value", None)
+        if pair is not None:
+            return pair(p)
+        value, gate = self.ckpt.swiglu(p)
+        return np.concatenate([gate, value])
+
+
 class DiT:
     """The MiniMax-H3 transformer on the CPU.  Build with :meth:`from_pretrained`."""
+
+    @classmethod
+    def from_pretrained(cls, path, weights="bf16", threads=None, streaming=False, cache_dir=None,
+                        qkv_layout=None, isa=None):
+        """Load a transformer folder: diffusers layout (``transformer/``) or the original
+        release (``FL2VA/transformer``, ``Ref2VA/transformer``), memory-mapped.
+
+        Parameters
+        ----------
+        path : str or os.PathLike — the folder (any Unicode name)
+        weights : {"bf16", "fp32", "fp16", "int8", "int4"}
+        threads : int, optional — default :func:`h3cy.get_num_threads`
+        qkv_layout : {None, "interleaved", "stacked"} — how an original fused QKV is laid
+            out (default: sharded release folder -> interleaved, single file -> stacked)
+        isa : str, optional — kernel path (default: ``H3CY_ISA`` or the best available)
+        """
+        from .checkpoint import open_transformer
+        if streaming:
+            raise H3ValueError("streaming=True is not available yet in this version of h3cy; "
+                               "load resident (streaming=False)")
+        if cache_dir is not None:
+            raise H3ValueError("cache_dir is not available yet in this version of h3cy")
+        ckpt = open_transformer(path, qkv_layout=qkv_layout)
+        try:
+            return cls(_CheckpointSource(ckpt), weights=weights, threads=threads, isa=isa)
+        finally:
+            ckpt.close()
+
 
     def __init__(self, source, weights="bf16", threads=None, isa=None, ffn_act_group=None):
         if weights not in ops.WEIGHT_MODES:
