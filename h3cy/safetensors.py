@@ -43,6 +43,7 @@ log = logging.getLogger("h3cy")
 
 MAX_HEADER_BYTES = 100_000_000
 MAX_RANK = 32
+_MAX_INTP = np.iinfo(np.intp).max
 
 # safetensors dtype name -> numpy dtype of the returned array.  Types numpy lacks are raw bits of the
 # same width: BF16 -> uint16, F8_* -> uint8.
@@ -154,6 +155,9 @@ def parse_header(raw, path, data_size):
             raise _err(path, name, f"shape entries must be non-negative ints, got {shape!r:.100}")
         if not (isinstance(offs, list) and len(offs) == 2 and all(_is_int(o) for o in offs)):
             raise _err(path, name, f"data_offsets must be [begin, end] ints, got {offs!r:.100}")
+        if math.prod(d for d in shape if d) * DTYPES[dtype].itemsize > _MAX_INTP:
+            # numpy refuses such a shape even when another dimension is 0
+            raise _err(path, name, f"shape {shape!r:.100} is too large for any array")
         begin, end = offs
         if not 0 <= begin <= end:
             raise _err(path, name, f"data_offsets [{begin}, {end}] must satisfy 0 <= begin <= end")

@@ -678,7 +678,9 @@ HEADER_CASES = [
     ("negative_begin", {"a": _entry(offs=(-8, 0))}, 8, "a", "begin <= end"),
     ("size_mismatch", {"a": _entry(offs=(0, 12))}, 12, "a", "needs 8"),
     ("past_end", {"a": _entry(offs=(8, 16))}, 8, "a", "past the end"),
-    ("huge", {"a": {"dtype": "F64", "shape": [2**62, 2**62], "data_offsets": [0, 5]}}, 0, "a", "needs"),
+    ("huge", {"a": {"dtype": "F64", "shape": [2**62, 2**62], "data_offsets": [0, 5]}}, 0, "a", "too large"),
+    ("zero_dim_but_huge", {"a": {"dtype": "U8", "shape": [0, 2**40, 2**40], "data_offsets": [0, 0]}}, 0, "a",
+     "too large"),
     ("overlap", {"a": _entry(), "b": _entry(offs=(4, 12))}, 12, "b", "overlap"),
     ("metadata_not_str", {"__metadata__": {"k": 1}}, 0, None, "__metadata__"),
 ]

@@ -1,0 +1,174 @@
+"""Fuzz h3cy.safetensors with hypothesis: mutated headers, offsets, sizes and lengths of a small valid
+file must give either correct arrays or CheckpointError — never another exception, a hang or a crash.
+
+Examples per strategy: H3CY_FUZZ_EXAMPLES (default 2000: about 15-20 s for the three strategies on a
+shared 2-core CI box).  A long run: ``H3CY_FUZZ_EXAMPLES=35000 pytest tests/test_safetensors_fuzz.py -s``
+(3 strategies x 35 000 > 100 000 cases); each test prints the number of cases it ran.
+"""
+import json
+import os
+import signal
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from h3cy.errors import CheckpointError
+from h3cy.safetensors import SafetensorsFile
+
+N_EXAMPLES = int(os.environ.get("H3CY_FUZZ_EXAMPLES", "2000"))
+PER_CASE_TIMEOUT_S = 20  # a case that takes this long is a hang
+
+SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, database=None, print_blob=True,
+                    suppress_health_check=list(HealthCheck))
+
+
+def _valid_file():
+    """Header JSON (dict) and data bytes: several dtypes, an odd-offset BF16, a zero-size tensor."""
+    rng = np.random.default_rng(0)
+    parts = [
+        ("u8", "U8", [3], rng.integers(0, 256, 3, dtype=np.uint8).tobytes()),
+        ("bf16", "BF16", [2, 2], rng.integers(0, 2**16, 4, dtype=np.uint16).tobytes()),   # offset 3
+        ("empty", "F16", [0, 5], b""),
+        ("f32", "F32", [2, 3], rng.standard_normal(6).astype(np.float32).tobytes()),
+        ("i64", "I64", [2], np.array([-1, 2**40], dtype=np.int64).tobytes()),
+        ("b", "BOOL", [1, 1, 1], b"\x01"),
+    ]
+    header, data = {"__metadata__": {"format": "pt"}}, b""
+    for name, dt, shape, buf in parts:
+        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [len(data), len(data) + len(buf)]}
+        data += buf
+    return header, data
+
+
+BASE_HEADER, BASE_DATA = _valid_file()
+
+
+def _encode(header, data, pad=True):
+    hb = json.dumps(header).encode()
+    if pad:
+        hb += b" " * (-(8 + len(hb)) % 8)
+    return struct.pack("<Q", len(hb)) + hb + data
+
+
+BASE = _encode(BASE_HEADER, BASE_DATA)
+COUNT = {}
+
+
+class _Hang(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Hang(f"a fuzz case ran for more than {PER_CASE_TIMEOUT_S} s")
+
+
+def check_file(path, blob):
+    """Open and read every tensor; only CheckpointError may escape.  On success the arrays must hold
+    exactly the bytes their header points at."""
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(PER_CASE_TIMEOUT_S)
+    try:
+        with open(path, "wb") as f:
+            f.write(blob)
+        try:
+            f = SafetensorsFile(path)
+        except CheckpointError as e:
+            assert str(e).startswith(path), str(e)
+            return
+        with f:
+            for name in f.keys():
+                info = f.info(name)
+                arr = f.get(name)
+                assert arr.shape == info.shape and arr.nbytes == info.nbytes
+                assert arr.tobytes() == blob[info.offset:info.offset + info.nbytes], name
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture(scope="module")
+def fuzz_path(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("fuzz") / "f.safetensors")
+
+
+def test_base_file_is_valid(fuzz_path):
+    check_file(fuzz_path, BASE)
+    with SafetensorsFile(fuzz_path) as f:
+        assert len(f) == 6 and f.info("bf16").offset % 2 == 1
+
+
+# -- strategy 1: raw byte edits anywhere (length prefix, header, data), truncation, appended bytes ---
+@SETTINGS
+@given(edits=st.lists(st.tuples(st.integers(0, len(BASE) - 1), st.integers(0, 255)), max_size=8),
+       cut=st.one_of(st.none(), st.integers(0, len(BASE))),
+       tail=st.binary(max_size=16))
+def test_fuzz_bytes(fuzz_path, edits, cut, tail):
+    blob = bytearray(BASE)
+    for pos, val in edits:
+        blob[pos] = val
+    if cut is not None:
+        blob = blob[:cut]
+    check_file(fuzz_path, bytes(blob) + tail)
+    COUNT["bytes"] = COUNT.get("bytes", 0) + 1
+
+
+# -- strategy 2: structural JSON edits of one entry's dtype / shape / offsets ------------------------
+_json_scalar = st.one_of(
+    st.none(), st.booleans(), st.integers(-2**70, 2**70), st.integers(-4, 64),
+    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=6),
+    st.sampled_from(["F32", "BF16", "F16", "U8", "I64", "BOOL", "F8_E4M3", "F4", "bf16", ""]))
+_json_value = st.recursive(_json_scalar, lambda c: st.one_of(st.lists(c, max_size=4),
+                                                             st.dictionaries(st.text(max_size=4), c, max_size=3)),
+                           max_leaves=8)
+_shape = st.lists(st.integers(-2, 2**40), max_size=4)
+_offsets = st.lists(st.one_of(st.integers(-8, 80), st.integers(-2**64, 2**64)), min_size=0, max_size=3)
+
+
+@SETTINGS
+@given(name=st.sampled_from([k for k in BASE_HEADER if k != "__metadata__"] + ["__metadata__", "new"]),
+       field=st.sampled_from(["dtype", "shape", "data_offsets", "extra", "drop", "whole"]),
+       value=st.one_of(_json_value, _shape, _offsets),
+       length_delta=st.one_of(st.just(0), st.integers(-16, 16), st.integers(-2**63, 2**64 - 1)),
+       pad=st.booleans())
+def test_fuzz_header_fields(fuzz_path, name, field, value, length_delta, pad):
+    header = json.loads(json.dumps(BASE_HEADER))
+    entry = header.setdefault(name, {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]})
+    if field == "drop":
+        header.pop(name)
+    elif field == "whole":
+        header[name] = value
+    elif isinstance(entry, dict):
+        entry[field] = value
+    blob = bytearray(_encode(header, BASE_DATA, pad))
+    if length_delta:
+        (n,) = struct.unpack("<Q", blob[:8])
+        blob[:8] = struct.pack("<Q", (n + length_delta) % 2**64)
+    check_file(fuzz_path, bytes(blob))
+    COUNT["fields"] = COUNT.get("fields", 0) + 1
+
+
+# -- strategy 3: consistent-looking headers with random dtypes, shapes and offsets over random data --
+@SETTINGS
+@given(entries=st.lists(st.tuples(st.sampled_from(["F64", "F32", "F16", "BF16", "I8", "U16", "BOOL", "F8_E5M2"]),
+                                  st.lists(st.integers(0, 5), max_size=3),
+                                  st.integers(-3, 3)), max_size=6),
+       data_len=st.integers(0, 300), gap=st.integers(0, 3))
+def test_fuzz_offsets(fuzz_path, entries, data_len, gap):
+    header, off = {}, 0
+    itemsize = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I8": 1, "U16": 2, "BOOL": 1, "F8_E5M2": 1}
+    for i, (dt, shape, skew) in enumerate(entries):
+        size = int(np.prod(shape, dtype=np.int64)) * itemsize[dt]
+        header[f"t{i}"] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + size + skew]}
+        off += size + gap - (skew < 0) * 2        # sometimes overlap, sometimes leave a gap
+    data = bytes(range(256)) * (data_len // 256 + 1)
+    check_file(fuzz_path, _encode(header, data[:data_len], pad=gap % 2 == 0))
+    COUNT["offsets"] = COUNT.get("offsets", 0) + 1
+
+
+def test_report_counts():
+    """Prints how many cases each strategy ran (visible with -s); at least one each."""
+    print(f"\nfuzz cases: {COUNT} total {sum(COUNT.values())} (H3CY_FUZZ_EXAMPLES={N_EXAMPLES})")
+    assert set(COUNT) == {"bytes", "fields", "offsets"} or not COUNT
