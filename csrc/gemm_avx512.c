@@ -28,6 +28,11 @@ static void ukr_f32_avx512(int mr_, int nr_, int64_t kc, const float *ap, const 
                            float *c, int64_t ldc, int mr, int nr, int accumulate) {
     (void)mr_; (void)nr_;
     __m512 acc[MR][2];
+    /* the C tile is touched only at the end; start its (L3) lines on their way now */
+    for (int i = 0; i < mr; i++) {
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
+    }
 #pragma GCC unroll 14
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     for (int64_t k = 0; k < kc; k++) {
@@ -46,34 +51,77 @@ static void ukr_f32_avx512(int mr_, int nr_, int64_t kc, const float *ap, const 
         if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, accumulate);
 }
 
-/* W block -> f32 panels out[j/NR][k][j%NR].  Each row's 16 consecutive k are widened
- * with one vector op, then written down the column of the panel. */
+/* In-register 16x16 transpose: r[i][j] -> r[j][i]. */
+static inline void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    }
+    /* r[4b + c] now holds, in each 128-bit lane L, column c of rows 4L'.. of block b */
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+        t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
+        t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+        t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+        r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
+        r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+        r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xdd);
+    }
+}
+
+static inline __m512 maskload_w(int wtype, const void *w, int64_t idx, __mmask16 m);
+
+/* W block -> f32 panels out[j/NR][k][j%NR]: 16 rows x 16 k per step, widened and
+ * transposed in registers, so every store is a full 64-byte panel row. */
 static void unpack_avx512(int wtype, const void *w, int64_t ldw, int64_t n0, int64_t nc,
                           int64_t n_valid, int64_t k0, int64_t kc, float *out, int nr) {
-    for (int64_t j = 0; j < nc; j++) {
+    if (nr % 16 || nc % 16) {
+        gemm_unpack_ref(wtype, w, ldw, n0, nc, n_valid, k0, kc, out, nr);
+        return;
+    }
+    for (int64_t j = 0; j < nc; j += 16) {
         float *o = out + (j / nr) * kc * nr + (j % nr);
-        int64_t n = n0 + j;
-        if (n >= n_valid) {
-            for (int64_t k = 0; k < kc; k++) o[k * nr] = 0.0f;
-            continue;
-        }
-        int64_t k = 0;
-        float tmp[16] __attribute__((aligned(64)));
-        for (; k + 16 <= kc; k += 16) {
-            __m512 v;
-            if (wtype == H3_DT_F32) {
-                v = _mm512_loadu_ps((const float *)w + n * ldw + k0 + k);
-            } else {
-                __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + n * ldw + k0 + k));
-                if (wtype == H3_DT_BF16)
-                    v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-                else
-                    v = _mm512_cvtph_ps(h);
+        for (int64_t k = 0; k < kc; k += 16) {
+            int kk = (int)H3_MIN(16, kc - k);
+            __mmask16 km = (__mmask16)((1u << kk) - 1u);
+            __m512 r[16];
+            for (int t = 0; t < 16; t++) {
+                int64_t n = n0 + j + t;
+                r[t] = n < n_valid ? maskload_w(wtype, w, n * ldw + k0 + k, km) : _mm512_setzero_ps();
             }
-            _mm512_store_ps(tmp, v);
-            for (int t = 0; t < 16; t++) o[(k + t) * nr] = tmp[t];
+            transpose16(r);
+            for (int t = 0; t < kk; t++) _mm512_store_ps(o + (k + t) * nr, r[t]);
         }
-        for (; k < kc; k++) o[k * nr] = gemm_w_at(wtype, w, n * ldw + k0 + k);
+    }
+}
+
+/* A rows -> panel [kc][MR] (rows past `rows` zero): 16 k per step through a transpose. */
+static void pack_a_avx512(const float *x, int64_t ldx, int64_t rows, int64_t kc, int MR_, void *dst_) {
+    float *dst = (float *)dst_;
+    if (MR_ > 16) { /* not this table's; plain copy */
+        for (int64_t k = 0; k < kc; k++)
+            for (int i = 0; i < MR_; i++) dst[k * MR_ + i] = i < rows ? x[i * ldx + k] : 0.0f;
+        return;
+    }
+    const __mmask16 rm = (__mmask16)((1u << MR_) - 1u);
+    for (int64_t k = 0; k < kc; k += 16) {
+        int kk = (int)H3_MIN(16, kc - k);
+        __mmask16 km = (__mmask16)((1u << kk) - 1u);
+        __m512 r[16];
+        for (int i = 0; i < 16; i++)
+            r[i] = i < rows ? _mm512_maskz_loadu_ps(km, x + i * ldx + k) : _mm512_setzero_ps();
+        transpose16(r);
+        for (int t = 0; t < kk; t++) _mm512_mask_storeu_ps(dst + (k + t) * MR_, rm, r[t]);
     }
 }
 
@@ -125,6 +173,7 @@ static void gemv_avx512(int wtype, int64_t M, int64_t K, const float *x, int64_t
 #define AVX512_TABLE(i8, i4)                                                               \
     .mr = MR, .nr = NR, .kc = 256, .mc = MR * 24, .nc = 512, .mc_int = MR * 24,            \
     .gemv_max_m = 4, .ukr_f32 = ukr_f32_avx512, .unpack = unpack_avx512, .gemv = gemv_avx512, \
+    .pack_a = pack_a_avx512, \
     .ukr_i8 = i8, .ukr_i4 = i4, .quant_row = gemm_quant_row_avx512
 
 const gemm_kernels gemm_kernels_avx512 = {AVX512_TABLE(gemm_ukr_i8_avx512vnni, gemm_ukr_i4_avx512vnni)};
