@@ -14,3 +14,8 @@ __all__ = [
     "Cancelled", "CheckpointError", "H3Error", "UnsupportedCPUError",
     "get_num_threads", "set_num_threads", "ops", "DiT", "__version__",
 ]
+
+# checkpoint reading (issue 3): open a transformer folder in either layout, tensors under diffusers names
+from .checkpoint import TransformerCheckpoint, TransformerConfig, open_transformer  # noqa: E402
+
+__all__ += ["TransformerCheckpoint", "TransformerConfig", "open_transformer"]

@@ -24,6 +24,9 @@ How to consume (the lead's DiT loader):
 * ``ckpt.swiglu(prefix)`` -> ``(value, gate)``, each a contiguous row-slice view (ffn_dim, hidden_size),
   in both layouts; diffusers computes ``net.2(value * silu(gate))``.  The same views are also reachable
   as ``ckpt[prefix + ".ff.value.weight"]`` / ``ckpt[prefix + ".ff.gate.weight"]``.
+* ``ckpt.fused_qkv(prefix)`` -> ``(rows (3·inner, hidden), "interleaved" | "stacked")`` and
+  ``ckpt.swiglu_gate_value(prefix)`` -> rows (2·ffn, hidden) ``[gate; value]``: the original layout's
+  fused tensors as stored (zero-copy); for the diffusers layout assembled copies.
 * ``ckpt[name]`` for any diffusers state-dict key returns exactly the diffusers parameter (bf16 as
   uint16 bits).  It is a zero-copy view except for ``to_q/to_k/to_v`` of an interleaved and
   ``ff.net.0.proj.weight`` of an original checkpoint, which are assembled copies
@@ -471,6 +474,38 @@ class TransformerCheckpoint:
             The block computes ``ff.net.2(value @ x * silu(gate @ x))``.
         """
         return (self.tensor(f"{prefix}.ff.value.weight"), self.tensor(f"{prefix}.ff.gate.weight"))
+
+    def fused_qkv(self, prefix):
+        """A block's Q, K, V projection rows as one (3 * inner_dim, hidden_size) array and its row order.
+
+        Returns
+        -------
+        (rows, layout) : rows an ndarray of shape (3 * num_attention_heads * attention_head_dim,
+            hidden_size), float32 or uint16 (bf16 bits); layout "interleaved" (per head ``[q k v]``,
+            spec §4.2 formula) or "stacked" (``[q; k; v]``).  The original layout's ``attn.qkv_proj``
+            as stored (a zero-copy view, layout = :attr:`qkv_layout`); for the diffusers layout a
+            stacked copy of to_q/to_k/to_v (three separate tensors on disk).
+        """
+        e = self.entry(f"{prefix}.attn.to_q.weight")
+        if self.layout == "original":
+            return self._raw(e), self.qkv_layout
+        q, k, v = (self.tensor(f"{prefix}.attn.to_{p}.weight") for p in "qkv")
+        out = np.concatenate([q, k, v])
+        out.flags.writeable = False
+        return out, "stacked"
+
+    def swiglu_gate_value(self, prefix):
+        """A block's SwiGLU input projection as one (2 * ffn_dim, hidden_size) array ordered
+        ``[gate; value]`` (the original ``mlp.fc1`` order).  Zero-copy for the original layout;
+        an assembled copy for the diffusers layout (stored ``[value; gate]``) — there, prefer
+        :meth:`swiglu`."""
+        e = self.entry(f"{prefix}.ff.net.0.proj.weight")
+        if self.layout == "original":
+            return self._raw(e)
+        value, gate = self.swiglu(prefix)
+        out = np.concatenate([gate, value])
+        out.flags.writeable = False
+        return out
 
     def state_dict(self):
         """``{diffusers name: ndarray}`` for every key (copies where :meth:`tensor` copies)."""

@@ -200,6 +200,11 @@ def build(name, root):
     t.diffusers_bf16 = os.path.join(root, "diffusers_bf16")
     mixed.save_pretrained(t.diffusers_bf16)
     msd = mixed.state_dict()
+    # the emulation above is what diffusers itself does when loading with torch_dtype=bfloat16
+    loaded = MiniMaxH3Transformer3DModel.from_pretrained(t.diffusers_fp32, torch_dtype=torch.bfloat16).state_dict()
+    assert set(loaded) == set(msd)
+    for k, v in msd.items():
+        assert loaded[k].dtype == v.dtype and torch.equal(loaded[k], v), k
     t.params_bf16 = {k: to_numpy(v) for k, v in msd.items()}
 
     allbf16 = copy.deepcopy(model)   # model.to(bf16), without diffusers' keep-in-fp32 warning

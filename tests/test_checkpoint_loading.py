@@ -736,3 +736,27 @@ def test_reader_agrees_with_safetensors_package(tiny_dit_factory):
         assert set(f.keys()) == set(ref)
         for k, v in ref.items():
             assert np.array_equal(f.get(k), v) and f.get(k).dtype == v.dtype
+
+
+@pytest.mark.parametrize("folder", ["diffusers_bf16", "original", "original_single"])
+def test_fused_accessors(tiny_dit_factory, folder):
+    """fused_qkv / swiglu_gate_value: the stored fused tensors (zero-copy) for the original layout,
+    assembled stacked / [gate; value] copies for diffusers; every layout decodes to the parameters."""
+    t = tiny_dit_factory("c")
+    c = t.config
+    H, D, F = c["num_attention_heads"], c["attention_head_dim"], c["ffn_dim"]
+    want = t.params_bf16
+    with open_transformer(getattr(t, folder)) as ckpt:
+        for prefix in _block_prefixes(c):
+            rows, layout = ckpt.fused_qkv(prefix)
+            assert rows.shape == (3 * H * D, c["hidden_size"])
+            assert layout == {"original": "interleaved"}.get(folder, "stacked")
+            assert reaches_mmap(rows) == (folder != "diffusers_bf16")
+            parts = (rows.reshape(H, 3, D, -1).transpose(1, 0, 2, 3) if layout == "interleaved"
+                     else rows.reshape(3, H, D, -1))
+            for i, p in enumerate("qkv"):
+                assert np.array_equal(parts[i].reshape(H * D, -1), want[f"{prefix}.attn.to_{p}.weight"])
+            gv = ckpt.swiglu_gate_value(prefix)
+            proj = want[f"{prefix}.ff.net.0.proj.weight"]
+            assert np.array_equal(gv[:F], proj[F:]) and np.array_equal(gv[F:], proj[:F])
+            assert reaches_mmap(gv) == (folder != "diffusers_bf16")
