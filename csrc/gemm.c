@@ -277,6 +277,9 @@ typedef struct {
     int64_t nsg, segeff;    /* segments over Kp and their length */
     int64_t nag;            /* activation scales per row */
     char *qtmp;             /* per thread: one quantised row [Kp] + its scales [nag] */
+    /* float phase 1: A packed once for the call, per MR-row panel p and K block pc at
+     * fa + p*MR*K + pc*MR ([kc][MR] f32, or the table's pack_a layout in that room) */
+    float *fa;
     size_t qtmp_bytes;
     /* per-thread scratch */
     char *tws;
@@ -285,7 +288,7 @@ typedef struct {
 } run_ctx;
 
 static size_t float_thread_bytes(const gemm_kernels *kt, int64_t M, int need_scratch) {
-    size_t b = (size_t)kt->nc * kt->kc * 4 + (size_t)kt->mc * kt->kc * 4 + 256;
+    size_t b = (size_t)kt->nc * kt->kc * 4 + 256;
     if (need_scratch) b += (size_t)M * kt->nc * 4 + 128;
     return H3_ALIGN_UP(b, 64);
 }
@@ -314,7 +317,35 @@ size_t h3_linear_workspace_bytes(const h3_linear *l, int64_t M, int nth,
         size_t shared = H3_ALIGN_UP(Mp * (size_t)l->Kp, 64) + 2 * H3_ALIGN_UP(Mp * nsg * 4, 64);
         return shared + (size_t)nth * (int_qtmp_bytes(l) + int_thread_bytes(l, M, ns));
     }
-    return (size_t)nth * float_thread_bytes(l->kt, M, ns);
+    size_t shared = M > l->kt->gemv_max_m
+                        ? H3_ALIGN_UP((size_t)H3_ALIGN_UP(M, l->kt->mr) * (size_t)l->K * 4, 64) : 0;
+    return shared + (size_t)nth * float_thread_bytes(l->kt, M, ns);
+}
+
+/* Float phase 1 (split by MR-row panels): pack A once, so that the column blocks of
+ * phase 2 (and both threads) share it instead of each repacking it. */
+static void fpack_task(void *p, int ith, int nth) {
+    run_ctx *c = (run_ctx *)p;
+    const gemm_kernels *kt = c->kt;
+    const int MR = kt->mr;
+    const int64_t K = c->l->K, P = H3_CEIL_DIV(c->M, MR);
+    for (int64_t pp = P * ith / nth; pp < P * (ith + 1) / nth; pp++) {
+        const int64_t rows = H3_MIN(MR, c->M - pp * MR);
+        const float *src0 = c->x + pp * MR * K;
+        for (int64_t pc = 0; pc < K; pc += kt->kc) {
+            int64_t kc = H3_MIN(kt->kc, K - pc);
+            float *dst = c->fa + pp * MR * K + pc * MR;
+            if (kt->pack_a) {
+                kt->pack_a(src0 + pc, K, rows, kc, MR, dst);
+                continue;
+            }
+            for (int64_t k = 0; k < kc; k++) {
+                int i = 0;
+                for (; i < rows; i++) dst[k * MR + i] = src0[i * K + pc + k];
+                for (; i < MR; i++) dst[k * MR + i] = 0.0f;
+            }
+        }
+    }
 }
 
 /* Phase 1 (split by MR-row panels): quantise each row, scatter it into the panel layout
@@ -368,7 +399,6 @@ static void float_block(run_ctx *c, char *tw, int64_t r0, int64_t w, float *C, i
         return;
     }
     float *bp = (float *)tw;
-    float *ap = bp + (size_t)kt->nc * kt->kc;
     const int64_t n_valid = l->N; /* rows past the weight are zero-filled */
     for (int64_t pc = 0; pc < K; pc += kt->kc) {
         int64_t kc = H3_MIN(kt->kc, K - pc);
@@ -376,27 +406,13 @@ static void float_block(run_ctx *c, char *tw, int64_t r0, int64_t w, float *C, i
         kt->unpack(l->wtype, l->w, K, r0, wpad, H3_MIN(n_valid, r0 + w), pc, kc, bp, NR);
         for (int64_t ic = 0; ic < M; ic += kt->mc) {
             int64_t mc = H3_MIN(kt->mc, M - ic);
-            /* pack A: ap[(i/MR)][k][i%MR], zero rows past mc */
-            for (int64_t ib = 0; ib < mc; ib += MR) {
-                float *dst = ap + ib * kc;
-                int rows = (int)H3_MIN(MR, mc - ib);
-                if (kt->pack_a) {
-                    kt->pack_a(c->x + (ic + ib) * K + pc, K, rows, kc, MR, dst);
-                    continue;
-                }
-                for (int64_t k = 0; k < kc; k++) {
-                    const float *src = c->x + (ic + ib) * K + pc + k;
-                    int i = 0;
-                    for (; i < rows; i++) dst[k * MR + i] = src[i * K];
-                    for (; i < MR; i++) dst[k * MR + i] = 0.0f;
-                }
-            }
             for (int64_t jr = 0; jr < w; jr += NR) {
                 int nr = (int)H3_MIN(NR, w - jr);
                 const float *b = bp + (jr / NR) * kc * NR;
                 for (int64_t ir = 0; ir < mc; ir += MR) {
                     int mr = (int)H3_MIN(MR, mc - ir);
-                    kt->ukr_f32(MR, NR, kc, ap + ir * kc, b, C + (ic + ir) * ldc + jr, ldc, mr, nr, pc > 0);
+                    const float *ap = c->fa + ((ic + ir) / MR) * MR * K + pc * MR;
+                    kt->ukr_f32(MR, NR, kc, ap, b, C + (ic + ir) * ldc + jr, ldc, mr, nr, pc > 0);
                 }
             }
         }
@@ -590,8 +606,11 @@ h3_status h3_linear_forward(const h3_linear *l, h3_pool *pool, const float *x, i
         c.tws = h3_arena_take(&ar, c.tws_bytes * (size_t)nth);
         h3_pool_run(pool, quant_task, &c);
     } else {
+        if (M > l->kt->gemv_max_m)
+            c.fa = h3_arena_take(&ar, (size_t)H3_ALIGN_UP(M, l->kt->mr) * (size_t)l->K * 4);
         c.tws_bytes = float_thread_bytes(l->kt, M, c.need_scratch);
         c.tws = h3_arena_take(&ar, c.tws_bytes * (size_t)nth);
+        if (c.fa) h3_pool_run(pool, fpack_task, &c);
     }
     h3_pool_run(pool, mul_task, &c);
     h3_free(own);
