@@ -118,7 +118,7 @@ class DiT:
 
     @classmethod
     def from_pretrained(cls, path, weights="bf16", threads=None, streaming=False, cache_dir=None,
-                        qkv_layout=None, isa=None):
+                        qkv_layout=None, isa=None, ffn_act_group=None):
         """Load a transformer folder: diffusers layout (``transformer/``) or the original
         release (``FL2VA/transformer``, ``Ref2VA/transformer``), memory-mapped.
 
@@ -130,6 +130,8 @@ class DiT:
         qkv_layout : {None, "interleaved", "stacked"} — how an original fused QKV is laid
             out (default: sharded release folder -> interleaved, single file -> stacked)
         isa : str, optional — kernel path (default: ``H3CY_ISA`` or the best available)
+        ffn_act_group : int, optional — int8/int4: FFN down-projection input channels per
+            activation scale (default 1024 where ffn_dim allows, as h3.c; else whole row)
         """
         from .checkpoint import open_transformer
         if streaming:
@@ -139,7 +141,8 @@ class DiT:
             raise H3ValueError("cache_dir is not available yet in this version of h3cy")
         ckpt = open_transformer(path, qkv_layout=qkv_layout)
         try:
-            return cls(_CheckpointSource(ckpt), weights=weights, threads=threads, isa=isa)
+            return cls(_CheckpointSource(ckpt), weights=weights, threads=threads, isa=isa,
+                       ffn_act_group=ffn_act_group)
         finally:
             ckpt.close()
 
@@ -200,10 +203,15 @@ class DiT:
         mode = self.weights
         kw = {}
         if mode == "int4":
+            # groups of 128 along K where K allows (the released shapes do), else 64 or 32;
+            # an activation group must hold whole weight groups
             K = w.shape[1]
-            kw["group_size"] = 128 if K % 128 == 0 else (64 if K % 64 == 0 else 32)
-            if act_group is not None and act_group % kw["group_size"]:
-                act_group = None
+            for gs in (128, 64, 32):
+                if K % gs == 0 and (act_group is None or act_group % gs == 0):
+                    break
+            else:
+                gs = 32  # K is padded to the group; act_group % 32 is checked by Linear
+            kw["group_size"] = gs
         if act_group is not None and mode in ("int8", "int4"):
             kw["act_group"] = act_group
         wd = "bf16" if w.dtype == np.uint16 else "fp32"
