@@ -200,6 +200,7 @@ class SafetensorsFile:
     def __init__(self, path):
         self.path = os.fspath(path)
         self._mm = None
+        self._open = False
         self.tensors = {}
         self.metadata = {}
         try:
@@ -236,6 +237,7 @@ class SafetensorsFile:
                 self.close()
                 raise
         self.tensors = tensors
+        self._open = True
 
     # -- mapping-like access -------------------------------------------------------------------
     def keys(self):
@@ -265,14 +267,14 @@ class SafetensorsFile:
         itemsize: then an aligned, read-only copy (logged at debug level).
         """
         info = self.info(name)
+        if not self._open:
+            raise _err(self.path, name, "file is closed")
         dt = DTYPES[info.dtype]
         count = info.nbytes // dt.itemsize
         if count == 0:
             arr = np.empty(info.shape, dtype=dt)
             arr.flags.writeable = False
             return arr
-        if self._mm is None:
-            raise _err(self.path, name, "file is closed")
         arr = np.frombuffer(self._mm, dtype=dt, count=count, offset=info.offset).reshape(info.shape)
         if info.offset % dt.itemsize:
             log.debug("%s: tensor %r at offset %d is not %d-byte aligned; returning an aligned copy",
@@ -284,6 +286,7 @@ class SafetensorsFile:
     # -- lifetime --------------------------------------------------------------------------------
     def close(self):
         """Unmap now if no view is alive, else drop this object's reference (views keep the map)."""
+        self._open = False
         mm, self._mm = self._mm, None
         if mm is not None:
             try:
@@ -293,7 +296,7 @@ class SafetensorsFile:
 
     @property
     def closed(self):
-        return self._mm is None
+        return not self._open
 
     def __enter__(self):
         return self

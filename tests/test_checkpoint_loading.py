@@ -360,7 +360,9 @@ def test_aligned_tensors_are_views_and_outlive_close(tmp_path):
     w = f.get("w")
     assert reaches_mmap(w) and np.array_equal(w, vals) and w.flags.aligned
     assert f.get("empty").shape == (0, 4)
+    assert not f.closed
     f.close()                               # a view is alive: the mapping stays
+    assert f.closed
     assert mapped(path) and np.array_equal(w, vals)
     with pytest.raises(CheckpointError) as e:
         f.get("w")
