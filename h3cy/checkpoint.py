@@ -44,7 +44,6 @@ import json
 import logging
 import math
 import os
-import re
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -230,7 +229,7 @@ def expected_tensors(cfg):
         ``role`` is None, ``("qkv", part)`` (part 0 q, 1 k, 2 v; the original tensor is the fused
         ``attn.qkv_proj.weight`` of shape (3 * inner_dim, hidden_size)) or ``("ff", None)``.
     """
-    H, T = cfg.hidden_size, cfg.time_embed_dim
+    H, T, TH = cfg.hidden_size, cfg.time_embed_dim, cfg.time_embed_hidden_dim
     out = [
         ("proj_in.weight", "video_patch_proj.weight", (H, cfg.video_patch_dim), None),
         ("proj_in.bias", "video_patch_proj.bias", (H,), None),
@@ -238,9 +237,9 @@ def expected_tensors(cfg):
         ("audio_proj_in.bias", "audio_patch_proj.bias", (H,), None),
         ("context_embedder.weight", "condition_proj.weight", (H, cfg.text_dim), None),
         ("context_embedder.bias", "condition_proj.bias", (H,), None),
-        ("time_embedder.linear_1.weight", "time_embedder.proj_in.weight", (cfg.time_embed_hidden_dim, cfg.freq_dim), None),
-        ("time_embedder.linear_1.bias", "time_embedder.proj_in.bias", (cfg.time_embed_hidden_dim,), None),
-        ("time_embedder.linear_2.weight", "time_embedder.proj_out.weight", (T, cfg.time_embed_hidden_dim), None),
+        ("time_embedder.linear_1.weight", "time_embedder.proj_in.weight", (TH, cfg.freq_dim), None),
+        ("time_embedder.linear_1.bias", "time_embedder.proj_in.bias", (TH,), None),
+        ("time_embedder.linear_2.weight", "time_embedder.proj_out.weight", (T, TH), None),
         ("time_embedder.linear_2.bias", "time_embedder.proj_out.bias", (T,), None),
     ]
     for j in range(cfg.num_refiner_layers):

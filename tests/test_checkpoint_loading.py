@@ -253,7 +253,8 @@ def test_real_configs_normalise_alike():
 def test_tensor_table_matches_release_index(layout):
     """Names from expected_tensors() are exactly the release's index keys, and shapes × released
     dtypes reproduce its total_size to the byte (spec §4.2: 638 / 535 tensors)."""
-    index = "diffusion_pytorch_model.safetensors.index.json" if layout == "diffusers" else "model.safetensors.index.json"
+    index = ("diffusion_pytorch_model.safetensors.index.json" if layout == "diffusers"
+             else "model.safetensors.index.json")
     with open(os.path.join(SCHEMA, layout, index)) as f:
         idx = json.load(f)
     with open(os.path.join(SCHEMA, layout, "config.json")) as f:
