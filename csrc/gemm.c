@@ -123,13 +123,23 @@ static h3_status pack_int(h3_linear *l, const void *w, int src_dtype, h3_err *er
         for (int64_t g = 0; g < ng; g++) {
             int64_t k0 = g * gs, k1 = H3_MIN(k0 + gs, K);
             float amax = 0.0f;
-            for (int64_t k = k0; k < k1; k++) amax = fmaxf(amax, fabsf(src_at(w, src_dtype, n * K + k)));
+            /* weights are finite (checked at create), so a plain compare is fmaxf here */
+            for (int64_t k = k0; k < k1; k++) {
+                float a = fabsf(src_at(w, src_dtype, n * K + k));
+                amax = a > amax ? a : amax;
+            }
             float scale = amax / qmax, inv = amax > 0.0f ? qmax / amax : 0.0f;
             if (i4) l->wscale[(p * ng + g) * nr + j] = scale;
             else l->wscale[r] = scale;
+            /* a subnormal amax overflows inv (and 0 * inf would be NaN): divide in double */
+            const int tiny = !(inv < INFINITY);
             for (int64_t k = k0; k < k0 + gs; k++) {
-                float v = k < k1 ? rintf(src_at(w, src_dtype, n * K + k) * inv) : 0.0f;
-                qrow[k] = fminf(qmax, fmaxf(-qmax, v));
+                float v = 0.0f;
+                if (k < k1) {
+                    float x = src_at(w, src_dtype, n * K + k);
+                    v = tiny ? (float)rint((double)x * qmax / (double)amax) : rintf(x * inv);
+                }
+                qrow[k] = v > qmax ? qmax : (v < -qmax ? -qmax : v); /* fminf/fmaxf: v is not NaN */
             }
         }
         for (int64_t k = 0; k < Kp; k++) {

@@ -70,6 +70,11 @@ int_rows(const int I4, const int VNNI, const int RB, int MR, int nseg, int seg_q
     /* with 1-2 rows (small M) a second set of accumulators takes every other quad, so
      * that 4+ independent dpbusd chains hide the instruction latency (int32 adds are exact) */
     const int DUAL = RB <= 2;
+    /* the C tile is touched only at the end; start its (L3) lines on their way now */
+    for (int i = 0; i < mr; i++) {
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
+    }
     for (int s = 0; s < nseg; s++) {
         __m512i acc[RB][2], acc2[RB][2];
 #pragma GCC unroll 16

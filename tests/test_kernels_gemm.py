@@ -169,6 +169,13 @@ def test_weight_quantisation_formula(isa, rng):
         np.testing.assert_array_equal(Linear(w, weights="int4", group_size=gs, isa=isa).dequantized(),
                                       _quant_np(w, 7, gs))
     assert Linear(w, weights="int4", isa=isa).group_size == 64
+    # subnormal rows (127/amax overflows) still quantise to finite weights, never NaN
+    w[5, :40] = 1e-44
+    w[5, 40:] = 0.0
+    for mode in ("int8", "int4"):
+        lin = Linear(w, weights=mode, isa=isa)
+        assert np.all(np.isfinite(lin.dequantized()))
+        assert np.all(np.isfinite(lin(np.ones((2, 150), np.float32))))
 
 
 @pytest.mark.parametrize("isa", isa_params())
