@@ -1,10 +1,14 @@
 /* gemm_impl.h — the GEMM driver's contract with its per-ISA micro-kernels.
  *
  * The driver (gemm.c) splits y[M,N] = x[M,K].W[N,K]^T into BLIS-style blocks:
- *   for each thread's column range, jc over NC columns, pc over KC of K,
+ *   phase 1 (all threads, by MR-row panels): pack A once for the whole call —
+ *     float modes: Ap[M/MR][K][MR] f32 (or the table's pack_a layout in that room);
+ *     int modes: quantise each row, then [M/MR] panels of [kb/4][MR][4] int8 per K
+ *     block (or [MR][kb] with int_a_rowmajor), plus per-segment scales and row sums;
+ *   phase 2, for each thread's column range, jc over NC columns, pc over KC of K,
  *     (float modes) unpack the W block to f32 panels Bp[nc/NR][kc][NR],
- *     ic over MC rows: pack A to Ap[mc/MR][kc][MR], then call the micro-kernel
- *     on every MR x NR tile.
+ *     ic over MC rows, then the micro-kernel on every MR x NR tile (int modes with
+ *     small M walk each weight panel's K contiguously instead).
  * A micro-kernel owns MR x NR accumulators in registers; it writes (first K block) or
  * adds (later blocks) its tile of C, storing only the valid mr x nr corner.
  * Every ISA provides the same functions; a NULL member falls back to the _ref version
@@ -58,7 +62,7 @@ typedef void (*gemm_pack_a_fn)(const float *x, int64_t ldx, int64_t rows, int64_
 typedef struct {
     int mr, nr;           /* micro-tile */
     int kc, mc, nc;       /* cache blocking (float modes) */
-    int mc_int;           /* cache blocking (int modes; the K block is chosen per linear) */
+    int mc_int;           /* unused since int A is packed once per call (kept for the initialisers) */
     int gemv_max_m;       /* use gemv for M <= this (float modes) */
     gemm_ukr_f32_fn ukr_f32;
     gemm_unpack_fn unpack;
