@@ -216,7 +216,7 @@ h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
         else l->Kp = H3_ALIGN_UP(K, (wt == H3_DT_I4 ? H3_MAX(gs, 64) : 64));
         l->act_group = ag > 0 ? ag : (int)l->Kp;
         l->seg = wt == H3_DT_I4 ? gs : l->act_group;
-        l->kci = H3_MIN(choose_kci(l->seg, 512), l->Kp);
+        l->kci = H3_MIN(choose_kci(l->seg, 1024), l->Kp);
         st = pack_int(l, w, src_dtype, err);
         if (st) { h3_linear_free(l); return st; }
     } else {
@@ -468,7 +468,13 @@ static void int_block(run_ctx *c, int64_t pr0, int64_t w, float *C, int64_t ldc)
                 const int8_t *ap = c->qa + pa * MR * Kp + pc * MR;
                 const float *sab = c->sa + (pa * nsg + pc / segeff) * MR;
                 const int32_t *asb = c->asum + (pa * nsg + pc / segeff) * MR;
+                /* large M: fetch the next A panel slice by slice while this one works */
+                const char *nxt = (const char *)(ap + MR * Kp);
+                const int64_t nbytes = !small && ir + MR < M ? (int64_t)MR * H3_MIN(kci, Kp - pc) : 0;
+                const int64_t step = H3_ALIGN_UP(H3_CEIL_DIV(nbytes, H3_CEIL_DIV(w, NR)), 64);
+                int64_t pf = 0;
                 for (int64_t jr = small ? j0 : 0; jr < (small ? j0 + 1 : w); jr += NR) {
+                    for (int64_t e = H3_MIN(pf + step, nbytes); pf < e; pf += 64) __builtin_prefetch(nxt + pf, 0, 3);
                     int64_t p = (pr0 + jr) / NR;
                     int nr = (int)H3_MIN(NR, w - jr);
                     const uint8_t *b;

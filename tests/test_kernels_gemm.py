@@ -20,7 +20,7 @@ MS = (1, 3, 17, 64, 257)
 # (N, K): N, K not multiples of 16; (5, 3) has K < 8 and N < NR of every table;
 # K = 300 spans two float K blocks (kc = 256)
 FLOAT_SHAPES = ((70, 100), (5, 3), (33, 300))
-# K = 1100 spans several int K blocks (int8: 3 x 384; int4: 3 x 512)
+# K = 1100 spans several int K blocks (int8: 2 x 576; int4 g32: 1024 + 128)
 INT_SHAPES = ((70, 100), (5, 3), (40, 1100))
 # (weights, group_size, act_group)
 INT_MODES = (("int8", None, None), ("int8", None, 64), ("int4", 32, None), ("int4", 64, None),
