@@ -216,7 +216,7 @@ h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
         else l->Kp = H3_ALIGN_UP(K, (wt == H3_DT_I4 ? H3_MAX(gs, 64) : 64));
         l->act_group = ag > 0 ? ag : (int)l->Kp;
         l->seg = wt == H3_DT_I4 ? gs : l->act_group;
-        l->kci = H3_MIN(choose_kci(l->seg, 1024), l->Kp);
+        l->kci = H3_MIN(choose_kci(l->seg, l->kt->kc_int ? l->kt->kc_int : 1024), l->Kp);
         st = pack_int(l, w, src_dtype, err);
         if (st) { h3_linear_free(l); return st; }
     } else {

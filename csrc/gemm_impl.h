@@ -63,6 +63,8 @@ typedef struct {
     int mr, nr;           /* micro-tile */
     int kc, mc, nc;       /* cache blocking (float modes) */
     int mc_int;           /* unused since int A is packed once per call (kept for the initialisers) */
+    int kc_int;           /* int K block target in k (0 -> 1024).  Changes the float summation
+                             order of int results: keep it equal across tables (bit-identity) */
     int gemv_max_m;       /* use gemv for M <= this (float modes) */
     gemm_ukr_f32_fn ukr_f32;
     gemm_unpack_fn unpack;
