@@ -453,12 +453,14 @@ static void int_block(run_ctx *c, int64_t pr0, int64_t w, float *C, int64_t ldc)
     const int64_t ng = i4 ? Kp / l->group_size : 1;
     const uint8_t *pk = (const uint8_t *)l->w;
     gemm_ukr_int_fn ukr = i4 ? kt->ukr_i4 : kt->ukr_i8;
-    /* Small M is weight-bound: walk each weight panel's K in one contiguous stream (jr
-     * outer).  Large M: each A panel (L1) meets every B panel of the block (L2). Either
-     * way every output element sees its K blocks in the same order (same bits). */
+    /* Small M is weight-bound: walk the weights 8 panels at a time over all of K.  Large
+     * M: each A panel (L1) meets every B panel of the block (L2).  Either way every output
+     * element sees its K blocks in the same order (same bits). */
     const int small = M <= 4 * (int64_t)MR;
-    const int64_t nj = small ? w : 1;
-    for (int64_t j0 = 0; j0 < nj; j0 += NR) {
+    /* small M: groups of 8 weight panels, so that the K block of the (mostly padding)
+     * A panel is reused from L1 while each panel's weights stream contiguously */
+    const int64_t jstep = small ? 8 * (int64_t)NR : w;
+    for (int64_t j0 = 0; j0 < w; j0 += jstep) {
         for (int64_t pc = 0; pc < Kp; pc += kci) {
             /* Kp is a multiple of segeff, and of kci when seg > kci (choose_kci) */
             const int nseg = (int)(H3_MIN(kci, Kp - pc) / segeff);
@@ -473,7 +475,7 @@ static void int_block(run_ctx *c, int64_t pr0, int64_t w, float *C, int64_t ldc)
                 const int64_t nbytes = !small && ir + MR < M ? (int64_t)MR * H3_MIN(kci, Kp - pc) : 0;
                 const int64_t step = H3_ALIGN_UP(H3_CEIL_DIV(nbytes, H3_CEIL_DIV(w, NR)), 64);
                 int64_t pf = 0;
-                for (int64_t jr = small ? j0 : 0; jr < (small ? j0 + 1 : w); jr += NR) {
+                for (int64_t jr = j0; jr < H3_MIN(w, j0 + jstep); jr += NR) {
                     for (int64_t e = H3_MIN(pf + step, nbytes); pf < e; pf += 64) __builtin_prefetch(nxt + pf, 0, 3);
                     int64_t p = (pr0 + jr) / NR;
                     int nr = (int)H3_MIN(NR, w - jr);
