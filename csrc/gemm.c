@@ -75,6 +75,10 @@ int64_t h3_linear_n(const h3_linear *l) { return l->N; }
 int64_t h3_linear_k(const h3_linear *l) { return l->K; }
 h3_isa h3_linear_isa(const h3_linear *l) { return l->isa; }
 size_t h3_linear_weight_bytes(const h3_linear *l) { return l->wbytes; }
+int h3_linear_bf16_activations(const h3_linear *l) {
+    /* the AMX bf16 tiles take bf16 inputs; every other float kernel multiplies in f32 */
+    return l->wtype != H3_DT_I8 && l->wtype != H3_DT_I4 && l->kt == gemm_kernels_for(H3_ISA_AMX);
+}
 
 void h3_linear_free(h3_linear *l) {
     if (!l) return;

@@ -102,7 +102,9 @@ void h3_linear_free(h3_linear *lin);
 int64_t h3_linear_n(const h3_linear *lin);
 int64_t h3_linear_k(const h3_linear *lin);
 h3_isa h3_linear_isa(const h3_linear *lin);
-size_t h3_linear_weight_bytes(const h3_linear *lin);   /* storage held for W (+scales) */
+size_t h3_linear_weight_bytes(const h3_linear *lin);
+/* 1 if this linear rounds x to bf16 before multiplying (AMX's bf16 tiles), else 0. */
+int h3_linear_bf16_activations(const h3_linear *lin);   /* storage held for W (+scales) */
 /* The weight the GEMM effectively multiplies by, dequantised to float32: out [N,K]. */
 h3_status h3_linear_dequant(const h3_linear *lin, float *out, h3_err *err);
 

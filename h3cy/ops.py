@@ -147,6 +147,12 @@ class Linear:
         """Bytes held for the converted weight and its scales."""
         return self._c.weight_bytes
 
+    @property
+    def activation_dtype(self):
+        """"float32", or "bfloat16" where the kernel rounds x to bf16 before multiplying
+        (AMX's bf16 tiles, as torch's bf16 linear does)."""
+        return "bfloat16" if self._c.bf16_activations else "float32"
+
     def dequantized(self):
         """The float32 weight the GEMM effectively multiplies by, shape (N, K)."""
         return self._c.dequantized()

@@ -145,6 +145,10 @@ cdef class LinearCore:
     def weight_bytes(self):
         return h3_linear_weight_bytes(self.c)
 
+    @property
+    def bf16_activations(self):
+        return bool(h3_linear_bf16_activations(self.c))
+
     def dequantized(self):
         cdef h3_err err
         out = np.empty((self.N, self.K), dtype=np.float32)

@@ -61,6 +61,7 @@ cdef extern from "h3.h" nogil:
                                h3_linear **out, h3_err *err)
     void h3_linear_free(h3_linear *lin)
     size_t h3_linear_weight_bytes(const h3_linear *lin)
+    int h3_linear_bf16_activations(const h3_linear *lin)
     h3_status h3_linear_dequant(const h3_linear *lin, float *out, h3_err *err)
     enum:
         H3_EPI_NONE

@@ -50,10 +50,10 @@ def _f64(a):
     return np.asarray(a, np.float64)
 
 
-def _x_used(x, mode, isa):
-    """The activations the kernel multiplies: x itself, except AMX's bf16 path, whose tiles
-    take bf16 inputs (x rounded to nearest even, as torch's bf16 linear does)."""
-    if isa == "amx" and mode == "bf16":
+def _x_used(x, lin):
+    """The activations the kernel multiplies: x itself, except where the linear reports
+    bf16 activations (AMX's bf16 tiles round x to nearest even, as torch's bf16 linear)."""
+    if lin.activation_dtype == "bfloat16":
         from h3cy._bf16 import round_bf16
         return round_bf16(x)
     return x
@@ -72,7 +72,7 @@ def test_float_modes_match_float64(isa, mode, rng):
         wd = lin1.dequantized()
         for M in MS:
             xm = np.ascontiguousarray(x[:M])
-            want = _f64(_x_used(xm, mode, isa)) @ _f64(wd).T
+            want = _f64(_x_used(xm, lin1)) @ _f64(wd).T
             assert_nontrivial(want)
             big, out = _guarded_out(M, N)
             got = lin1(xm, out=out)
@@ -220,7 +220,7 @@ def test_bias_swiglu_residual(isa, mode, rng):
     y = lin(x)
     # bias is added in float32 after the product
     np.testing.assert_array_equal(y, plain(x) + b)
-    assert_close(y, _f64(_x_used(x, mode, isa)) @ _f64(lin.dequantized()).T + b,
+    assert_close(y, _f64(_x_used(x, lin)) @ _f64(lin.dequantized()).T + b,
                  rel_l2_tol=2e-2 if "int" in mode else 2e-6)
 
     big, out = _guarded_out(M, H)
