@@ -194,6 +194,83 @@ DEFINE_UKR(ukr_i4_vnni_rb, 1, 1)
 DEFINE_UKR(ukr_i8_bw_rb, 0, 0)
 DEFINE_UKR(ukr_i4_bw_rb, 1, 0)
 
+/* int4 with VNNI and two 7-row blocks: each segment's nibbles are widened once into an
+ * L1 buffer in the int8 layout ([q][32][4], values q+8), shared by both row blocks, so
+ * the inner loop is the int8 one.  Same integer dots and epilogue order (same bits). */
+static inline __attribute__((always_inline)) void
+seg_rows7_i4(int MR, int seg_q, const int8_t *a, const uint8_t *bdec, const float *sa_s,
+             const int32_t *asum_s, const float *sw_s, float *fbuf, int first, int last, float *c,
+             int64_t ldc, int mr, int nr, int accumulate) {
+    __m512i acc[7][2];
+#pragma GCC unroll 7
+    for (int i = 0; i < 7; i++) acc[i][0] = acc[i][1] = _mm512_set1_epi32(-8 * asum_s[i]);
+    const uint8_t *b = bdec;
+    for (int q = 0; q < seg_q; q += 2, a += 2 * MR * 4, b += 2 * NR * 4) {
+        __m512i b0 = _mm512_load_si512(b), b1 = _mm512_load_si512(b + 64);
+        __m512i b2 = _mm512_load_si512(b + 128), b3 = _mm512_load_si512(b + 192);
+#pragma GCC unroll 7
+        for (int i = 0; i < 7; i++) {
+            __m512i av = bcast4(a + i * 4);
+            acc[i][0] = dot4(1, 1, acc[i][0], b0, av);
+            acc[i][1] = dot4(1, 1, acc[i][1], b1, av);
+        }
+#pragma GCC unroll 7
+        for (int i = 0; i < 7; i++) {
+            __m512i av = bcast4(a + MR * 4 + i * 4);
+            acc[i][0] = dot4(1, 1, acc[i][0], b2, av);
+            acc[i][1] = dot4(1, 1, acc[i][1], b3, av);
+        }
+    }
+    const __m512 sw0 = _mm512_loadu_ps(sw_s), sw1 = _mm512_loadu_ps(sw_s + 16);
+#pragma GCC unroll 7
+    for (int i = 0; i < 7; i++) {
+        __m512 sav = _mm512_set1_ps(sa_s[i]);
+        __m512 f0 = first ? _mm512_setzero_ps() : _mm512_load_ps(fbuf + i * 32);
+        __m512 f1 = first ? _mm512_setzero_ps() : _mm512_load_ps(fbuf + i * 32 + 16);
+        f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][0]), _mm512_mul_ps(sav, sw0), f0);
+        f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][1]), _mm512_mul_ps(sav, sw1), f1);
+        if (!last) {
+            _mm512_store_ps(fbuf + i * 32, f0);
+            _mm512_store_ps(fbuf + i * 32 + 16, f1);
+        } else if (i < mr) {
+            store_row(c + i * ldc, f0, f1, nr, accumulate);
+        }
+    }
+}
+
+static void ukr_i4_vnni_big(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                            const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                            float *c, int64_t ldc, int mr, int nr, int accumulate) {
+    uint8_t bdec[32 * NR * 4] __attribute__((aligned(64)));
+    float fbuf[2][7 * 32] __attribute__((aligned(64)));
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int s = 0; s < nseg; s++) {
+        const uint8_t *b = bp + (int64_t)s * (seg_q / 2) * NR * 4;
+        for (int j = 0; j < seg_q / 2; j++, b += NR * 4) {
+            __m512i v0 = _mm512_loadu_si512(b), v1 = _mm512_loadu_si512(b + 64);
+            _mm512_store_si512(bdec + (2 * j) * 128, _mm512_and_si512(v0, m4));
+            _mm512_store_si512(bdec + (2 * j) * 128 + 64, _mm512_and_si512(v1, m4));
+            _mm512_store_si512(bdec + (2 * j + 1) * 128, _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4));
+            _mm512_store_si512(bdec + (2 * j + 1) * 128 + 64, _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4));
+        }
+        const int8_t *a = ap + (int64_t)s * seg_q * MR * 4;
+        for (int r0 = 0; r0 < mr; r0 += 7)
+            seg_rows7_i4(MR, seg_q, a + r0 * 4, bdec, sa + s * MR + r0, asum + s * MR + r0,
+                         sw + s * sw_stride, fbuf[r0 / 7], s == 0, s == nseg - 1, c + r0 * ldc, ldc,
+                         H3_MIN(7, mr - r0), nr, accumulate);
+    }
+    (void)NR_;
+}
+
+static void ukr_i4_vnni_sel(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                            const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                            float *c, int64_t ldc, int mr, int nr, int accumulate) {
+    if (MR == 14 && mr > 7 && seg_q <= 32)
+        ukr_i4_vnni_big(MR, NR_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
+    else
+        ukr_i4_vnni_rb(MR, NR_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
+}
+
 /* Entry points: NR must be 32 and MR a multiple of 7; anything else is the reference's. */
 #define DEFINE_ENTRY(name, rb_fn, ref_fn)                                                           \
     void name(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,            \
@@ -206,7 +283,7 @@ DEFINE_UKR(ukr_i4_bw_rb, 1, 0)
     }
 
 DEFINE_ENTRY(gemm_ukr_i8_avx512vnni, ukr_i8_vnni_rb, gemm_ukr_i8_ref)
-DEFINE_ENTRY(gemm_ukr_i4_avx512vnni, ukr_i4_vnni_rb, gemm_ukr_i4_ref)
+DEFINE_ENTRY(gemm_ukr_i4_avx512vnni, ukr_i4_vnni_sel, gemm_ukr_i4_ref)
 DEFINE_ENTRY(gemm_ukr_i8_avx512bw, ukr_i8_bw_rb, gemm_ukr_i8_ref)
 DEFINE_ENTRY(gemm_ukr_i4_avx512bw, ukr_i4_bw_rb, gemm_ukr_i4_ref)
 
