@@ -32,7 +32,9 @@ struct h3_linear {
     void *w;               /* float: [N,K]; int: packed panels */
     float *wscale;         /* I8: [Np]; I4: [Np/nr][Kp/gs][nr] */
     float *bias;           /* [N] or NULL */
-    size_t wbytes;
+    size_t wbytes;         /* w + wscale bytes */
+    size_t sbytes;         /* wscale bytes */
+    int owns_w;            /* 0: w/wscale borrowed (h3_linear_attach), not freed */
 };
 
 static const gemm_kernels *raw_table(h3_isa isa) {
@@ -82,8 +84,10 @@ int h3_linear_bf16_activations(const h3_linear *l) {
 
 void h3_linear_free(h3_linear *l) {
     if (!l) return;
-    h3_free(l->w);
-    h3_free(l->wscale);
+    if (l->owns_w) {
+        h3_free(l->w);
+        h3_free(l->wscale);
+    }
     h3_free(l->bias);
     free(l);
 }
@@ -163,7 +167,36 @@ static h3_status pack_int(h3_linear *l, const void *w, int src_dtype, h3_err *er
     }
     free(qrow);
     l->wbytes = wb + sb;
+    l->sbytes = sb;
     return H3_OK;
+}
+
+/* The kernel table and the packed geometry of a linear whose N, K, wtype, group_size
+ * and pair are set (shared by create and attach, so both agree on every layout). */
+static void set_geometry(h3_linear *l, h3_isa isa, int ag) {
+    const int wt = l->wtype;
+    l->kt = gemm_kernels_for(isa);
+#if H3_X86
+    /* AMX's float kernel is bf16 x bf16: use it for bf16-stored weights only (fp32/fp16
+     * weights keep full precision on the AVX-512 kernels), and not when the last K
+     * block would be shorter than 16 (its bf16 panels would outgrow the f32 slots). */
+    if (isa == H3_ISA_AMX && !is_int(wt) &&
+        (wt != H3_DT_BF16 || (l->K % l->kt->kc != 0 && l->K % l->kt->kc < 16)))
+        l->kt = gemm_kernels_for(H3_ISA_AVX512);
+#endif
+    const int nr = l->kt->nr;
+    l->H = l->pair ? l->N / 2 : l->N;
+    l->Hp = H3_ALIGN_UP(l->H, nr);
+    if (is_int(wt)) {
+        const int gs = l->group_size;
+        if (ag > 0) l->Kp = H3_ALIGN_UP(l->K, ag);
+        else l->Kp = H3_ALIGN_UP(l->K, (wt == H3_DT_I4 ? H3_MAX(gs, 64) : 64));
+        l->act_group = ag > 0 ? ag : (int)l->Kp;
+        l->seg = wt == H3_DT_I4 ? gs : l->act_group;
+        l->kci = H3_MIN(choose_kci(l->seg, l->kt->kc_int ? l->kt->kc_int : 1024), l->Kp);
+    } else {
+        l->Kp = l->K;
+    }
 }
 
 h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
@@ -198,33 +231,20 @@ h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
         float v = src_at(w, src_dtype, i);
         if (!isfinite(v))
             return h3_fail(err, H3_EINVAL, "linear: weight[%lld, %lld] is not finite", (long long)(i / K), (long long)(i % K));
+        if (wt == H3_DT_F16 && fabsf(v) >= 65520.0f) /* rounds to inf in float16 */
+            return h3_fail(err, H3_EINVAL, "linear: weight[%lld, %lld] = %g overflows float16 (max 65504); "
+                           "use bf16 or fp32", (long long)(i / K), (long long)(i % K), (double)v);
     }
     h3_linear *l = calloc(1, sizeof *l);
     if (!l) return h3_fail(err, H3_ENOMEM, "linear: out of memory");
     l->N = N; l->K = K; l->wtype = wt; l->group_size = gs; l->pair = opts->pair;
     l->isa = opts->isa;
-    l->kt = gemm_kernels_for(opts->isa);
-#if H3_X86
-    /* AMX's float kernel is bf16 x bf16: use it for bf16-stored weights only (fp32/fp16
-     * weights keep full precision on the AVX-512 kernels), and not when the last K
-     * block would be shorter than 16 (its bf16 panels would outgrow the f32 slots). */
-    if (opts->isa == H3_ISA_AMX && !is_int(wt) &&
-        (wt != H3_DT_BF16 || (K % l->kt->kc != 0 && K % l->kt->kc < 16)))
-        l->kt = gemm_kernels_for(H3_ISA_AVX512);
-#endif
-    const int nr = l->kt->nr;
-    l->H = opts->pair ? N / 2 : N;
-    l->Hp = H3_ALIGN_UP(l->H, nr);
+    l->owns_w = 1;
+    set_geometry(l, opts->isa, ag);
     if (is_int(wt)) {
-        if (ag > 0) l->Kp = H3_ALIGN_UP(K, ag);
-        else l->Kp = H3_ALIGN_UP(K, (wt == H3_DT_I4 ? H3_MAX(gs, 64) : 64));
-        l->act_group = ag > 0 ? ag : (int)l->Kp;
-        l->seg = wt == H3_DT_I4 ? gs : l->act_group;
-        l->kci = H3_MIN(choose_kci(l->seg, l->kt->kc_int ? l->kt->kc_int : 1024), l->Kp);
         st = pack_int(l, w, src_dtype, err);
         if (st) { h3_linear_free(l); return st; }
     } else {
-        l->Kp = K;
         size_t esz = wt == H3_DT_F32 ? 4 : 2;
         l->w = h3_alloc((size_t)nw * esz);
         if (!l->w) { h3_linear_free(l); return h3_fail(err, H3_ENOMEM, "linear: cannot allocate %zu bytes", (size_t)nw * esz); }
@@ -270,6 +290,80 @@ h3_status h3_linear_dequant(const h3_linear *l, float *out, h3_err *err) {
             out[n * K + k] = (float)q * s;
         }
     }
+    return H3_OK;
+}
+
+/* ---------------------------------------------------------------- storage export/attach */
+
+h3_status h3_linear_layout_get(const h3_linear *l, h3_linear_layout *lay, const void **w,
+                               const float **scales, h3_err *err) {
+    if (!l || !lay) return h3_fail(err, H3_EINVAL, "linear_layout_get: NULL argument");
+    memset(lay, 0, sizeof *lay);
+    lay->wtype = l->wtype;
+    lay->group_size = l->group_size;
+    lay->act_group = is_int(l->wtype) && l->act_group != (int)l->Kp ? l->act_group : 0;
+    lay->pair = l->pair;
+    lay->nr = is_int(l->wtype) ? l->kt->nr : 0;
+    lay->N = l->N;
+    lay->K = l->K;
+    lay->Kp = l->Kp;
+    lay->s_bytes = l->sbytes;
+    lay->w_bytes = l->wbytes - l->sbytes;
+    if (w) *w = l->w;
+    if (scales) *scales = l->wscale;
+    return H3_OK;
+}
+
+h3_status h3_linear_attach(const h3_linear_layout *lay, const void *w, const float *scales,
+                           const float *bias, h3_isa isa, h3_linear **out, h3_err *err) {
+    if (!lay || !w || !out) return h3_fail(err, H3_EINVAL, "linear_attach: NULL argument");
+    h3_status st = h3_isa_check(isa, err);
+    if (st) return st;
+    const int wt = lay->wtype;
+    if (wt < H3_DT_F32 || wt > H3_DT_I4) return h3_fail(err, H3_EINVAL, "linear_attach: unknown weights mode %d", wt);
+    if (lay->N < 1 || lay->K < 1 || (lay->pair && lay->N % 2))
+        return h3_fail(err, H3_EINVAL, "linear_attach: bad shape [%lld, %lld]", (long long)lay->N, (long long)lay->K);
+    if (wt == H3_DT_I4 && lay->group_size != 32 && lay->group_size != 64 && lay->group_size != 128)
+        return h3_fail(err, H3_EINVAL, "linear_attach: bad int4 group_size %d", lay->group_size);
+    if (is_int(wt) && !scales) return h3_fail(err, H3_EINVAL, "linear_attach: int weights need scales");
+    /* int panels are ours (64-byte aligned in cache files); float weights may sit at any
+     * element-aligned offset of a checkpoint (the float kernels load unaligned) */
+    uintptr_t wmask = is_int(wt) ? 63 : (wt == H3_DT_F32 ? 3 : 1);
+    if (((uintptr_t)w & wmask) || (scales && ((uintptr_t)scales & 3)))
+        return h3_fail(err, H3_EINVAL, "linear_attach: weights must be %d-byte aligned, scales 4-byte aligned",
+                       (int)wmask + 1);
+    h3_linear *l = calloc(1, sizeof *l);
+    if (!l) return h3_fail(err, H3_ENOMEM, "linear_attach: out of memory");
+    l->N = lay->N; l->K = lay->K; l->wtype = wt; l->pair = lay->pair; l->isa = isa;
+    l->group_size = wt == H3_DT_I4 ? lay->group_size : 0;
+    set_geometry(l, isa, is_int(wt) ? lay->act_group : 0);
+    /* the stored layout must be the one this path computes from */
+    size_t wb, sb = 0;
+    if (is_int(wt)) {
+        const int64_t Np = np_of(l);
+        wb = wt == H3_DT_I4 ? (size_t)(Np * l->Kp / 2) : (size_t)(Np * l->Kp);
+        sb = (size_t)(wt == H3_DT_I4 ? Np * (l->Kp / l->group_size) : Np) * sizeof(float);
+        if (lay->nr != l->kt->nr || lay->Kp != l->Kp)
+            st = h3_fail(err, H3_EINVAL, "linear_attach: stored panels are nr=%d Kp=%lld, path '%s' needs nr=%d Kp=%lld",
+                         lay->nr, (long long)lay->Kp, h3_isa_name(isa), l->kt->nr, (long long)l->Kp);
+    } else {
+        wb = (size_t)(l->N * l->K) * (wt == H3_DT_F32 ? 4u : 2u);
+    }
+    if (!st && (lay->w_bytes != wb || lay->s_bytes != sb))
+        st = h3_fail(err, H3_EINVAL, "linear_attach: stored sizes %llu+%llu bytes, expected %zu+%zu",
+                     (unsigned long long)lay->w_bytes, (unsigned long long)lay->s_bytes, wb, sb);
+    if (!st && bias) {
+        l->bias = h3_alloc((size_t)l->N * sizeof(float));
+        if (!l->bias) st = h3_fail(err, H3_ENOMEM, "linear_attach: out of memory");
+        else memcpy(l->bias, bias, (size_t)l->N * sizeof(float));
+    }
+    if (st) { h3_linear_free(l); return st; }
+    l->w = (void *)w;
+    l->wscale = (float *)scales;
+    l->owns_w = 0;
+    l->wbytes = wb + sb;
+    l->sbytes = sb;
+    *out = l;
     return H3_OK;
 }
 

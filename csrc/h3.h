@@ -105,6 +105,22 @@ h3_isa h3_linear_isa(const h3_linear *lin);
 size_t h3_linear_weight_bytes(const h3_linear *lin);
 /* 1 if this linear rounds x to bf16 before multiplying (AMX's bf16 tiles), else 0. */
 int h3_linear_bf16_activations(const h3_linear *lin);   /* storage held for W (+scales) */
+/* Storage export / attach, for weight cache files and zero-copy bf16 checkpoints.
+ * layout_get describes a linear's converted storage (w: w_bytes, scales: s_bytes; the
+ * pointers stay owned by the linear).  attach makes a linear over storage the caller
+ * keeps alive and unchanged for the linear's lifetime (an mmap'd cache, or a bf16
+ * checkpoint tensor as [N,K] row-major): nothing is copied but the bias.  The layout must
+ * be the one `isa` computes from (int modes: the same panel width nr and padded K), else
+ * H3_EINVAL; int panels must be 64-byte aligned, float weights element-aligned. */
+typedef struct {
+    int wtype, group_size, act_group, pair, nr;
+    int64_t N, K, Kp;
+    uint64_t w_bytes, s_bytes;
+} h3_linear_layout;
+h3_status h3_linear_layout_get(const h3_linear *lin, h3_linear_layout *layout, const void **w,
+                               const float **scales, h3_err *err);
+h3_status h3_linear_attach(const h3_linear_layout *layout, const void *w, const float *scales,
+                           const float *bias, h3_isa isa, h3_linear **out, h3_err *err);
 /* The weight the GEMM effectively multiplies by, dequantised to float32: out [N,K]. */
 h3_status h3_linear_dequant(const h3_linear *lin, float *out, h3_err *err);
 

@@ -5,7 +5,7 @@
 # holds a pointer into a numpy buffer after a call returns.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
 from libc.stdlib cimport free
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 cimport numpy as cnp
 import numpy as np
@@ -109,9 +109,16 @@ cdef class LinearCore:
     cdef readonly str isa
     cdef readonly int64_t N, K
     cdef readonly int pair
+    cdef object _storage   # attached storage (mmap views) kept alive while c uses it
 
-    def __cinit__(self, weight, int src_dtype, bias, str weights, int group_size,
-                  int act_group, int pair, str isa, ThreadPool pool):
+    def __cinit__(self, weight=None, int src_dtype=0, bias=None, str weights="fp32",
+                  int group_size=0, int act_group=0, int pair=0, str isa="ref",
+                  ThreadPool pool=None):
+        # weight None: an empty shell filled by linear_attach()
+        if weight is None:
+            self.isa = isa
+            self.pool = pool
+            return
         cdef h3_linear_opts opts
         cdef h3_err err
         cdef h3_status rc
@@ -149,6 +156,26 @@ cdef class LinearCore:
     def bf16_activations(self):
         return bool(h3_linear_bf16_activations(self.c))
 
+    def export(self):
+        """(layout dict, weight bytes, scale bytes or None): copies of the converted
+        storage, for writing a cache file that linear_attach() maps back."""
+        cdef h3_linear_layout lay
+        cdef const void *w
+        cdef const float *sc
+        cdef h3_err err
+        check(h3_linear_layout_get(self.c, &lay, &w, &sc, &err), &err)
+        layout = dict(wtype=lay.wtype, group_size=lay.group_size, act_group=lay.act_group,
+                      pair=lay.pair, nr=lay.nr, N=lay.N, K=lay.K, Kp=lay.Kp,
+                      w_bytes=lay.w_bytes, s_bytes=lay.s_bytes)
+        wb = np.empty(lay.w_bytes, np.uint8)
+        if lay.w_bytes:
+            memcpy(<void *>cnp.PyArray_DATA(wb), w, lay.w_bytes)
+        sbuf = None
+        if lay.s_bytes:
+            sbuf = np.empty(lay.s_bytes, np.uint8)
+            memcpy(<void *>cnp.PyArray_DATA(sbuf), <const void *>sc, lay.s_bytes)
+        return layout, wb, sbuf
+
     def dequantized(self):
         cdef h3_err err
         out = np.empty((self.N, self.K), dtype=np.float32)
@@ -184,6 +211,46 @@ cdef class LinearCore:
                 rc = h3_linear_forward(self.c, self.pool.c, &x[0, 0], M, &out[0, 0], &epi,
                                        NULL, 0, &err)
         check(rc, &err)
+
+
+def linear_attach(dict layout, w, scales, bias, str isa, ThreadPool pool):
+    """A LinearCore over storage the caller keeps alive (w: uint8/uint16/float32 array of
+    the layout's bytes, e.g. an mmap view; scales: float32 array or None).  No copy."""
+    cdef h3_linear_layout lay
+    cdef h3_err err
+    cdef h3_status rc
+    cdef cnp.ndarray wa = w
+    cdef cnp.ndarray sa
+    cdef cnp.ndarray ba
+    cdef const float *sp = NULL
+    cdef const float *bp = NULL
+    memset(&lay, 0, sizeof(lay))
+    lay.wtype = layout["wtype"]; lay.group_size = layout["group_size"]
+    lay.act_group = layout["act_group"]; lay.pair = layout["pair"]; lay.nr = layout["nr"]
+    lay.N = layout["N"]; lay.K = layout["K"]; lay.Kp = layout["Kp"]
+    lay.w_bytes = layout["w_bytes"]; lay.s_bytes = layout["s_bytes"]
+    if not wa.flags.c_contiguous or <uint64_t>wa.nbytes != lay.w_bytes:
+        raise H3ValueError(f"attached weights must be {lay.w_bytes} contiguous bytes, got {wa.nbytes}")
+    if scales is not None:
+        sa = scales
+        if sa.dtype != np.float32 or not sa.flags.c_contiguous or <uint64_t>sa.nbytes != lay.s_bytes:
+            raise H3ValueError(f"attached scales must be {lay.s_bytes} bytes of C-contiguous float32")
+        sp = <const float *>cnp.PyArray_DATA(sa)
+    elif lay.s_bytes:
+        raise H3ValueError("this layout needs scales")
+    if bias is not None:
+        ba = bias
+        if ba.dtype != np.float32 or not ba.flags.c_contiguous or ba.size != lay.N:
+            raise H3ValueError(f"bias must be {lay.N} C-contiguous float32 values")
+        bp = <const float *>cnp.PyArray_DATA(ba)
+    cdef LinearCore core = LinearCore(None, isa=isa, pool=pool)
+    rc = h3_linear_attach(&lay, cnp.PyArray_DATA(wa), sp, bp, isa_id(isa), &core.c, &err)
+    check(rc, &err)
+    core.N = lay.N
+    core.K = lay.K
+    core.pair = lay.pair
+    core._storage = (w, scales)
+    return core
 
 
 include "_kernels_attn.pxi"

@@ -149,3 +149,21 @@ cdef extern from "h3_dit.h" nogil:
                                    h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
                                    h3_err *err)
     h3_status h3_round_bf16(float *x, int64_t n, h3_pool *pool, h3_err *err)
+
+cdef extern from "h3.h" nogil:
+    ctypedef struct h3_linear_layout:
+        int wtype
+        int group_size
+        int act_group
+        int pair
+        int nr
+        int64_t N
+        int64_t K
+        int64_t Kp
+        uint64_t w_bytes
+        uint64_t s_bytes
+    h3_status h3_linear_layout_get(const h3_linear *lin, h3_linear_layout *layout,
+                                   const void **w, const float **scales, h3_err *err)
+    h3_status h3_linear_attach(const h3_linear_layout *layout, const void *w,
+                               const float *scales, const float *bias, h3_isa isa,
+                               h3_linear **out, h3_err *err)
