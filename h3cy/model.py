@@ -15,6 +15,7 @@ The float32 tensors of the release (patch projections, timestep MLP, output head
 float32 in every mode.
 """
 import logging
+import os
 
 import numpy as np
 
@@ -67,19 +68,21 @@ class _Block:
         self.norm1 = _f32(src.get(prefix + "norm1.weight"))
         self.norm2 = _f32(src.get(prefix + "norm2.weight"))
         qkv, self.qkv_layout = src.qkv(prefix + "attn.")
-        self.qkv = mk(qkv)
+        self.qkv = mk(qkv, name=prefix + "attn.qkv")
         self.norm_q = _f32(src.get(prefix + "attn.norm_q.weight"))
         self.norm_k = _f32(src.get(prefix + "attn.norm_k.weight"))
-        self.out = mk(src.get(prefix + "attn.to_out.0.weight"))
-        self.up = mk(src.ffn_up(prefix + "ff."), pair=True)
-        self.down = mk(src.get(prefix + "ff.net.2.weight"), act_group=dit.ffn_act_group)
+        self.out = mk(src.get(prefix + "attn.to_out.0.weight"), name=prefix + "attn.to_out.0")
+        self.up = mk(src.ffn_up(prefix + "ff."), pair=True, name=prefix + "ff.gate_value")
+        self.down = mk(src.get(prefix + "ff.net.2.weight"), act_group=dit.ffn_act_group,
+                       name=prefix + "ff.net.2")
         self.core = _kernels.DitBlockCore(
             self.qkv._c, int(self.qkv_layout == "interleaved"), self.out._c, self.up._c,
             self.down._c, self.norm1, self.norm2, self.norm_q, self.norm_k, dit._pool)
         self.adaln = None
         if adaln:
             self.adaln = mk(src.get(prefix + "adaln_proj.linear.weight"),
-                            bias=_f32(src.get(prefix + "adaln_proj.linear.bias")))
+                            bias=_f32(src.get(prefix + "adaln_proj.linear.bias")),
+                            name=prefix + "adaln_proj.linear")
 
 
 class _CheckpointSource:
@@ -132,22 +135,46 @@ class DiT:
         isa : str, optional — kernel path (default: ``H3CY_ISA`` or the best available)
         ffn_act_group : int, optional — int8/int4: FFN down-projection input channels per
             activation scale (default 1024 where ffn_dim allows, as h3.c; else whole row)
+        cache_dir : str, optional — where the converted-weight cache of fp16/int8/int4
+            goes (default: next to the checkpoint, else ~/.cache/h3cy); it is mapped on
+            later loads and rebuilt when stale, truncated or edited
         """
         from .checkpoint import open_transformer
         if streaming:
             raise H3ValueError("streaming=True is not available yet in this version of h3cy; "
                                "load resident (streaming=False)")
-        if cache_dir is not None:
-            raise H3ValueError("cache_dir is not available yet in this version of h3cy")
+        from . import weights_cache
         ckpt = open_transformer(path, qkv_layout=qkv_layout)
+        cache = None
         try:
-            return cls(_CheckpointSource(ckpt), weights=weights, threads=threads, isa=isa,
-                       ffn_act_group=ffn_act_group)
+            if weights in ("fp16", "int8", "int4"):
+                isa_name = ops.resolve_isa(isa)
+                probe = ops.Linear(np.zeros((1, 8), np.float32), weights="int8", isa=isa_name, threads=1)
+                key = weights_cache.source_key(
+                    [os.path.join(ckpt.path, f) if not os.path.isabs(f) else f for f in ckpt.files],
+                    dict(mode=weights, ffn_act_group=ffn_act_group, nr=probe._c.export()[0]["nr"],
+                         isa_family="amx" if isa_name == "amx" else "simd", qkv=ckpt.qkv_layout))
+                cpath = weights_cache.cache_file(ckpt.path, cache_dir, weights, key)
+                reader = weights_cache.open_cache(cpath, key)
+                writer = weights_cache.CacheWriter(cpath, key) if reader is None else None
+                cache = (reader, writer)
+                log.info("h3cy: weight cache %s (%s)", cpath, "mapped" if reader else "building")
+            model = cls(_CheckpointSource(ckpt), weights=weights, threads=threads, isa=isa,
+                        ffn_act_group=ffn_act_group, cache=cache)
+            if cache is not None and cache[1] is not None:
+                cache[1].finish()
+            model._cache_writer = None
+            return model
+        except BaseException:
+            if cache is not None and cache[1] is not None:
+                cache[1].abort()
+            raise
         finally:
             ckpt.close()
 
 
-    def __init__(self, source, weights="bf16", threads=None, isa=None, ffn_act_group=None):
+    def __init__(self, source, weights="bf16", threads=None, isa=None, ffn_act_group=None,
+                 cache=None):
         if weights not in ops.WEIGHT_MODES:
             raise H3ValueError(f"weights must be one of {ops.WEIGHT_MODES}, got {weights!r}")
         cfg = source.config
@@ -171,6 +198,9 @@ class DiT:
             # multiple of 8 that divides the row for small models
             ffn_act_group = 1024 if ffn % 1024 == 0 else None
         self.ffn_act_group = ffn_act_group if weights in ("int8", "int4") else None
+        # (reader, writer) of a converted-weight cache file (h3cy.weights_cache), or None
+        self._cache_reader, self._cache_writer = cache if cache is not None else (None, None)
+        self.linears_attached = 0   # linears mapped from a cache or the checkpoint (no copy)
         f32 = self._linear_f32
         self.proj_in = f32(source.get("proj_in.weight"), source.get("proj_in.bias"))
         self.audio_proj_in = f32(source.get("audio_proj_in.weight"), source.get("audio_proj_in.bias"))
@@ -179,7 +209,8 @@ class DiT:
         self.proj_out = f32(source.get("proj_out.weight"), source.get("proj_out.bias"))
         self.audio_proj_out = f32(source.get("audio_proj_out.weight"), source.get("audio_proj_out.bias"))
         self.context_embedder = self._linear(source.get("context_embedder.weight"),
-                                             bias=_f32(source.get("context_embedder.bias")))
+                                             bias=_f32(source.get("context_embedder.bias")),
+                                             name="context_embedder")
         self.refiner = [_Block(self, source, f"token_refiner.refiner_blocks.{j}.", adaln=False)
                         for j in range(cfg["num_refiner_layers"])]
         self.refiner_norm = _f32(source.get("token_refiner.final_norm.weight"))
@@ -187,7 +218,8 @@ class DiT:
                        for b in range(cfg["num_layers"])]
         self.norm_out = _f32(source.get("norm_out.norm.weight"))
         self.norm_out_linear = self._linear(source.get("norm_out.linear.weight"),
-                                            bias=_f32(source.get("norm_out.linear.bias")))
+                                            bias=_f32(source.get("norm_out.linear.bias")),
+                                            name="norm_out.linear")
         self.inv_freq = rope_inv_freq(cfg["rope_freq_dim"], float(cfg["rope_theta"]))
         self._attn = ops.Attention(scale=1.0 / np.sqrt(self.head_dim), isa=self.isa, threads=self.threads)
         self._tables = {}          # timestep value (float32 bits) -> prepared AdaLN tables
@@ -198,9 +230,24 @@ class DiT:
         self._adaln_released = False
 
     # ---- weights ---------------------------------------------------------------------
-    def _linear(self, w, bias=None, pair=False, act_group=None):
-        """A bf16 (or fp32) checkpoint weight in this model's weights mode."""
+    def _linear(self, w, bias=None, pair=False, act_group=None, name=None):
+        """A bf16 (or fp32) checkpoint weight in this model's weights mode: mapped from
+        the weight cache when it holds it, mapped from the checkpoint itself for bf16
+        weights in bf16 mode (zero-copy), else converted (and added to the cache)."""
         mode = self.weights
+        reader, writer = self._cache_reader, self._cache_writer
+        if reader is not None and name in reader:
+            self.linears_attached += 1
+            core = reader.attach(name, bias, self.isa, self._pool)
+            return ops.Linear._from_core(core, mode, self._pool)
+        if (mode == "bf16" and w.dtype == np.uint16 and w.flags.c_contiguous
+                and not self.config.get("_no_zero_copy")):
+            N, K = w.shape
+            lay = dict(wtype=1, group_size=0, act_group=0, pair=int(pair), nr=0, N=N, K=K, Kp=K,
+                       w_bytes=N * K * 2, s_bytes=0)
+            self.linears_attached += 1
+            core = _kernels.linear_attach(lay, w, None, bias, self.isa, self._pool)
+            return ops.Linear._from_core(core, mode, self._pool)
         kw = {}
         if mode == "int4":
             # groups of 128 along K where K allows (the released shapes do), else 64 or 32;
@@ -216,8 +263,11 @@ class DiT:
             kw["act_group"] = act_group
         wd = "bf16" if w.dtype == np.uint16 else "fp32"
         w = np.ascontiguousarray(w)
-        return ops.Linear(w, bias=bias, weights=mode, isa=self.isa, weight_dtype=wd,
-                          threads=self.threads, pair=pair, **kw)
+        lin = ops.Linear(w, bias=bias, weights=mode, isa=self.isa, weight_dtype=wd,
+                         threads=self.threads, pair=pair, **kw)
+        if writer is not None and name is not None:
+            writer.add(name, lin._c)
+        return lin
 
     def _linear_f32(self, w, b):
         return ops.Linear(_f32(w), bias=_f32(b), weights="fp32", isa=self.isa, threads=self.threads)

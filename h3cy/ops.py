@@ -138,6 +138,16 @@ class Linear:
         self._c = _kernels.LinearCore(weight, src, bias, weights, group_size or 0,
                                       act_group or 0, int(self.pair), self.isa, self._pool)
 
+    @classmethod
+    def _from_core(cls, core, weights, pool, group_size=None, act_group=None):
+        """Wrap an existing LinearCore (attached storage: cache files, mmapped bf16)."""
+        self = cls.__new__(cls)
+        self._c, self._pool = core, pool
+        self.isa, self.weights = core.isa, weights
+        self.N, self.K, self.pair = core.N, core.K, bool(core.pair)
+        self.group_size, self.act_group = group_size, act_group
+        return self
+
     @property
     def threads(self):
         return self._pool.threads
