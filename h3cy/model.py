@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from . import _config, _kernels, ops
+from . import _pages
 from ._bf16 import bf16_bits_to_f32, round_bf16
 from .errors import H3Error, H3ValueError
 
@@ -61,10 +62,18 @@ def _f32(a):
 
 
 class _Block:
-    """One transformer (or refiner) block's weights, converted for the chosen mode."""
+    """One transformer (or refiner) block's weights, converted for the chosen mode.
+    ``adaln``: also build the AdaLN projection; ``main``: the attention/FFN weights."""
 
-    def __init__(self, dit, src, prefix, adaln):
+    def __init__(self, dit, src, prefix, adaln, main=True):
         mk = dit._linear
+        self.adaln = None
+        if adaln:
+            self.adaln = mk(src.get(prefix + "adaln_proj.linear.weight"),
+                            bias=_f32(src.get(prefix + "adaln_proj.linear.bias")),
+                            name=prefix + "adaln_proj.linear")
+        if not main:
+            return
         self.norm1 = _f32(src.get(prefix + "norm1.weight"))
         self.norm2 = _f32(src.get(prefix + "norm2.weight"))
         qkv, self.qkv_layout = src.qkv(prefix + "attn.")
@@ -78,11 +87,14 @@ class _Block:
         self.core = _kernels.DitBlockCore(
             self.qkv._c, int(self.qkv_layout == "interleaved"), self.out._c, self.up._c,
             self.down._c, self.norm1, self.norm2, self.norm_q, self.norm_k, dit._pool)
-        self.adaln = None
-        if adaln:
-            self.adaln = mk(src.get(prefix + "adaln_proj.linear.weight"),
-                            bias=_f32(src.get(prefix + "adaln_proj.linear.bias")),
-                            name=prefix + "adaln_proj.linear")
+
+    def storage(self):
+        """The mapped arrays this block's attached linears read (for page advice)."""
+        out = []
+        for lin in (getattr(self, n, None) for n in ("qkv", "out", "up", "down", "adaln")):
+            if lin is not None and lin._c.storage is not None:
+                out.extend(lin._c.storage)
+        return out
 
 
 class _CheckpointSource:
@@ -130,6 +142,10 @@ class DiT:
         path : str or os.PathLike — the folder (any Unicode name)
         weights : {"bf16", "fp32", "fp16", "int8", "int4"}
         threads : int, optional — default :func:`h3cy.get_num_threads`
+        streaming : bool — keep only a few blocks' weights resident: each block is built
+            (mapped from the checkpoint or the weight cache, or converted) when needed, the
+            next one on a reader thread while the current one computes, and its pages are
+            released after use.  Same results, bit for bit, as resident loading.
         qkv_layout : {None, "interleaved", "stacked"} — how an original fused QKV is laid
             out (default: sharded release folder -> interleaved, single file -> stacked)
         isa : str, optional — kernel path (default: ``H3CY_ISA`` or the best available)
@@ -140,9 +156,6 @@ class DiT:
             later loads and rebuilt when stale, truncated or edited
         """
         from .checkpoint import open_transformer
-        if streaming:
-            raise H3ValueError("streaming=True is not available yet in this version of h3cy; "
-                               "load resident (streaming=False)")
         from . import weights_cache
         ckpt = open_transformer(path, qkv_layout=qkv_layout)
         cache = None
@@ -159,8 +172,19 @@ class DiT:
                 writer = weights_cache.CacheWriter(cpath, key) if reader is None else None
                 cache = (reader, writer)
                 log.info("h3cy: weight cache %s (%s)", cpath, "mapped" if reader else "building")
+            if streaming and cache is not None and cache[1] is not None:
+                # write the cache block by block (one block converted at a time), then
+                # stream from it
+                src = _CheckpointSource(ckpt)
+                tmp = cls(src, weights=weights, threads=threads, isa=isa,
+                          ffn_act_group=ffn_act_group, cache=cache, streaming=True)
+                for b in range(tmp.config["num_layers"]):
+                    _Block(tmp, src, f"transformer_blocks.{b}.", adaln=True)
+                del tmp
+                cache[1].finish()
+                cache = (weights_cache.open_cache(cpath, key), None)
             model = cls(_CheckpointSource(ckpt), weights=weights, threads=threads, isa=isa,
-                        ffn_act_group=ffn_act_group, cache=cache)
+                        ffn_act_group=ffn_act_group, cache=cache, streaming=streaming)
             if cache is not None and cache[1] is not None:
                 cache[1].finish()
             model._cache_writer = None
@@ -168,13 +192,15 @@ class DiT:
         except BaseException:
             if cache is not None and cache[1] is not None:
                 cache[1].abort()
+            ckpt.close()
             raise
         finally:
-            ckpt.close()
+            if not streaming:
+                ckpt.close()
 
 
     def __init__(self, source, weights="bf16", threads=None, isa=None, ffn_act_group=None,
-                 cache=None):
+                 cache=None, streaming=False):
         if weights not in ops.WEIGHT_MODES:
             raise H3ValueError(f"weights must be one of {ops.WEIGHT_MODES}, got {weights!r}")
         cfg = source.config
@@ -214,8 +240,16 @@ class DiT:
         self.refiner = [_Block(self, source, f"token_refiner.refiner_blocks.{j}.", adaln=False)
                         for j in range(cfg["num_refiner_layers"])]
         self.refiner_norm = _f32(source.get("token_refiner.final_norm.weight"))
-        self.blocks = [_Block(self, source, f"transformer_blocks.{b}.", adaln=True)
-                       for b in range(cfg["num_layers"])]
+        self.streaming = bool(streaming)
+        self._source = source
+        if self.streaming:
+            # blocks are built when needed (the next one on a reader thread while the
+            # current one computes) and dropped after use: a few blocks resident at a time
+            self.blocks = [None] * cfg["num_layers"]
+            self._stream_ex = None
+        else:
+            self.blocks = [_Block(self, source, f"transformer_blocks.{b}.", adaln=True)
+                           for b in range(cfg["num_layers"])]
         self.norm_out = _f32(source.get("norm_out.norm.weight"))
         self.norm_out_linear = self._linear(source.get("norm_out.linear.weight"),
                                             bias=_f32(source.get("norm_out.linear.bias")),
@@ -362,8 +396,13 @@ class DiT:
         st = self._r(st)
         Hd = self.hidden
         blocks = []
-        for blk in self.blocks:
-            m = self._r(blk.adaln(st)).reshape(MODALITY_NUM, 6, Hd)
+        for b in range(len(self.blocks)):
+            if self.streaming:
+                part = _Block(self, self._source, f"transformer_blocks.{b}.", adaln=True, main=False)
+                m = self._r(part.adaln(st)).reshape(MODALITY_NUM, 6, Hd)
+                _pages.release(part.storage())
+            else:
+                m = self._r(self.blocks[b].adaln(st)).reshape(MODALITY_NUM, 6, Hd)
             one = np.float32(1.0)
             s1p_msa = self._r((one + m[:, 1]).astype(np.float32))
             s1p_mlp = self._r((one + m[:, 4]).astype(np.float32))
@@ -385,9 +424,45 @@ class DiT:
         """Drop the AdaLN weights (about 13B of the 33B parameters).  Forwards at
         timesteps that were not prepared raise H3Error afterwards."""
         for blk in self.blocks:
-            blk.adaln = None
+            if blk is not None:
+                _pages.release(blk.storage() if blk.adaln is not None else [])
+                blk.adaln = None
         self.norm_out_linear = None
         self._adaln_released = True
+
+    def _build_stream_block(self, b):
+        blk = _Block(self, self._source, f"transformer_blocks.{b}.", adaln=False)
+        _pages.prefetch(blk.storage())
+        return blk
+
+    def _iter_blocks(self):
+        """The blocks in order; in streaming mode built one ahead on a reader thread and
+        their pages released after use."""
+        if not self.streaming:
+            yield from self.blocks
+            return
+        import concurrent.futures
+        if self._stream_ex is None:
+            self._stream_ex = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="h3cy-stream")
+        n = len(self.blocks)
+        fut = self._stream_ex.submit(self._build_stream_block, 0) if n else None
+        for b in range(n):
+            blk = fut.result()
+            fut = self._stream_ex.submit(self._build_stream_block, b + 1) if b + 1 < n else None
+            try:
+                yield blk
+            finally:
+                _pages.release(blk.storage())
+                del blk
+
+    def close(self):
+        """Release the checkpoint mapping kept for streaming and the reader thread."""
+        if getattr(self, "_stream_ex", None) is not None:
+            self._stream_ex.shutdown(wait=True)
+            self._stream_ex = None
+        ckpt = getattr(self._source, "ckpt", None)
+        if ckpt is not None:
+            ckpt.close()
 
     def _run_core(self, blk, h, rows=None, tables=None, cos=None, sin=None):
         """One block in C (GIL released), h updated in place."""
@@ -481,7 +556,7 @@ class DiT:
         tabs = [self._adaln_tables(tv) for tv in t]
         rows = (ti * MODALITY_NUM + tags).astype(np.int64)
         rows32 = rows.astype(np.int32)
-        for b, blk in enumerate(self.blocks):
+        for b, blk in enumerate(self._iter_blocks()):
             tables = tuple(np.concatenate([tab[0][b][k] for tab in tabs]) for k in range(6))
             if self._python_blocks:
                 sh_msa, s1_msa, g_msa, sh_mlp, s1_mlp, g_mlp = tables

@@ -109,7 +109,7 @@ cdef class LinearCore:
     cdef readonly str isa
     cdef readonly int64_t N, K
     cdef readonly int pair
-    cdef object _storage   # attached storage (mmap views) kept alive while c uses it
+    cdef readonly object storage   # attached storage (mmap views) kept alive while c uses it
 
     def __cinit__(self, weight=None, int src_dtype=0, bias=None, str weights="fp32",
                   int group_size=0, int act_group=0, int pair=0, str isa="ref",
@@ -249,7 +249,7 @@ def linear_attach(dict layout, w, scales, bias, str isa, ThreadPool pool):
     core.N = lay.N
     core.K = lay.K
     core.pair = lay.pair
-    core._storage = (w, scales)
+    core.storage = (w, scales)
     return core
 
 

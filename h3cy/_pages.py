@@ -1,0 +1,48 @@
+"""Page residency of memory-mapped weights: tell the kernel which weight pages will be
+needed soon (prefetch) and which are done with (drop them from this process's resident
+set; the page cache keeps them while memory allows, so a re-read is cheap)."""
+import mmap
+
+import numpy as np
+
+PAGE = mmap.PAGESIZE
+
+
+def _mmap_of(arr):
+    b = arr
+    while b is not None:
+        if isinstance(b, mmap.mmap):
+            return b
+        b = getattr(b, "base", None) if not isinstance(b, memoryview) else b.obj
+    return None
+
+
+def _range(arr, mm):
+    base = np.frombuffer(mm, np.uint8).ctypes.data
+    start = arr.ctypes.data - base
+    end = start + arr.nbytes
+    start -= start % PAGE
+    return start, end - start
+
+
+def advise(arrays, option):
+    """madvise each mmap-backed array's pages (others are ignored)."""
+    for a in arrays:
+        if a is None or not isinstance(a, np.ndarray) or a.nbytes == 0:
+            continue
+        mm = _mmap_of(a)
+        if mm is None:
+            continue
+        start, length = _range(a, mm)
+        try:
+            mm.madvise(option, start, length)
+        except (OSError, ValueError):
+            pass
+
+
+def prefetch(arrays):
+    advise(arrays, mmap.MADV_WILLNEED)
+
+
+def release(arrays):
+    advise(arrays, mmap.MADV_DONTNEED)
