@@ -15,11 +15,16 @@ _FP32 = ("proj_in.", "audio_proj_in.", "time_embedder.", "proj_out.", "audio_pro
 class SyntheticSource:
     """Random weights (std ``scale``; norm weights ~1) under the diffusers names."""
 
-    def __init__(self, config=None, seed=0, scale=0.02, **overrides):
+    def __init__(self, config=None, seed=0, scale=0.02, shared=False, **overrides):
+        """shared=True: every tensor of one shape (and kind) is the same random draw, so a
+        50-block model's weights are generated in seconds (memory per block is unchanged:
+        each linear still converts and holds its own copy)."""
         self.config = dict(FULL_CONFIG if config is None else config)
         self.config.update(overrides)
         self.seed = seed
         self.scale = scale
+        self.shared = shared
+        self._memo = {}
 
     def _shape(self, name):
         c = self.config
@@ -67,14 +72,22 @@ class SyntheticSource:
         u = x.view(np.uint32)
         return ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
+    def _tensor(self, name, shape):
+        if not self.shared:
+            return self._out(name, self._rand(name, shape))
+        kind = (shape, name.startswith(_FP32), name.split(".")[-2] + name.split(".")[-1])
+        if kind not in self._memo:
+            self._memo[kind] = self._out(name, self._rand(name, shape))
+        return self._memo[kind]
+
     def get(self, name):
-        return self._out(name, self._rand(name, self._shape(name)))
+        return self._tensor(name, self._shape(name))
 
     def qkv(self, prefix):
         c = self.config
         inner = c["num_attention_heads"] * c["attention_head_dim"]
-        return self._out(prefix + "qkv", self._rand(prefix + "qkv", (3 * inner, c["hidden_size"]))), "stacked"
+        return self._tensor(prefix + "attn.qkv", (3 * inner, c["hidden_size"])), "stacked"
 
     def ffn_up(self, prefix):
         c = self.config
-        return self._out(prefix + "up", self._rand(prefix + "up", (2 * c["ffn_dim"], c["hidden_size"])))
+        return self._tensor(prefix + "ff.up", (2 * c["ffn_dim"], c["hidden_size"]))

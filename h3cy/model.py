@@ -16,6 +16,7 @@ float32 in every mode.
 """
 import logging
 import os
+import threading
 
 import numpy as np
 
@@ -227,6 +228,7 @@ class DiT:
         # (reader, writer) of a converted-weight cache file (h3cy.weights_cache), or None
         self._cache_reader, self._cache_writer = cache if cache is not None else (None, None)
         self.linears_attached = 0   # linears mapped from a cache or the checkpoint (no copy)
+        self._build_lock = threading.Lock()   # blocks are built on several threads
         f32 = self._linear_f32
         self.proj_in = f32(source.get("proj_in.weight"), source.get("proj_in.bias"))
         self.audio_proj_in = f32(source.get("audio_proj_in.weight"), source.get("audio_proj_in.bias"))
@@ -248,8 +250,13 @@ class DiT:
             self.blocks = [None] * cfg["num_layers"]
             self._stream_ex = None
         else:
-            self.blocks = [_Block(self, source, f"transformer_blocks.{b}.", adaln=True)
-                           for b in range(cfg["num_layers"])]
+            # converting 33B weights is the slow part of a first load: build the blocks on
+            # as many threads as the model computes with (creation releases the GIL)
+            import concurrent.futures
+            n = cfg["num_layers"]
+            with concurrent.futures.ThreadPoolExecutor(max(1, min(self.threads, n))) as ex:
+                self.blocks = list(ex.map(
+                    lambda b: _Block(self, source, f"transformer_blocks.{b}.", adaln=True), range(n)))
         self.norm_out = _f32(source.get("norm_out.norm.weight"))
         self.norm_out_linear = self._linear(source.get("norm_out.linear.weight"),
                                             bias=_f32(source.get("norm_out.linear.bias")),
@@ -271,7 +278,8 @@ class DiT:
         mode = self.weights
         reader, writer = self._cache_reader, self._cache_writer
         if reader is not None and name in reader:
-            self.linears_attached += 1
+            with self._build_lock:
+                self.linears_attached += 1
             core = reader.attach(name, bias, self.isa, self._pool)
             return ops.Linear._from_core(core, mode, self._pool)
         if (mode == "bf16" and w.dtype == np.uint16 and w.flags.c_contiguous
@@ -279,7 +287,8 @@ class DiT:
             N, K = w.shape
             lay = dict(wtype=1, group_size=0, act_group=0, pair=int(pair), nr=0, N=N, K=K, Kp=K,
                        w_bytes=N * K * 2, s_bytes=0)
-            self.linears_attached += 1
+            with self._build_lock:
+                self.linears_attached += 1
             core = _kernels.linear_attach(lay, w, None, bias, self.isa, self._pool)
             return ops.Linear._from_core(core, mode, self._pool)
         kw = {}
@@ -300,7 +309,8 @@ class DiT:
         lin = ops.Linear(w, bias=bias, weights=mode, isa=self.isa, weight_dtype=wd,
                          threads=self.threads, pair=pair, **kw)
         if writer is not None and name is not None:
-            writer.add(name, lin._c)
+            with self._build_lock:
+                writer.add(name, lin._c)
         return lin
 
     def _linear_f32(self, w, b):
