@@ -79,7 +79,12 @@ h3_isa h3_linear_isa(const h3_linear *l) { return l->isa; }
 size_t h3_linear_weight_bytes(const h3_linear *l) { return l->wbytes; }
 int h3_linear_bf16_activations(const h3_linear *l) {
     /* the AMX bf16 tiles take bf16 inputs; every other float kernel multiplies in f32 */
-    return l->wtype != H3_DT_I8 && l->wtype != H3_DT_I4 && l->kt == gemm_kernels_for(H3_ISA_AMX);
+    return l->wtype != H3_DT_I8 && l->wtype != H3_DT_I4 &&
+           (l->kt == gemm_kernels_for(H3_ISA_AMX)
+#if H3_X86
+            || l->kt == &gemm_kernels_avx512_bf16dp
+#endif
+           );
 }
 
 void h3_linear_free(h3_linear *l) {
@@ -173,7 +178,7 @@ static h3_status pack_int(h3_linear *l, const void *w, int src_dtype, h3_err *er
 
 /* The kernel table and the packed geometry of a linear whose N, K, wtype, group_size
  * and pair are set (shared by create and attach, so both agree on every layout). */
-static void set_geometry(h3_linear *l, h3_isa isa, int ag) {
+static void set_geometry(h3_linear *l, h3_isa isa, int ag, int bf16_inputs) {
     const int wt = l->wtype;
     l->kt = gemm_kernels_for(isa);
 #if H3_X86
@@ -183,6 +188,11 @@ static void set_geometry(h3_linear *l, h3_isa isa, int ag) {
     if (isa == H3_ISA_AMX && !is_int(wt) &&
         (wt != H3_DT_BF16 || (l->K % l->kt->kc != 0 && l->K % l->kt->kc < 16)))
         l->kt = gemm_kernels_for(H3_ISA_AVX512);
+    /* bf16 weights and bf16-valued inputs: VDPBF16PS where the CPU has it (same K-tail
+     * rule as AMX: its bf16 panels must fit the driver's f32 slots) */
+    if (isa == H3_ISA_AVX512 && wt == H3_DT_BF16 && bf16_inputs && h3_cpu_has_avx512_bf16() &&
+        !(l->K % gemm_kernels_avx512_bf16dp.kc != 0 && l->K % gemm_kernels_avx512_bf16dp.kc < 16))
+        l->kt = &gemm_kernels_avx512_bf16dp;
 #endif
     const int nr = l->kt->nr;
     l->H = l->pair ? l->N / 2 : l->N;
@@ -240,7 +250,7 @@ h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
     l->N = N; l->K = K; l->wtype = wt; l->group_size = gs; l->pair = opts->pair;
     l->isa = opts->isa;
     l->owns_w = 1;
-    set_geometry(l, opts->isa, ag);
+    set_geometry(l, opts->isa, ag, opts->bf16_inputs);
     if (is_int(wt)) {
         st = pack_int(l, w, src_dtype, err);
         if (st) { h3_linear_free(l); return st; }
@@ -309,6 +319,7 @@ h3_status h3_linear_layout_get(const h3_linear *l, h3_linear_layout *lay, const 
     lay->Kp = l->Kp;
     lay->s_bytes = l->sbytes;
     lay->w_bytes = l->wbytes - l->sbytes;
+    lay->bf16_inputs = h3_linear_bf16_activations(l);
     if (w) *w = l->w;
     if (scales) *scales = l->wscale;
     return H3_OK;
@@ -336,7 +347,7 @@ h3_status h3_linear_attach(const h3_linear_layout *lay, const void *w, const flo
     if (!l) return h3_fail(err, H3_ENOMEM, "linear_attach: out of memory");
     l->N = lay->N; l->K = lay->K; l->wtype = wt; l->pair = lay->pair; l->isa = isa;
     l->group_size = wt == H3_DT_I4 ? lay->group_size : 0;
-    set_geometry(l, isa, is_int(wt) ? lay->act_group : 0);
+    set_geometry(l, isa, is_int(wt) ? lay->act_group : 0, lay->bf16_inputs);
     /* the stored layout must be the one this path computes from */
     size_t wb, sb = 0;
     if (is_int(wt)) {

@@ -170,69 +170,7 @@ static void ukr_i4_amx(int MR_, int NR_, int nseg, int seg_q, const int8_t *ap,
 
 /* ---- bf16 ---------------------------------------------------------------------- */
 
-static inline int64_t kc32(int64_t kc) { return (kc + 31) & ~(int64_t)31; }
-
-/* x rows -> bf16 [MR][kc32] (round to nearest even, zero padded). */
-static void pack_a_bf16_amx(const float *x, int64_t ldx, int64_t rows, int64_t kc, int MR_,
-                            void *dst) {
-    (void)MR_;
-    uint16_t *d = (uint16_t *)dst;
-    const int64_t kp = kc32(kc);
-    for (int64_t i = 0; i < MR; i++) {
-        uint16_t *row = d + i * kp;
-        if (i >= rows) { memset(row, 0, (size_t)kp * 2); continue; }
-        int64_t k = 0;
-        for (; k + 16 <= kc; k += 16) {
-            __m512 v = _mm512_loadu_ps(x + i * ldx + k);
-            _mm256_storeu_si256((__m256i *)(row + k), (__m256i)_mm512_cvtneps_pbh(v));
-        }
-        for (; k < kc; k++) row[k] = h3_f32_to_bf16(x[i * ldx + k]);
-        for (; k < kp; k++) row[k] = 0;
-    }
-}
-
-/* W (bf16 storage) block -> per 32-column panel, bf16 pairs [kc32/2][32][2]; the panel
- * sits at the float offset the driver computes ((j/NR) * kc * NR floats).  A pair of
- * consecutive k of one row is one 32-bit word, so the layout is a 32-bit transpose:
- * two masked gathers per k pair (rows past n_valid read as zero). */
-static void unpack_bf16_amx(int wtype, const void *w, int64_t ldw, int64_t n0, int64_t nc,
-                            int64_t n_valid, int64_t k0, int64_t kc, float *out, int nr) {
-    (void)nr;
-    const int64_t kp = kc32(kc);
-    const uint16_t *wb = (const uint16_t *)w;
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)(ldw * 2)));
-    for (int64_t j0 = 0; j0 < nc; j0 += NR) {
-        uint32_t *panel = (uint32_t *)(out + (j0 / NR) * kc * NR);
-        int64_t rows = H3_MAX(0, H3_MIN(NR, n_valid - (n0 + j0)));
-        __mmask16 m0 = rows >= 16 ? 0xffff : (__mmask16)((1u << rows) - 1u);
-        __mmask16 m1 = rows >= 32 ? 0xffff : (rows <= 16 ? 0 : (__mmask16)((1u << (rows - 16)) - 1u));
-        int64_t kk = 0;
-        if (wtype == H3_DT_BF16 && rows > 0) {
-            const char *base0 = (const char *)(wb + (n0 + j0) * ldw + k0);
-            const char *base1 = base0 + 16 * ldw * 2;
-            for (; 2 * kk + 1 < kc; kk++) {
-                __m512i g0 = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m0, idx, base0 + 4 * kk, 1);
-                __m512i g1 = m1 ? _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m1, idx, base1 + 4 * kk, 1)
-                                : _mm512_setzero_si512();
-                _mm512_storeu_si512(panel + kk * NR, g0);
-                _mm512_storeu_si512(panel + kk * NR + 16, g1);
-            }
-        }
-        /* odd tail, padding to kc32, other storage types, all-padding panels: scalar */
-        for (; 2 * kk < kp; kk++)
-            for (int64_t col = 0; col < NR; col++) {
-                int64_t n = n0 + j0 + col;
-                uint16_t lo = 0, hi = 0;
-                if (n < n_valid) {
-                    int64_t k = 2 * kk;
-                    if (k < kc) lo = wtype == H3_DT_BF16 ? wb[n * ldw + k0 + k] : h3_f32_to_bf16(gemm_w_at(wtype, w, n * ldw + k0 + k));
-                    if (k + 1 < kc) hi = wtype == H3_DT_BF16 ? wb[n * ldw + k0 + k + 1] : h3_f32_to_bf16(gemm_w_at(wtype, w, n * ldw + k0 + k + 1));
-                }
-                panel[kk * NR + col] = (uint32_t)lo | ((uint32_t)hi << 16);
-            }
-    }
-}
+#include "gemm_bf16_pack.inc"  /* pack_a_bf16 (x -> bf16 rows), unpack_bf16 (W -> pairs) */
 
 static void ukr_bf16_amx(int MR_, int NR_, int64_t kc, const float *ap, const float *bp,
                          float *c, int64_t ldc, int mr, int nr, int accumulate) {
@@ -268,6 +206,6 @@ static void ukr_bf16_amx(int MR_, int NR_, int64_t kc, const float *ap, const fl
 const gemm_kernels gemm_kernels_amx = {
     .mr = MR, .nr = NR, .kc = 2048, .mc = MR * 8, .nc = 256, .mc_int = MR * 8,
     .gemv_max_m = 0,
-    .ukr_f32 = ukr_bf16_amx, .unpack = unpack_bf16_amx, .pack_a = pack_a_bf16_amx,
+    .ukr_f32 = ukr_bf16_amx, .unpack = unpack_bf16, .pack_a = pack_a_bf16,
     .ukr_i8 = ukr_i8_amx, .ukr_i4 = ukr_i4_amx, .int_a_rowmajor = 1,
 };

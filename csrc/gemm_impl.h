@@ -84,6 +84,7 @@ extern const gemm_kernels gemm_kernels_avx2;
 extern const gemm_kernels gemm_kernels_avx512;
 extern const gemm_kernels gemm_kernels_avx512_novnni; /* AVX-512 without VNNI (Skylake-X) */
 extern const gemm_kernels gemm_kernels_amx;
+extern const gemm_kernels gemm_kernels_avx512_bf16dp; /* bf16 weights x bf16-valued inputs */
 #endif
 #if H3_ARM64
 extern const gemm_kernels gemm_kernels_neon;

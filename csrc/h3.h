@@ -91,6 +91,9 @@ typedef struct {
     int group_size;  /* I4: 32, 64 or 128 (0 -> 64); ignored otherwise */
     int act_group;   /* I8/I4: input channels per activation scale, 0 = whole row */
     int pair;        /* 1: W rows are [gate; value] halves (needed for H3_EPI_SWIGLU) */
+    int bf16_inputs; /* bf16 weights: the caller's x is bf16-representable, so kernels that
+                        multiply bf16 pairs (AVX512-BF16 VDPBF16PS) may run; same exact
+                        products, another summation order */
     h3_isa isa;      /* the path this linear runs (its packed layout follows it) */
 } h3_linear_opts;
 
@@ -103,7 +106,8 @@ int64_t h3_linear_n(const h3_linear *lin);
 int64_t h3_linear_k(const h3_linear *lin);
 h3_isa h3_linear_isa(const h3_linear *lin);
 size_t h3_linear_weight_bytes(const h3_linear *lin);
-/* 1 if this linear rounds x to bf16 before multiplying (AMX's bf16 tiles), else 0. */
+/* 1 if this linear multiplies x as bf16 (AMX's bf16 tiles round it; the VDPBF16PS kernel,
+ * chosen with bf16_inputs, takes it as given), else 0 (float32 inputs). */
 int h3_linear_bf16_activations(const h3_linear *lin);   /* storage held for W (+scales) */
 /* Storage export / attach, for weight cache files and zero-copy bf16 checkpoints.
  * layout_get describes a linear's converted storage (w: w_bytes, scales: s_bytes; the
@@ -116,6 +120,7 @@ typedef struct {
     int wtype, group_size, act_group, pair, nr;
     int64_t N, K, Kp;
     uint64_t w_bytes, s_bytes;
+    int bf16_inputs;   /* a run-time option, as in h3_linear_opts (not part of the storage) */
 } h3_linear_layout;
 h3_status h3_linear_layout_get(const h3_linear *lin, h3_linear_layout *layout, const void **w,
                                const float **scales, h3_err *err);

@@ -285,8 +285,10 @@ class DiT:
         if (mode == "bf16" and w.dtype == np.uint16 and w.flags.c_contiguous
                 and not self.config.get("_no_zero_copy")):
             N, K = w.shape
+            # bf16 mode rounds every GEMM input to bf16 (as diffusers), so bf16-pair
+            # kernels are exact here
             lay = dict(wtype=1, group_size=0, act_group=0, pair=int(pair), nr=0, N=N, K=K, Kp=K,
-                       w_bytes=N * K * 2, s_bytes=0)
+                       w_bytes=N * K * 2, s_bytes=0, bf16_inputs=1)
             with self._build_lock:
                 self.linears_attached += 1
             core = _kernels.linear_attach(lay, w, None, bias, self.isa, self._pool)
@@ -307,7 +309,7 @@ class DiT:
         wd = "bf16" if w.dtype == np.uint16 else "fp32"
         w = np.ascontiguousarray(w)
         lin = ops.Linear(w, bias=bias, weights=mode, isa=self.isa, weight_dtype=wd,
-                         threads=self.threads, pair=pair, **kw)
+                         threads=self.threads, pair=pair, bf16_inputs=mode == "bf16", **kw)
         if writer is not None and name is not None:
             with self._build_lock:
                 writer.add(name, lin._c)

@@ -113,7 +113,7 @@ cdef class LinearCore:
 
     def __cinit__(self, weight=None, int src_dtype=0, bias=None, str weights="fp32",
                   int group_size=0, int act_group=0, int pair=0, str isa="ref",
-                  ThreadPool pool=None):
+                  ThreadPool pool=None, int bf16_inputs=0):
         # weight None: an empty shell filled by linear_attach()
         if weight is None:
             self.isa = isa
@@ -130,6 +130,7 @@ cdef class LinearCore:
         opts.group_size = group_size
         opts.act_group = act_group
         opts.pair = pair
+        opts.bf16_inputs = bf16_inputs
         opts.isa = isa_id(isa)
         self.N = w.shape[0]
         self.K = w.shape[1]
@@ -166,7 +167,7 @@ cdef class LinearCore:
         check(h3_linear_layout_get(self.c, &lay, &w, &sc, &err), &err)
         layout = dict(wtype=lay.wtype, group_size=lay.group_size, act_group=lay.act_group,
                       pair=lay.pair, nr=lay.nr, N=lay.N, K=lay.K, Kp=lay.Kp,
-                      w_bytes=lay.w_bytes, s_bytes=lay.s_bytes)
+                      w_bytes=lay.w_bytes, s_bytes=lay.s_bytes, bf16_inputs=lay.bf16_inputs)
         wb = np.empty(lay.w_bytes, np.uint8)
         if lay.w_bytes:
             memcpy(<void *>cnp.PyArray_DATA(wb), w, lay.w_bytes)
@@ -229,6 +230,7 @@ def linear_attach(dict layout, w, scales, bias, str isa, ThreadPool pool):
     lay.act_group = layout["act_group"]; lay.pair = layout["pair"]; lay.nr = layout["nr"]
     lay.N = layout["N"]; lay.K = layout["K"]; lay.Kp = layout["Kp"]
     lay.w_bytes = layout["w_bytes"]; lay.s_bytes = layout["s_bytes"]
+    lay.bf16_inputs = layout.get("bf16_inputs", 0)
     if not wa.flags.c_contiguous or <uint64_t>wa.nbytes != lay.w_bytes:
         raise H3ValueError(f"attached weights must be {lay.w_bytes} contiguous bytes, got {wa.nbytes}")
     if scales is not None:

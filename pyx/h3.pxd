@@ -55,6 +55,7 @@ cdef extern from "h3.h" nogil:
         int group_size
         int act_group
         int pair
+        int bf16_inputs
         h3_isa isa
     h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
                                const float *bias, const h3_linear_opts *opts,
@@ -162,6 +163,7 @@ cdef extern from "h3.h" nogil:
         int64_t Kp
         uint64_t w_bytes
         uint64_t s_bytes
+        int bf16_inputs
     h3_status h3_linear_layout_get(const h3_linear *lin, h3_linear_layout *layout,
                                    const void **w, const float **scales, h3_err *err)
     h3_status h3_linear_attach(const h3_linear_layout *layout, const void *w,

@@ -310,3 +310,23 @@ def test_bad_input_raises():
         lin.residual(x, np.zeros((3, 8), np.float32), gate_row=np.zeros(3, np.int32))
     assert isinstance(H3ValueError("x"), ValueError)
     assert lin(np.zeros((0, 16), np.float32)).shape == (0, 8)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+def test_bf16_inputs_option(isa, rng):
+    """bf16 weights with bf16-valued inputs may run bf16-pair kernels (VDPBF16PS, AMX):
+    the products are exact, so only float32 summation error is left."""
+    from h3cy._bf16 import f32_to_bf16_bits, round_bf16
+    for N, K in ((70, 100), (5, 3), (33, 700)):
+        w, x = _data(rng, N, K, 40)
+        x = round_bf16(x)
+        lin = Linear(f32_to_bf16_bits(w), weights="bf16", weight_dtype="bf16", isa=isa,
+                     threads=2, bf16_inputs=True)
+        assert lin.isa == isa
+        paired = isa == "amx" or (isa == "avx512" and "avx512_bf16" in h3cy.ops.cpu_features())
+        # K = 3 keeps the f32 kernel (a K tail under 16 does not fit the bf16 panels)
+        assert lin.activation_dtype == ("bfloat16" if paired and K >= 16 else "float32")
+        want = _f64(x) @ _f64(lin.dequantized()).T
+        # observed rel-L2 ~1e-7 (exact products, float32 sums); a wrong pair order or
+        # panel offset gives > 1e-2
+        assert_close(lin(x), want, rel_l2_tol=2e-6, max_rel_tol=1e-5, what=f"{isa} K={K}")
