@@ -19,3 +19,11 @@ __all__ = [
 from .checkpoint import TransformerCheckpoint, TransformerConfig, open_transformer  # noqa: E402
 
 __all__ += ["TransformerCheckpoint", "TransformerConfig", "open_transformer"]
+
+# sampling (issue 4): geometry, layout, schedules, the denoising loop and its hooks
+from .layout import Geometry, Layout  # noqa: E402
+from .schedule import Schedule  # noqa: E402
+from .sampler import STOP, CancelToken, StepState, denoise, initial_noise  # noqa: E402
+
+__all__ += ["Geometry", "Layout", "Schedule", "STOP", "CancelToken", "StepState", "denoise",
+            "initial_noise"]

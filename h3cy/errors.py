@@ -18,4 +18,9 @@ class UnsupportedCPUError(H3Error, RuntimeError):
 
 
 class Cancelled(H3Error):
-    """A long operation stopped because its CancelToken was set."""
+    """A long operation stopped because its CancelToken was set.  ``step`` is the step
+    (0-based) during which it stopped, when the operation has steps."""
+
+    def __init__(self, msg="cancelled", step=None):
+        super().__init__(msg)
+        self.step = step

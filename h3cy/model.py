@@ -489,7 +489,7 @@ class DiT:
     # ---- forward -----------------------------------------------------------------------------
     def forward(self, hidden_states, audio_hidden_states, encoder_hidden_states, timestep,
                 timestep_indices, token_tags, position_ids, video_indices, audio_indices,
-                text_indices):
+                text_indices, after_block=None):
         """One denoiser evaluation, with diffusers' ``MiniMaxH3Transformer3DModel.forward``
         arguments (batch 1; a leading batch axis of 1 is accepted and kept).
 
@@ -503,6 +503,8 @@ class DiT:
             modality 0 video, 1 text, 2 audio
         position_ids : (S, 3) — (t, h, w) rotary coordinates
         video_indices, audio_indices, text_indices : (Nv,), (Na,), (L,) int — row positions
+        after_block : callable(done, total), optional — called after each transformer block
+            (progress, cancellation: an exception it raises stops the forward unchanged)
 
         Returns
         -------
@@ -578,6 +580,8 @@ class DiT:
                 h = self._gate_add(h, g_mlp, rows, self._ffn(blk, n))
             else:
                 self._run_core(blk, h, rows32, tables, cos, sin)
+            if after_block is not None:
+                after_block(b + 1, len(self.blocks))
         # 4. final norm (rows by timestep only) and the two fp32 heads on their rows
         fs1 = np.stack([tab[1] for tab in tabs])
         fsh = np.stack([tab[2] for tab in tabs])

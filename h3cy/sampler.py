@@ -1,0 +1,148 @@
+"""The denoising loop: MiniMax-H3's two-schedule Euler sampler (spec §5), with step hooks,
+block-level progress and cancellation.
+
+This first version drives the loop from Python around the C block driver (each block runs
+with the GIL released); the steps' arithmetic is float32 and identical to diffusers'.
+"""
+import threading
+
+import numpy as np
+
+from .errors import Cancelled, H3ValueError
+from .layout import Geometry, Layout, pack_audio, patchify, unpack_audio, unpatchify
+from .schedule import Schedule, euler_step
+
+STOP = type("Stop", (), {"__repr__": lambda self: "h3cy.STOP"})()
+
+
+class CancelToken:
+    """Set from any thread with :meth:`cancel`; long operations stop within one block and
+    raise :class:`h3cy.Cancelled`."""
+
+    def __init__(self):
+        self._event = threading.Event()
+
+    def cancel(self):
+        self._event.set()
+
+    @property
+    def cancelled(self):
+        return self._event.is_set()
+
+    def reset(self):
+        self._event.clear()
+
+
+class StepState:
+    """What ``on_step`` sees after each update.  ``video_latent`` / ``audio_latent`` are the
+    loop's own arrays: in-place edits change the rest of the run."""
+
+    __slots__ = ("step", "steps", "sigma_video", "sigma_audio", "video_latent", "audio_latent",
+                 "video_velocity", "audio_velocity", "video_x0", "audio_x0")
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+def initial_noise(geometry, seed, channels=24, audio_channels=32):
+    """Seeded noise: ``SeedSequence(seed).spawn(2)`` -> PCG64 (video, then audio) ->
+    ``standard_normal(float32)``.  Video (channels, T, h, w), audio (2, audio_channels, A)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise H3ValueError(f"seed must be a non-negative int, got {seed!r}")
+    sv, sa = np.random.SeedSequence(int(seed)).spawn(2)
+    g = geometry
+    video = np.random.Generator(np.random.PCG64(sv)).standard_normal(
+        (channels, g.T, g.h, g.w), dtype=np.float32)
+    audio = np.random.Generator(np.random.PCG64(sa)).standard_normal(
+        (2, audio_channels, g.A), dtype=np.float32)
+    return video, audio
+
+
+_locks = {}
+_locks_guard = threading.Lock()
+
+
+def _dit_lock(dit):
+    with _locks_guard:
+        return _locks.setdefault(id(dit), threading.Lock())
+
+
+def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None, noise=None,
+            on_step=None, on_progress=None, cancel=None):
+    """Run the sampler; returns ``(video_latent (C, T, h, w), audio_latent (2, 32, A))`` float32.
+
+    Parameters
+    ----------
+    dit : h3cy.DiT
+    prompt_embeds : (L, text_dim) or (1, L, text_dim) float32 — encoded prompt
+    geometry : h3cy.Geometry (default 512x512, 22 frames)
+    steps : int — denoiser evaluations (diffusers' num_inference_steps = steps + 1)
+    seed : int — see :func:`initial_noise`; ignored when ``noise=(video, audio)`` is given
+    schedule : h3cy.Schedule, optional — default ``Schedule.shifted(steps)``
+    on_step : callable(StepState), optional — after each update; return ``h3cy.STOP`` to
+        end early (the clean estimates are returned)
+    on_progress : callable(done, total, phase), optional — after each block, phase "denoise"
+    cancel : CancelToken, optional — checked after each block; raises Cancelled(step=i)
+    """
+    g = geometry if geometry is not None else Geometry()
+    cfg = dit.config
+    C, Ca = cfg["in_channels"], cfg["audio_in_channels"]
+    if int(np.prod(cfg["patch_size"])) != 4 or tuple(cfg["patch_size"])[0] != 1:
+        raise H3ValueError("denoise expects the released (1, 2, 2) patch")
+    pe = np.asarray(prompt_embeds, np.float32)
+    if pe.ndim == 3 and pe.shape[0] == 1:
+        pe = pe[0]
+    if pe.ndim != 2 or pe.shape[1] != cfg["text_dim"] or pe.shape[0] < 1:
+        raise H3ValueError(f"prompt_embeds must be (L, {cfg['text_dim']}), got {np.shape(prompt_embeds)}")
+    sched = schedule if schedule is not None else Schedule.shifted(steps)
+    if sched.video_sigmas.ndim != 1:
+        raise H3ValueError("per-latent-frame video schedules are not supported by this version of denoise")
+    n = sched.steps
+    if noise is not None:
+        video, audio = (np.array(a, np.float32, copy=True) for a in noise)
+        if video.shape != (C, g.T, g.h, g.w) or audio.shape != (2, Ca, g.A):
+            raise H3ValueError(f"noise must be ({(C, g.T, g.h, g.w)}, {(2, Ca, g.A)}), got "
+                               f"({video.shape}, {audio.shape})")
+    else:
+        video, audio = initial_noise(g, seed, C, Ca)
+    lay = Layout(g, pe.shape[0])
+    sv, sa = sched.video_sigmas, sched.audio_sigmas
+    tvs, tas = Schedule.timesteps(sv), Schedule.timesteps(sa)
+    total = n * len(dit.blocks)
+    state = {"done": 0, "step": 0}
+
+    def after_block(b, nb):
+        state["done"] += 1
+        if cancel is not None and cancel.cancelled:
+            raise Cancelled(f"denoise cancelled during step {state['step']}", step=state["step"])
+        if on_progress is not None:
+            on_progress(state["done"], total, "denoise")
+
+    lock = _dit_lock(dit)
+    with lock:
+        distinct = np.unique(np.concatenate([tvs, tas]))
+        if not getattr(dit, "_adaln_released", False):
+            dit.prepare_timesteps(distinct)
+        for i in range(n):
+            state["step"] = i
+            tv, ta = tvs[i], tas[i]
+            timestep, tidx = lay.step_timesteps(tv, ta)
+            vel_rows, vel_arows = dit.forward(
+                patchify(video), pack_audio(audio), pe, timestep, tidx, lay.token_tags,
+                lay.position_ids, lay.video_indices, lay.audio_indices, lay.text_indices,
+                after_block=after_block)
+            vel_v = unpatchify(vel_rows, g.T, g.h, g.w)
+            vel_a = unpack_audio(vel_arows)
+            # x0 (for hooks and STOP) and the Euler update, both as diffusers computes them
+            x0_v = (video + ((np.float32(1) - tv) * vel_v).astype(np.float32)).astype(np.float32)
+            x0_a = (audio + ((np.float32(1) - ta) * vel_a).astype(np.float32)).astype(np.float32)
+            euler_step(video, vel_v, tv, sv[i], sv[i + 1], out=video)
+            euler_step(audio, vel_a, ta, sa[i], sa[i + 1], out=audio)
+            if on_step is not None:
+                st = StepState(step=i, steps=n, sigma_video=float(sv[i + 1]), sigma_audio=float(sa[i + 1]),
+                               video_latent=video, audio_latent=audio, video_velocity=vel_v,
+                               audio_velocity=vel_a, video_x0=x0_v, audio_x0=x0_a)
+                if on_step(st) is STOP:
+                    return x0_v, x0_a
+    return video, audio

@@ -1,0 +1,151 @@
+"""h3cy.denoise against a reference loop built from diffusers' own pieces (layout builder,
+two MiniMaxH3Schedulers, MiniMaxH3Transformer3DModel), and the loop's hooks."""
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import h3cy
+from h3cy.layout import pack_audio, patchify
+from _compare import assert_close, assert_nontrivial
+from _tiny_dit import tiny_dit_factory  # noqa: F401  (fixture)
+
+GEOM = dict(width=64, height=64, frames=22)    # T=7, h=w=4, A=37
+
+
+def _inputs(t, seed=0, L=5):
+    g = h3cy.Geometry(**GEOM)
+    rng = np.random.default_rng(seed)
+    pe = rng.standard_normal((L, t.config["text_dim"])).astype(np.float32)
+    video = rng.standard_normal((t.config["in_channels"], g.T, g.h, g.w)).astype(np.float32)
+    audio = rng.standard_normal((2, t.config["audio_in_channels"], g.A)).astype(np.float32)
+    return g, pe, video, audio
+
+
+def _reference_loop(folder, g, pe, video, audio, steps):
+    from diffusers import MiniMaxH3Scheduler, MiniMaxH3Transformer3DModel
+    from diffusers.modular_pipelines.minimax_h3.before_denoise import (
+        MiniMaxH3PrepareLayoutStep, patchify_video_latents)
+    m = MiniMaxH3Transformer3DModel.from_pretrained(folder, torch_dtype=torch.float32).eval()
+    L = pe.shape[0]
+    pos, tags, vi, ai, ti, _, _ = MiniMaxH3PrepareLayoutStep.build_packed_sequence(
+        torch.ones(L, dtype=torch.long), g.T, g.h, g.w, g.A, (1, 2, 2), 2, 2, 0, ())
+    vs, as_ = MiniMaxH3Scheduler(shift=12.0), MiniMaxH3Scheduler(shift=3.0)
+    vs.set_timesteps(steps + 1)
+    as_.set_timesteps(steps + 1)
+    vrows = patchify_video_latents(torch.from_numpy(video)[None], (1, 2, 2))
+    arows = torch.from_numpy(audio).permute(0, 2, 1).reshape(-1, audio.shape[1])
+    S = pos.shape[0]
+    with torch.no_grad():
+        for i in range(steps):
+            tv, ta = vs.timesteps[i], as_.timesteps[i]
+            row_t = torch.full((S,), float(tv), dtype=torch.float32)
+            row_t[ai] = ta
+            timestep, tidx = torch.unique(row_t, sorted=True, return_inverse=True)
+            v, a = m(vrows[None], arows[None], torch.from_numpy(pe)[None], timestep, tidx, tags, pos,
+                     vi, ai, ti, return_dict=False)
+            vrows = vs.step(v[0].float(), tv, vrows, return_dict=False)[0]
+            arows = as_.step(a[0].float(), ta, arows, return_dict=False)[0]
+    return vrows.numpy(), arows.numpy()
+
+
+def test_denoise_matches_diffusers_loop_fp32(tiny_dit_factory):
+    t = tiny_dit_factory("b")
+    g, pe, video, audio = _inputs(t)
+    want_v, want_a = _reference_loop(t.diffusers_fp32, g, pe, video, audio, steps=4)
+    dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
+    got_v, got_a = h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio))
+    assert_nontrivial(want_v)
+    # observed max-rel ~1e-6 (float32 GEMM order through 4 steps); a wrong timestep or
+    # Euler sign gives > 1e-1
+    assert_close(patchify(got_v), want_v, max_rel_tol=1e-4, what="video")
+    assert_close(pack_audio(got_a), want_a, max_rel_tol=1e-4, what="audio")
+
+
+def test_seeded_noise_golden_values():
+    v, a = h3cy.initial_noise(h3cy.Geometry(), 42)
+    assert v.shape == (24, 7, 32, 32) and a.shape == (2, 32, 37) and v.dtype == np.float32
+    sv, sa = np.random.SeedSequence(42).spawn(2)
+    assert np.array_equal(v.reshape(-1)[:4], np.random.Generator(np.random.PCG64(sv)).standard_normal(
+        4, dtype=np.float32))
+    assert np.array_equal(a.reshape(-1)[:4], np.random.Generator(np.random.PCG64(sa)).standard_normal(
+        4, dtype=np.float32))
+    # pinned bits (numpy's PCG64 + ziggurat, numpy 2.x): a change of the seeding recipe fails
+    np.testing.assert_array_equal(v.reshape(-1)[:3].view(np.uint32),
+                                  np.array([0x3F1F81FF, 0x3FEC9D69, 0x3F9C8CB8], np.uint32))
+
+
+def test_same_seed_same_bits_across_threads(tiny_dit_factory):
+    t = tiny_dit_factory("a")
+    g, pe, _, _ = _inputs(t)
+    outs = [h3cy.denoise(h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="int8", threads=th),
+                         pe, g, steps=3, seed=7) for th in (1, 2, 1)]
+    for o in outs[1:]:
+        assert np.array_equal(o[0], outs[0][0]) and np.array_equal(o[1], outs[0][1])
+
+
+def test_hooks_progress_stop_and_edits(tiny_dit_factory):
+    t = tiny_dit_factory("a")
+    g, pe, video, audio = _inputs(t)
+    dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
+    seen = []
+    base = h3cy.denoise(dit, pe, g, steps=3, noise=(video, audio),
+                        on_progress=lambda d, tot, ph: seen.append((d, tot, ph)))
+    nb = len(dit.blocks)
+    assert [s[0] for s in seen] == list(range(1, 3 * nb + 1)) and all(s[1] == 3 * nb for s in seen)
+    assert all(s[2] == "denoise" for s in seen)
+    # STOP after the first step returns that step's clean estimate
+    states = []
+
+    def stop(st):
+        states.append((st.step, st.video_x0.copy()))
+        return h3cy.STOP
+    early = h3cy.denoise(dit, pe, g, steps=3, noise=(video, audio), on_step=stop)
+    assert len(states) == 1 and np.array_equal(early[0], states[0][1])
+    # an in-place edit of the latent changes the result
+    def edit(st):
+        if st.step == 0:
+            st.video_latent *= 0.5
+    edited = h3cy.denoise(dit, pe, g, steps=3, noise=(video, audio), on_step=edit)
+    assert not np.allclose(edited[0], base[0])
+    # an exception from a hook propagates unchanged and the DiT stays usable
+    boom = RuntimeError("from the hook")
+    with pytest.raises(RuntimeError) as ei:
+        h3cy.denoise(dit, pe, g, steps=3, noise=(video, audio), on_step=lambda st: (_ for _ in ()).throw(boom))
+    assert ei.value is boom
+    again = h3cy.denoise(dit, pe, g, steps=3, noise=(video, audio))
+    assert np.array_equal(again[0], base[0])
+
+
+def test_cancel_from_another_thread_then_reuse(tiny_dit_factory):
+    t = tiny_dit_factory("b")
+    g, pe, video, audio = _inputs(t)
+    dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
+    want = h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio))
+    tok = h3cy.CancelToken()
+    started = threading.Event()
+
+    def progress(done, total, phase):
+        started.set()
+        if done == 5:   # block 5 of 12: step 1
+            threading.Thread(target=tok.cancel).start()
+            threading.Event().wait(0.2)
+    with pytest.raises(h3cy.Cancelled) as ei:
+        h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio), on_progress=progress, cancel=tok)
+    assert ei.value.step == 1
+    got = h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio))
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_bad_arguments():
+    class FakeDit:
+        config = dict(in_channels=4, audio_in_channels=8, patch_size=[1, 2, 2], text_dim=16)
+        blocks = [None]
+    with pytest.raises(ValueError):
+        h3cy.denoise(FakeDit(), np.zeros((3, 5), np.float32), h3cy.Geometry(64, 64, 22), steps=2)
+    with pytest.raises(ValueError):
+        h3cy.denoise(FakeDit(), np.zeros((3, 16), np.float32), h3cy.Geometry(64, 64, 22), steps=2,
+                     noise=(np.zeros((4, 7, 4, 4), np.float32), np.zeros((2, 8, 5), np.float32)))
+    with pytest.raises(ValueError):
+        h3cy.denoise(FakeDit(), np.zeros((3, 16), np.float32), h3cy.Geometry(64, 64, 22), seed=-1)
