@@ -24,6 +24,7 @@ __all__ += ["TransformerCheckpoint", "TransformerConfig", "open_transformer"]
 from .layout import Geometry, Layout  # noqa: E402
 from .schedule import Schedule  # noqa: E402
 from .sampler import STOP, CancelToken, StepState, denoise, initial_noise  # noqa: E402
+from .errors import Busy  # noqa: E402
 
 __all__ += ["Geometry", "Layout", "Schedule", "STOP", "CancelToken", "StepState", "denoise",
-            "initial_noise"]
+            "initial_noise", "Busy"]

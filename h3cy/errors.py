@@ -24,3 +24,7 @@ class Cancelled(H3Error):
     def __init__(self, msg="cancelled", step=None):
         super().__init__(msg)
         self.step = step
+
+
+class Busy(H3Error):
+    """The object is already running a long operation in another thread (blocking=False)."""

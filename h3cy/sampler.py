@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-from .errors import Cancelled, H3ValueError
+from .errors import Busy, Cancelled, H3ValueError
 from .layout import Geometry, Layout, pack_audio, patchify, unpack_audio, unpatchify
 from .schedule import Schedule, euler_step
 
@@ -69,7 +69,7 @@ def _dit_lock(dit):
 
 
 def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None, noise=None,
-            on_step=None, on_progress=None, cancel=None):
+            on_step=None, on_progress=None, cancel=None, blocking=True):
     """Run the sampler; returns ``(video_latent (C, T, h, w), audio_latent (2, 32, A))`` float32.
 
     Parameters
@@ -84,6 +84,11 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
         end early (the clean estimates are returned)
     on_progress : callable(done, total, phase), optional — after each block, phase "denoise"
     cancel : CancelToken, optional — checked after each block; raises Cancelled(step=i)
+    blocking : bool — one generation per DiT at a time: wait for a running one (True) or
+        raise :class:`Busy` (False)
+
+    A per-latent-frame schedule (``video_sigmas`` of shape (steps+1, T)) steps each latent
+    frame with its own sigma column; text rows take latent frame 0's timestep.
     """
     g = geometry if geometry is not None else Geometry()
     cfg = dit.config
@@ -96,9 +101,11 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
     if pe.ndim != 2 or pe.shape[1] != cfg["text_dim"] or pe.shape[0] < 1:
         raise H3ValueError(f"prompt_embeds must be (L, {cfg['text_dim']}), got {np.shape(prompt_embeds)}")
     sched = schedule if schedule is not None else Schedule.shifted(steps)
-    if sched.video_sigmas.ndim != 1:
-        raise H3ValueError("per-latent-frame video schedules are not supported by this version of denoise")
     n = sched.steps
+    per_frame = sched.video_sigmas.ndim == 2
+    if per_frame and sched.video_sigmas.shape[1] != g.T:
+        raise H3ValueError(f"a per-latent-frame schedule needs {g.T} columns (latent frames), got "
+                           f"{sched.video_sigmas.shape[1]}")
     if noise is not None:
         video, audio = (np.array(a, np.float32, copy=True) for a in noise)
         if video.shape != (C, g.T, g.h, g.w) or audio.shape != (2, Ca, g.A):
@@ -120,14 +127,31 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
             on_progress(state["done"], total, "denoise")
 
     lock = _dit_lock(dit)
-    with lock:
-        distinct = np.unique(np.concatenate([tvs, tas]))
+    if not lock.acquire(blocking=blocking):
+        raise Busy("this DiT is already generating in another thread (blocking=False)")
+    # per-frame schedules: video row r of latent frame f takes t = 1 - sigma[i, f]; text rows
+    # take latent frame 0's timestep (spec: "text rows take the timestep of latent frame 0")
+    rows_per_frame = (g.h // 2) * (g.w // 2)
+    vrow_frame = np.repeat(np.arange(g.T), rows_per_frame)
+    try:
+        distinct = np.unique(np.concatenate([tvs.reshape(-1), tas]))
         if not getattr(dit, "_adaln_released", False):
             dit.prepare_timesteps(distinct)
         for i in range(n):
             state["step"] = i
             tv, ta = tvs[i], tas[i]
-            timestep, tidx = lay.step_timesteps(tv, ta)
+            if per_frame:
+                row_t = np.empty(lay.S, np.float32)
+                row_t[lay.text_indices] = tv[0]
+                row_t[lay.video_indices] = tv[vrow_frame]
+                row_t[lay.audio_indices] = ta
+                timestep, tidx = np.unique(row_t, return_inverse=True)
+                tidx = tidx.astype(np.int64)
+                tv = tv[None, :, None, None]           # broadcast over (C, T, h, w)
+                sv_i, sv_n = sv[i][None, :, None, None], sv[i + 1][None, :, None, None]
+            else:
+                timestep, tidx = lay.step_timesteps(tv, ta)
+                sv_i, sv_n = sv[i], sv[i + 1]
             vel_rows, vel_arows = dit.forward(
                 patchify(video), pack_audio(audio), pe, timestep, tidx, lay.token_tags,
                 lay.position_ids, lay.video_indices, lay.audio_indices, lay.text_indices,
@@ -137,12 +161,14 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
             # x0 (for hooks and STOP) and the Euler update, both as diffusers computes them
             x0_v = (video + ((np.float32(1) - tv) * vel_v).astype(np.float32)).astype(np.float32)
             x0_a = (audio + ((np.float32(1) - ta) * vel_a).astype(np.float32)).astype(np.float32)
-            euler_step(video, vel_v, tv, sv[i], sv[i + 1], out=video)
+            euler_step(video, vel_v, tv, sv_i, sv_n, out=video)
             euler_step(audio, vel_a, ta, sa[i], sa[i + 1], out=audio)
             if on_step is not None:
-                st = StepState(step=i, steps=n, sigma_video=float(sv[i + 1]), sigma_audio=float(sa[i + 1]),
-                               video_latent=video, audio_latent=audio, video_velocity=vel_v,
-                               audio_velocity=vel_a, video_x0=x0_v, audio_x0=x0_a)
+                st = StepState(step=i, steps=n, sigma_video=sv[i + 1].copy() if per_frame else float(sv[i + 1]),
+                               sigma_audio=float(sa[i + 1]), video_latent=video, audio_latent=audio,
+                               video_velocity=vel_v, audio_velocity=vel_a, video_x0=x0_v, audio_x0=x0_a)
                 if on_step(st) is STOP:
                     return x0_v, x0_a
+    finally:
+        lock.release()
     return video, audio
