@@ -489,7 +489,7 @@ class DiT:
     # ---- forward -----------------------------------------------------------------------------
     def forward(self, hidden_states, audio_hidden_states, encoder_hidden_states, timestep,
                 timestep_indices, token_tags, position_ids, video_indices, audio_indices,
-                text_indices, after_block=None):
+                text_indices, after_block=None, active_blocks=None):
         """One denoiser evaluation, with diffusers' ``MiniMaxH3Transformer3DModel.forward``
         arguments (batch 1; a leading batch axis of 1 is accepted and kept).
 
@@ -505,6 +505,8 @@ class DiT:
         video_indices, audio_indices, text_indices : (Nv,), (Na,), (L,) int — row positions
         after_block : callable(done, total), optional — called after each transformer block
             (progress, cancellation: an exception it raises stops the forward unchanged)
+        active_blocks : sequence of bool, optional — run only these transformer blocks (the
+            others pass the residual stream through): the ``layers=`` speed option
 
         Returns
         -------
@@ -570,7 +572,13 @@ class DiT:
         tabs = [self._adaln_tables(tv) for tv in t]
         rows = (ti * MODALITY_NUM + tags).astype(np.int64)
         rows32 = rows.astype(np.int32)
+        if active_blocks is not None and len(active_blocks) != len(self.blocks):
+            raise H3ValueError(f"active_blocks has {len(active_blocks)} entries, the model {len(self.blocks)} blocks")
+        n_active = len(self.blocks) if active_blocks is None else int(sum(bool(a) for a in active_blocks))
+        done = 0
         for b, blk in enumerate(self._iter_blocks()):
+            if active_blocks is not None and not active_blocks[b]:
+                continue
             tables = tuple(np.concatenate([tab[0][b][k] for tab in tabs]) for k in range(6))
             if self._python_blocks:
                 sh_msa, s1_msa, g_msa, sh_mlp, s1_mlp, g_mlp = tables
@@ -580,8 +588,9 @@ class DiT:
                 h = self._gate_add(h, g_mlp, rows, self._ffn(blk, n))
             else:
                 self._run_core(blk, h, rows32, tables, cos, sin)
+            done += 1
             if after_block is not None:
-                after_block(b + 1, len(self.blocks))
+                after_block(done, n_active)
         # 4. final norm (rows by timestep only) and the two fp32 heads on their rows
         fs1 = np.stack([tab[1] for tab in tabs])
         fsh = np.stack([tab[2] for tab in tabs])

@@ -59,6 +59,45 @@ def initial_noise(geometry, seed, channels=24, audio_channels=32):
     return video, audio
 
 
+def reuse_steps(steps, reuse):
+    """Which steps evaluate the DiT under ``reuse=N`` (h3.c's rule): the first, the last
+    and every N-th; the others extrapolate the velocity."""
+    return [reuse == 1 or i == 0 or i == steps - 1 or i % reuse == 0 for i in range(steps)]
+
+
+def extrapolation_ratio(sigma, sigma_last, sigma_prev):
+    """h3.c: r = (sigma - sigma_last) / (sigma_last - sigma_prev), clamped to [-2, 2]
+    (0 when the denominator is 0); v = v_last + r (v_last - v_prev)."""
+    den = np.float32(sigma_last) - np.float32(sigma_prev)
+    r = (np.float32(sigma) - np.float32(sigma_last)) / den if den != 0 else np.float32(0)
+    return np.float32(min(2.0, max(-2.0, float(r))))
+
+
+def gate_ranked_blocks(dit, timesteps, layers):
+    """h3.c's ``layers=K``: score each block by the mean |gate| (gate_msa and gate_mlp, every
+    modality, every timestep of the schedule) and drop the ``n - K`` lowest-scoring blocks;
+    blocks 0, 1 and the last are never dropped.  Returns the active mask."""
+    n = len(dit.blocks)
+    if isinstance(layers, bool) or not isinstance(layers, (int, np.integer)):
+        raise H3ValueError(f"layers must be an int, got {layers!r}")
+    skip = n - int(layers)
+    if skip < 0 or skip > max(0, n - 3):
+        raise H3ValueError(f"layers must be in [{n - max(0, n - 3)}, {n}] for this {n}-block model, got {layers}")
+    active = [True] * n
+    if skip == 0:
+        return active
+    tabs = [dit._adaln_tables(t) for t in np.unique(np.asarray(timesteps, np.float32))]
+    scores = []
+    for b in range(2, n - 1):
+        total = sum(np.abs(tab[0][b][2]).sum(dtype=np.float64) + np.abs(tab[0][b][5]).sum(dtype=np.float64)
+                    for tab in tabs)
+        count = sum(tab[0][b][2].size + tab[0][b][5].size for tab in tabs)
+        scores.append((total / count, b))
+    for _, b in sorted(scores)[:skip]:
+        active[b] = False
+    return active
+
+
 _locks = {}
 _locks_guard = threading.Lock()
 
@@ -69,7 +108,7 @@ def _dit_lock(dit):
 
 
 def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None, noise=None,
-            on_step=None, on_progress=None, cancel=None, blocking=True):
+            on_step=None, on_progress=None, cancel=None, reuse=1, layers=None, blocking=True):
     """Run the sampler; returns ``(video_latent (C, T, h, w), audio_latent (2, 32, A))`` float32.
 
     Parameters
@@ -84,6 +123,11 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
         end early (the clean estimates are returned)
     on_progress : callable(done, total, phase), optional — after each block, phase "denoise"
     cancel : CancelToken, optional — checked after each block; raises Cancelled(step=i)
+    reuse : int — approximation (h3.c): evaluate the DiT at the first, the last and every
+        ``reuse``-th step only; other steps extrapolate the velocity linearly in sigma
+        (see :func:`reuse_steps`, :func:`extrapolation_ratio`).  1 = exact.
+    layers : int, optional — approximation (h3.c): run only the ``layers`` blocks whose
+        AdaLN gates are largest over the schedule (:func:`gate_ranked_blocks`).
     blocking : bool — one generation per DiT at a time: wait for a running one (True) or
         raise :class:`Busy` (False)
 
@@ -116,7 +160,16 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
     lay = Layout(g, pe.shape[0])
     sv, sa = sched.video_sigmas, sched.audio_sigmas
     tvs, tas = Schedule.timesteps(sv), Schedule.timesteps(sa)
-    total = n * len(dit.blocks)
+    if isinstance(reuse, bool) or not isinstance(reuse, (int, np.integer)) or not 1 <= reuse <= 32:
+        raise H3ValueError(f"reuse must be an int in [1, 32], got {reuse!r}")
+    evaluate = reuse_steps(n, int(reuse))
+    if per_frame and reuse != 1:
+        raise H3ValueError("reuse > 1 is not available with a per-latent-frame schedule")
+    active = None
+    if layers is not None:
+        active = gate_ranked_blocks(dit, np.concatenate([tvs.reshape(-1), tas]), layers)
+    n_active = len(dit.blocks) if active is None else sum(active)
+    total = sum(evaluate) * n_active
     state = {"done": 0, "step": 0}
 
     def after_block(b, nb):
@@ -137,6 +190,7 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
         distinct = np.unique(np.concatenate([tvs.reshape(-1), tas]))
         if not getattr(dit, "_adaln_released", False):
             dit.prepare_timesteps(distinct)
+        last = prev = None          # (step, video velocity, audio velocity) of evaluations
         for i in range(n):
             state["step"] = i
             tv, ta = tvs[i], tas[i]
@@ -152,12 +206,22 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
             else:
                 timestep, tidx = lay.step_timesteps(tv, ta)
                 sv_i, sv_n = sv[i], sv[i + 1]
-            vel_rows, vel_arows = dit.forward(
-                patchify(video), pack_audio(audio), pe, timestep, tidx, lay.token_tags,
-                lay.position_ids, lay.video_indices, lay.audio_indices, lay.text_indices,
-                after_block=after_block)
-            vel_v = unpatchify(vel_rows, g.T, g.h, g.w)
-            vel_a = unpack_audio(vel_arows)
+            if evaluate[i]:
+                vel_rows, vel_arows = dit.forward(
+                    patchify(video), pack_audio(audio), pe, timestep, tidx, lay.token_tags,
+                    lay.position_ids, lay.video_indices, lay.audio_indices, lay.text_indices,
+                    after_block=after_block, active_blocks=active)
+                vel_v = unpatchify(vel_rows, g.T, g.h, g.w)
+                vel_a = unpack_audio(vel_arows)
+                prev, last = last, (i, vel_v, vel_a)
+            elif prev is None:
+                vel_v, vel_a = last[1].copy(), last[2].copy()
+            else:
+                j, k = last[0], prev[0]
+                rv = extrapolation_ratio(sv[i], sv[j], sv[k])
+                ra = extrapolation_ratio(sa[i], sa[j], sa[k])
+                vel_v = (last[1] + rv * (last[1] - prev[1])).astype(np.float32)
+                vel_a = (last[2] + ra * (last[2] - prev[2])).astype(np.float32)
             # x0 (for hooks and STOP) and the Euler update, both as diffusers computes them
             x0_v = (video + ((np.float32(1) - tv) * vel_v).astype(np.float32)).astype(np.float32)
             x0_a = (audio + ((np.float32(1) - ta) * vel_a).astype(np.float32)).astype(np.float32)

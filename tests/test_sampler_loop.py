@@ -215,3 +215,96 @@ def test_concurrent_calls_serialise_or_raise_busy(tiny_dit_factory):
     th.join(30)
     second = h3cy.denoise(dit, pe, g, steps=2, noise=(video, audio))   # waits, then runs
     assert np.array_equal(second[0], results["first"][0])
+
+
+def _numpy_loop(dit, pe, g, video, audio, steps, evaluate, active=None):
+    """The documented formulas, written out: Euler with velocities from the DiT at the
+    evaluated steps and linear-in-sigma extrapolation elsewhere."""
+    from h3cy.layout import Layout, unpack_audio, unpatchify
+    from h3cy.schedule import Schedule, euler_step
+    sch = Schedule.shifted(steps)
+    sv, sa = sch.video_sigmas, sch.audio_sigmas
+    lay = Layout(g, pe.shape[0])
+    video, audio = video.copy(), audio.copy()
+    evals = []
+    for i in range(steps):
+        tv, ta = np.float32(1) - sv[i], np.float32(1) - sa[i]
+        if evaluate[i]:
+            ts, idx = lay.step_timesteps(tv, ta)
+            vr, ar = dit.forward(patchify(video), pack_audio(audio), pe, ts, idx, lay.token_tags,
+                                 lay.position_ids, lay.video_indices, lay.audio_indices,
+                                 lay.text_indices, active_blocks=active)
+            evals.append((i, unpatchify(vr, g.T, g.h, g.w), unpack_audio(ar)))
+            vv, va = evals[-1][1], evals[-1][2]
+        elif len(evals) == 1:
+            vv, va = evals[-1][1], evals[-1][2]
+        else:
+            (k, pv, pa), (j, lv, la) = evals[-2], evals[-1]
+            def ratio(s):
+                r = (s[i] - s[j]) / (s[j] - s[k])
+                return np.float32(min(2.0, max(-2.0, float(r))))
+            vv = (lv + ratio(sv) * (lv - pv)).astype(np.float32)
+            va = (la + ratio(sa) * (la - pa)).astype(np.float32)
+        video = euler_step(video, vv, tv, sv[i], sv[i + 1])
+        audio = euler_step(audio, va, ta, sa[i], sa[i + 1])
+    return video, audio
+
+
+def test_reuse_follows_the_documented_rule(tiny_dit_factory):
+    t = tiny_dit_factory("a")
+    g, pe, video, audio = _inputs(t)
+    dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
+    assert h3cy.sampler.reuse_steps(7, 3) == [True, False, False, True, False, False, True]
+    assert h3cy.sampler.reuse_steps(5, 1) == [True] * 5
+    for reuse in (2, 3):
+        seen = []
+        got = h3cy.denoise(dit, pe, g, steps=7, noise=(video, audio), reuse=reuse,
+                           on_progress=lambda d, tot, ph: seen.append(tot))
+        ev = h3cy.sampler.reuse_steps(7, reuse)
+        assert seen[-1] == sum(ev) * len(dit.blocks)
+        want = _numpy_loop(dit, pe, g, video, audio, 7, ev)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    exact = h3cy.denoise(dit, pe, g, steps=7, noise=(video, audio))
+    assert not np.array_equal(got[0], exact[0])
+    with pytest.raises(ValueError):
+        h3cy.denoise(dit, pe, g, steps=7, noise=(video, audio), reuse=0)
+
+
+def test_layers_keep_the_largest_gates(tmp_path):
+    """A 7-block tiny model: the skipped blocks are the lowest mean |gate| (msa and mlp, all
+    modalities, all schedule timesteps) among blocks 2..5, computed here with torch."""
+    from diffusers import MiniMaxH3Transformer3DModel
+    from _tiny_dit import TINY_CONFIGS
+    cfg = dict(TINY_CONFIGS["a"], num_layers=7)
+    torch.manual_seed(3)
+    m = MiniMaxH3Transformer3DModel(**cfg).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn_like(p) * 0.5)
+    folder = str(tmp_path / "seven")
+    m.save_pretrained(folder)
+    dit = h3cy.DiT.from_pretrained(folder, weights="fp32")
+    steps = 4
+    sch = h3cy.Schedule.shifted(steps)
+    ts = np.unique(np.concatenate([h3cy.Schedule.timesteps(sch.video_sigmas),
+                                   h3cy.Schedule.timesteps(sch.audio_sigmas)]))
+    with torch.no_grad():
+        temb = m.time_embedder(m.time_proj(torch.from_numpy(ts)))
+        scores = []
+        for b in range(2, 6):
+            mod = m.transformer_blocks[b].adaln_proj(temb)          # six (U*3, hidden) chunks
+            gates = torch.cat([mod[2].abs().reshape(-1), mod[5].abs().reshape(-1)])
+            scores.append((gates.double().mean().item(), b))
+    dropped = sorted(b for _, b in sorted(scores)[:2])
+    active = h3cy.sampler.gate_ranked_blocks(dit, ts, 5)
+    assert [b for b in range(7) if not active[b]] == dropped
+    g = h3cy.Geometry(**GEOM)
+    rng = np.random.default_rng(1)
+    pe = rng.standard_normal((4, cfg["text_dim"])).astype(np.float32)
+    video = rng.standard_normal((cfg["in_channels"], g.T, g.h, g.w)).astype(np.float32)
+    audio = rng.standard_normal((2, cfg["audio_in_channels"], g.A)).astype(np.float32)
+    got = h3cy.denoise(dit, pe, g, steps=steps, noise=(video, audio), layers=5)
+    want = _numpy_loop(dit, pe, g, video, audio, steps, [True] * steps, active)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    with pytest.raises(ValueError):
+        h3cy.denoise(dit, pe, g, steps=steps, noise=(video, audio), layers=2)   # would drop block 0/1/6
