@@ -189,6 +189,9 @@ class DiT:
             if cache is not None and cache[1] is not None:
                 cache[1].finish()
             model._cache_writer = None
+            model._load_args = dict(path=path, threads=threads, streaming=streaming,
+                                    cache_dir=cache_dir, qkv_layout=qkv_layout, isa=isa,
+                                    ffn_act_group=ffn_act_group)
             return model
         except BaseException:
             if cache is not None and cache[1] is not None:
@@ -441,6 +444,24 @@ class DiT:
                 blk.adaln = None
         self.norm_out_linear = None
         self._adaln_released = True
+
+    def with_weights(self, weights):
+        """This transformer in another weights mode (for precision plans): loaded once from
+        the same checkpoint (fp16/int8/int4 through their cache files, bf16 mapped in place)
+        and kept, so switching back and forth costs no reload."""
+        if weights == self.weights:
+            return self
+        if weights not in ops.WEIGHT_MODES:
+            raise H3ValueError(f"weights must be one of {ops.WEIGHT_MODES}, got {weights!r}")
+        siblings = self.__dict__.setdefault("_siblings", {self.weights: self})
+        if weights not in siblings:
+            args = getattr(self, "_load_args", None)
+            if args is None:
+                raise H3ValueError("with_weights() needs a DiT made by DiT.from_pretrained")
+            other = DiT.from_pretrained(weights=weights, **args)
+            other._siblings = siblings
+            siblings[weights] = other
+        return siblings[weights]
 
     def _build_stream_block(self, b):
         blk = _Block(self, self._source, f"transformer_blocks.{b}.", adaln=False)

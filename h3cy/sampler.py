@@ -38,11 +38,17 @@ class StepState:
     loop's own arrays: in-place edits change the rest of the run."""
 
     __slots__ = ("step", "steps", "sigma_video", "sigma_audio", "video_latent", "audio_latent",
-                 "video_velocity", "audio_velocity", "video_x0", "audio_x0")
+                 "video_velocity", "audio_velocity", "video_x0", "audio_x0", "weights",
+                 "_next_weights")
 
     def __init__(self, **kw):
+        self._next_weights = None
         for k, v in kw.items():
             setattr(self, k, v)
+
+    def set_weights(self, weights):
+        """Run the following steps in another weights mode (see DiT.with_weights)."""
+        self._next_weights = weights
 
 
 def initial_noise(geometry, seed, channels=24, audio_channels=32):
@@ -107,8 +113,30 @@ def _dit_lock(dit):
         return _locks.setdefault(id(dit), threading.Lock())
 
 
+def _precision_plan(plan, n, default):
+    """[(mode, start, stop), ...] covering steps -> list of the mode of every step."""
+    modes = [default] * n
+    if plan is None:
+        return modes
+    seen = [False] * n
+    for entry in plan:
+        try:
+            mode, start, stop = entry
+        except (TypeError, ValueError):
+            raise H3ValueError(f"precision entries are (weights, start, stop), got {entry!r}")
+        if not (0 <= start < stop <= n):
+            raise H3ValueError(f"precision range ({start}, {stop}) is outside the {n} steps")
+        for i in range(start, stop):
+            if seen[i]:
+                raise H3ValueError(f"precision ranges overlap at step {i}")
+            seen[i] = True
+            modes[i] = mode
+    return modes
+
+
 def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None, noise=None,
-            on_step=None, on_progress=None, cancel=None, reuse=1, layers=None, blocking=True):
+            on_step=None, on_progress=None, cancel=None, reuse=1, layers=None, precision=None,
+            blocking=True):
     """Run the sampler; returns ``(video_latent (C, T, h, w), audio_latent (2, 32, A))`` float32.
 
     Parameters
@@ -128,6 +156,10 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
         (see :func:`reuse_steps`, :func:`extrapolation_ratio`).  1 = exact.
     layers : int, optional — approximation (h3.c): run only the ``layers`` blocks whose
         AdaLN gates are largest over the schedule (:func:`gate_ranked_blocks`).
+    precision : list of (weights, start, stop), optional — weights mode per step range,
+        e.g. ``[("int8", 0, 14), ("bf16", 14, 20)]`` (steps outside every range use
+        ``dit``'s own mode); ``state.set_weights(mode)`` in ``on_step`` switches too.  Other
+        modes come from :meth:`DiT.with_weights` (loaded once, kept).
     blocking : bool — one generation per DiT at a time: wait for a running one (True) or
         raise :class:`Busy` (False)
 
@@ -165,6 +197,7 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
     evaluate = reuse_steps(n, int(reuse))
     if per_frame and reuse != 1:
         raise H3ValueError("reuse > 1 is not available with a per-latent-frame schedule")
+    plan = _precision_plan(precision, n, dit.weights)
     active = None
     if layers is not None:
         active = gate_ranked_blocks(dit, np.concatenate([tvs.reshape(-1), tas]), layers)
@@ -190,6 +223,7 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
         distinct = np.unique(np.concatenate([tvs.reshape(-1), tas]))
         if not getattr(dit, "_adaln_released", False):
             dit.prepare_timesteps(distinct)
+        override = None
         last = prev = None          # (step, video velocity, audio velocity) of evaluations
         for i in range(n):
             state["step"] = i
@@ -206,8 +240,10 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
             else:
                 timestep, tidx = lay.step_timesteps(tv, ta)
                 sv_i, sv_n = sv[i], sv[i + 1]
+            mode = override if override is not None else plan[i]
+            model = dit.with_weights(mode) if mode != dit.weights else dit
             if evaluate[i]:
-                vel_rows, vel_arows = dit.forward(
+                vel_rows, vel_arows = model.forward(
                     patchify(video), pack_audio(audio), pe, timestep, tidx, lay.token_tags,
                     lay.position_ids, lay.video_indices, lay.audio_indices, lay.text_indices,
                     after_block=after_block, active_blocks=active)
@@ -230,9 +266,12 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
             if on_step is not None:
                 st = StepState(step=i, steps=n, sigma_video=sv[i + 1].copy() if per_frame else float(sv[i + 1]),
                                sigma_audio=float(sa[i + 1]), video_latent=video, audio_latent=audio,
-                               video_velocity=vel_v, audio_velocity=vel_a, video_x0=x0_v, audio_x0=x0_a)
+                               video_velocity=vel_v, audio_velocity=vel_a, video_x0=x0_v, audio_x0=x0_a,
+                               weights=mode)
                 if on_step(st) is STOP:
                     return x0_v, x0_a
+                if st._next_weights is not None:
+                    override = st._next_weights
     finally:
         lock.release()
     return video, audio

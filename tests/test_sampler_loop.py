@@ -308,3 +308,37 @@ def test_layers_keep_the_largest_gates(tmp_path):
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
     with pytest.raises(ValueError):
         h3cy.denoise(dit, pe, g, steps=steps, noise=(video, audio), layers=2)   # would drop block 0/1/6
+
+
+def test_precision_plan_equals_running_the_ranges_in_their_modes(tiny_dit_factory, tmp_path):
+    import shutil
+    t = tiny_dit_factory("a")
+    folder = str(tmp_path / "tr")
+    shutil.copytree(t.diffusers_bf16, folder)
+    g, pe, video, audio = _inputs(t)
+    dit = h3cy.DiT.from_pretrained(folder, weights="int8")
+    got = h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio),
+                       precision=[("int8", 0, 2), ("bf16", 2, 4)])
+    # the same two step ranges, run as two separate loops handing the latents over
+    states = {}
+
+    def keep(st):
+        if st.step == 1:
+            states["v"], states["a"] = st.video_latent.copy(), st.audio_latent.copy()
+            return h3cy.STOP
+    h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio), on_step=keep)
+    bf = h3cy.DiT.from_pretrained(folder, weights="bf16")
+    from h3cy.schedule import Schedule
+    sch = Schedule.shifted(4)
+    tail = Schedule(sch.video_sigmas[2:], sch.audio_sigmas[2:])
+    want = h3cy.denoise(bf, pe, g, schedule=tail, noise=(states["v"], states["a"]))
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    # a hook switching mode after step 1 does the same
+    def switch(st):
+        if st.step == 1:
+            st.set_weights("bf16")
+    got2 = h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio), on_step=switch)
+    assert np.array_equal(got2[0], got[0])
+    assert dit.with_weights("bf16") is dit.with_weights("bf16")      # loaded once
+    with pytest.raises(ValueError):
+        h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio), precision=[("int8", 0, 3), ("bf16", 2, 4)])
