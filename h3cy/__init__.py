@@ -25,6 +25,7 @@ from .layout import Geometry, Layout  # noqa: E402
 from .schedule import Schedule  # noqa: E402
 from .sampler import STOP, CancelToken, StepState, denoise, initial_noise  # noqa: E402
 from .errors import Busy  # noqa: E402
+from . import audio_schedule  # noqa: E402
 
 __all__ += ["Geometry", "Layout", "Schedule", "STOP", "CancelToken", "StepState", "denoise",
-            "initial_noise", "Busy"]
+            "initial_noise", "Busy", "audio_schedule"]
