@@ -23,12 +23,12 @@
 enum {
     F_AVX, F_FMA, F_F16C, F_AVX2, F_AVX512F, F_AVX512DQ, F_AVX512BW, F_AVX512VL,
     F_AVX512VNNI, F_AVX512BF16, F_AMXTILE, F_AMXBF16, F_AMXINT8, F_OS_AVX, F_OS_AVX512,
-    F_OS_AMX, F_AMX_PERM, F_NEON, F_COUNT
+    F_OS_AMX, F_AMX_PERM, F_NEON, F_NEON_DOTPROD, F_COUNT
 };
 static const char *feature_names[F_COUNT] = {
     "avx", "fma", "f16c", "avx2", "avx512f", "avx512dq", "avx512bw", "avx512vl",
     "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8", "os_avx", "os_avx512",
-    "os_amx", "amx_permission", "neon"};
+    "os_amx", "amx_permission", "neon", "asimddp"};
 
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 static uint64_t features;
@@ -92,7 +92,8 @@ static void detect(void) {
 #elif H3_ARM64
 #if defined(__linux__)
     unsigned long hw = getauxval(AT_HWCAP);
-    if (hw & (1ul << 1)) f |= 1ull << F_NEON; /* HWCAP_ASIMD */
+    if (hw & (1ul << 1)) f |= 1ull << F_NEON;          /* HWCAP_ASIMD */
+    if (hw & (1ul << 20)) f |= 1ull << F_NEON_DOTPROD; /* HWCAP_ASIMDDP (SDOT/UDOT) */
 #else
     f |= 1ull << F_NEON; /* Advanced SIMD is mandatory on AArch64 (Apple Silicon etc.) */
 #endif

@@ -87,6 +87,28 @@ def _out(out, name, shape):
     return out
 
 
+_warned = set()
+
+
+def _warn_if_portable(weights, isa):
+    """One warning per (mode, path) when the CPU has no fast instruction for the mode:
+    int8/int4 without VNNI / dot-product instructions run exact but slower kernels."""
+    feats = set(cpu_features())
+    slow = None
+    if weights in ("int8", "int4"):
+        if isa == "avx512" and "avx512_vnni" not in feats:
+            slow = "AVX-512 without VNNI (vpmaddubsw kernels)"
+        elif isa == "avx2":
+            slow = "AVX2 without VNNI (vpmaddubsw kernels)"
+        elif isa == "neon" and "asimddp" not in feats:
+            slow = "NEON without the dot-product extension (SMULL kernels)"
+    if slow and (weights, isa) not in _warned:
+        import warnings
+        _warned.add((weights, isa))
+        warnings.warn(f"h3cy: {weights} weights run the portable {slow} on this CPU: results "
+                      f"are exact but slower; bf16 may be faster here", RuntimeWarning, stacklevel=3)
+
+
 class Linear:
     """``y[M, N] = x[M, K] @ W[N, K].T (+ bias)`` with W stored in a chosen mode.
 
@@ -139,6 +161,7 @@ class Linear:
         self.N, self.K = N, K
         self.pair = bool(pair)
         self._pool = _pool(threads)
+        _warn_if_portable(weights, self.isa)
         self._c = _kernels.LinearCore(weight, src, bias, weights, group_size or 0,
                                       act_group or 0, int(self.pair), self.isa, self._pool,
                                       int(bool(bf16_inputs)))

@@ -5,12 +5,15 @@ This first version drives the loop from Python around the C block driver (each b
 with the GIL released); the steps' arithmetic is float32 and identical to diffusers'.
 """
 import threading
+import time
 
 import numpy as np
 
 from .errors import Busy, Cancelled, H3ValueError
 from .layout import Geometry, Layout, pack_audio, patchify, unpack_audio, unpatchify
 from .schedule import Schedule, euler_step
+
+PROGRESS_INTERVAL = 0.05   # seconds between on_progress reports within a step
 
 STOP = type("Stop", (), {"__repr__": lambda self: "h3cy.STOP"})()
 
@@ -149,7 +152,8 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
     schedule : h3cy.Schedule, optional — default ``Schedule.shifted(steps)``
     on_step : callable(StepState), optional — after each update; return ``h3cy.STOP`` to
         end early (the clean estimates are returned)
-    on_progress : callable(done, total, phase), optional — after each block, phase "denoise"
+    on_progress : callable(done, total, phase), optional — between blocks, phase "denoise":
+        at most ~20 calls a second, and always at the end of each step
     cancel : CancelToken, optional — checked after each block; raises Cancelled(step=i)
     reuse : int — approximation (h3.c): evaluate the DiT at the first, the last and every
         ``reuse``-th step only; other steps extrapolate the velocity linearly in sigma
@@ -203,14 +207,18 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
         active = gate_ranked_blocks(dit, np.concatenate([tvs.reshape(-1), tas]), layers)
     n_active = len(dit.blocks) if active is None else sum(active)
     total = sum(evaluate) * n_active
-    state = {"done": 0, "step": 0}
+    state = {"done": 0, "step": 0, "last_report": 0.0}
 
     def after_block(b, nb):
         state["done"] += 1
         if cancel is not None and cancel.cancelled:
             raise Cancelled(f"denoise cancelled during step {state['step']}", step=state["step"])
         if on_progress is not None:
-            on_progress(state["done"], total, "denoise")
+            # at most ~20 reports a second, but always at the end of a step
+            now = time.monotonic()
+            if b == nb or now - state["last_report"] >= PROGRESS_INTERVAL:
+                state["last_report"] = now
+                on_progress(state["done"], total, "denoise")
 
     lock = _dit_lock(dit)
     if not lock.acquire(blocking=blocking):

@@ -90,3 +90,19 @@ def test_selfcheck_cli_runs_and_verifies():
     assert "ISA path" in r.stdout and "selfcheck: ok" in r.stdout
     for mode in ("fp32", "bf16", "fp16", "int8", "int4"):
         assert f"h3cy {mode}" in r.stdout
+
+
+def test_portable_int_path_warns_once(monkeypatch):
+    import warnings
+    from h3cy import ops
+    monkeypatch.setattr(ops, "_warned", set())
+    feats = [f for f in ops.cpu_features() if f != "avx512_vnni"]
+    monkeypatch.setattr(ops, "cpu_features", lambda: feats)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        ops._warn_if_portable("int8", "avx512")
+        ops._warn_if_portable("int8", "avx512")
+        ops._warn_if_portable("bf16", "avx512")
+        ops._warn_if_portable("int4", "amx")
+    msgs = [str(x.message) for x in w]
+    assert len(msgs) == 1 and "without VNNI" in msgs[0]

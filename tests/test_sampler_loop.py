@@ -85,7 +85,21 @@ def test_same_seed_same_bits_across_threads(tiny_dit_factory):
         assert np.array_equal(o[0], outs[0][0]) and np.array_equal(o[1], outs[0][1])
 
 
-def test_hooks_progress_stop_and_edits(tiny_dit_factory):
+def test_progress_is_throttled_but_reaches_every_step_end(tiny_dit_factory):
+    t = tiny_dit_factory("b")
+    g, pe, video, audio = _inputs(t)
+    dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
+    seen = []
+    h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio),
+                 on_progress=lambda d, tot, ph: seen.append(d))
+    nb = len(dit.blocks)
+    assert seen == sorted(seen) and seen[-1] == 4 * nb
+    assert all(s * nb in seen for s in range(1, 5))      # the end of every step
+    assert len(seen) < 4 * nb                            # tiny blocks: most are throttled
+
+
+def test_hooks_progress_stop_and_edits(tiny_dit_factory, monkeypatch):
+    monkeypatch.setattr(h3cy.sampler, "PROGRESS_INTERVAL", 0.0)   # report every block
     t = tiny_dit_factory("a")
     g, pe, video, audio = _inputs(t)
     dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
@@ -118,7 +132,8 @@ def test_hooks_progress_stop_and_edits(tiny_dit_factory):
     assert np.array_equal(again[0], base[0])
 
 
-def test_cancel_from_another_thread_then_reuse(tiny_dit_factory):
+def test_cancel_from_another_thread_then_reuse(tiny_dit_factory, monkeypatch):
+    monkeypatch.setattr(h3cy.sampler, "PROGRESS_INTERVAL", 0.0)
     t = tiny_dit_factory("b")
     g, pe, video, audio = _inputs(t)
     dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
@@ -250,7 +265,8 @@ def _numpy_loop(dit, pe, g, video, audio, steps, evaluate, active=None):
     return video, audio
 
 
-def test_reuse_follows_the_documented_rule(tiny_dit_factory):
+def test_reuse_follows_the_documented_rule(tiny_dit_factory, monkeypatch):
+    monkeypatch.setattr(h3cy.sampler, "PROGRESS_INTERVAL", 0.0)
     t = tiny_dit_factory("a")
     g, pe, video, audio = _inputs(t)
     dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
