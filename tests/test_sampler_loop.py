@@ -358,3 +358,25 @@ def test_precision_plan_equals_running_the_ranges_in_their_modes(tiny_dit_factor
     assert dit.with_weights("bf16") is dit.with_weights("bf16")      # loaded once
     with pytest.raises(ValueError):
         h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio), precision=[("int8", 0, 3), ("bf16", 2, 4)])
+
+
+def test_refine_example_keeps_bf16_when_int8_drifts(tiny_dit_factory, tmp_path):
+    import importlib.util
+    import os
+    import shutil
+    t = tiny_dit_factory("a")
+    folder = str(tmp_path / "tr")
+    shutil.copytree(t.diffusers_bf16, folder)
+    spec = importlib.util.spec_from_file_location(
+        "refine", os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "refine_last_steps.py"))
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    g, pe, _, _ = _inputs(t)
+    dit = h3cy.DiT.from_pretrained(folder, weights="int8")
+    v, a, rep = ex.render(dit, pe, g, steps=4, refine=2, threshold=0.0, seed=1)
+    assert rep["kept"] == "bf16" and rep["max_frame_difference"] > 0
+    want = h3cy.denoise(dit, pe, g, steps=4, seed=1, precision=[("int8", 0, 2), ("bf16", 2, 4)])
+    assert np.array_equal(v, want[0])
+    v2, _, rep2 = ex.render(dit, pe, g, steps=4, refine=2, threshold=1e9, seed=1)
+    assert rep2["kept"] == "int8"
+    assert np.array_equal(v2, h3cy.denoise(dit, pe, g, steps=4, seed=1)[0])
