@@ -380,3 +380,36 @@ def test_refine_example_keeps_bf16_when_int8_drifts(tiny_dit_factory, tmp_path):
     v2, _, rep2 = ex.render(dit, pe, g, steps=4, refine=2, threshold=1e9, seed=1)
     assert rep2["kept"] == "int8"
     assert np.array_equal(v2, h3cy.denoise(dit, pe, g, steps=4, seed=1)[0])
+
+
+def test_ctrl_c_stops_between_blocks_and_reraises(tiny_dit_factory, tmp_path):
+    """SIGINT in the main thread during denoise: KeyboardInterrupt comes out (raised between
+    blocks), and the DiT can run again in the same process."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    t = tiny_dit_factory("b")
+    code = f"""
+import os, signal, sys, threading, numpy as np
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import h3cy
+dit = h3cy.DiT.from_pretrained({t.diffusers_fp32!r}, weights="fp32")
+g = h3cy.Geometry(64, 64, 22)
+pe = np.ones((4, {t.config['text_dim']}), np.float32)
+fired = []
+def progress(done, total, phase):
+    if done == 3 and not fired:
+        fired.append(1)
+        os.kill(os.getpid(), signal.SIGINT)
+try:
+    h3cy.denoise(dit, pe, g, steps=6, seed=0, on_progress=progress)
+    print("NOT INTERRUPTED")
+except KeyboardInterrupt:
+    print("interrupted")
+v, a = h3cy.denoise(dit, pe, g, steps=2, seed=0)
+print("again", bool(np.isfinite(v).all()))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "interrupted" in r.stdout and "again True" in r.stdout
