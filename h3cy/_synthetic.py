@@ -1,6 +1,8 @@
 """A weight source of random tensors with the real MiniMax-H3 names and shapes, for
 benchmarks and memory measurements without the 66 GB checkpoint.  Same interface as the
 checkpoint readers: ``config``, ``get(name)``, ``qkv(prefix)``, ``ffn_up(prefix)``."""
+import zlib
+
 import numpy as np
 
 FULL_CONFIG = dict(num_attention_heads=56, attention_head_dim=128, hidden_size=5376, num_layers=50,
@@ -60,7 +62,7 @@ class SyntheticSource:
         raise KeyError(name)
 
     def _rand(self, name, shape):
-        rng = np.random.default_rng([self.seed, abs(hash(name)) % (2 ** 31)])
+        rng = np.random.default_rng([self.seed, zlib.crc32(name.encode())])  # stable across processes
         is_norm = "norm" in name.split(".")[-2] and name.endswith("weight") and len(shape) == 1
         x = rng.standard_normal(shape, dtype=np.float32)
         x = (1.0 + 0.1 * x) if is_norm else x * np.float32(self.scale)
