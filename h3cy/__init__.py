@@ -29,3 +29,8 @@ from . import audio_schedule  # noqa: E402
 
 __all__ += ["Geometry", "Layout", "Schedule", "STOP", "CancelToken", "StepState", "denoise",
             "initial_noise", "Busy", "audio_schedule"]
+
+# prompt encoding (issue 5): the tokenizer
+from .tokenizer import Tokenizer  # noqa: E402
+
+__all__ += ["Tokenizer"]
