@@ -162,6 +162,49 @@ size_t h3_dit_block_workspace_bytes(const h3_dit_block *w, const h3_dit_block_ar
 
 #define TRY(call) do { st = (call); if (st) goto fail; } while (0)
 
+/* n = R(RMS(h, w)), then (modulated blocks) n = R(R(n * s1p[r]) + shift[r]). */
+static h3_status norm_modulate(const float *h, const float *w, const float *s1p,
+                               const float *shift, const h3_dit_block_args *a, float *n,
+                               h3_pool *pool, h3_isa eisa, h3_err *err) {
+    const int64_t S = a->S;
+    const int Hd = a->hidden;
+    h3_status st = h3_rmsnorm(h, w, n, S, Hd, a->eps, pool, eisa, NULL, err);
+    if (!st && a->round_bf16) st = h3_round_bf16(n, S * Hd, pool, err);
+    if (!st && s1p) {
+        ew_ctx c;
+        memset(&c, 0, sizeof c);
+        c.op = EW_MODULATE; c.round = a->round_bf16; c.rows = S; c.n = Hd; c.x = n;
+        c.t1 = s1p; c.t2 = shift; c.rt = a->rows;
+        ew_run(pool, &c);
+    }
+    return st;
+}
+
+/* h = h + gate[r] * (x W^T).  Float32 with a gate table: fused into the GEMM epilogue.
+ * bf16 mode or no gate (refiner, gate = 1): br = R(x W^T), then h = R(h + R(gate * br)),
+ * each op rounded as torch rounds it. */
+static h3_status gated_residual(const h3_linear *lin, const float *x, const float *gate,
+                                const h3_dit_block_args *a, float *h, float *br, h3_pool *pool,
+                                void *lws, size_t lws_b, h3_err *err) {
+    const int64_t S = a->S;
+    const int Hd = a->hidden;
+    h3_status st;
+    if (a->round_bf16 || !gate) {
+        st = h3_linear_forward(lin, pool, x, S, br, NULL, lws, lws_b, err);
+        if (!st && a->round_bf16) st = h3_round_bf16(br, S * Hd, pool, err);
+        if (!st) {
+            ew_ctx c;
+            memset(&c, 0, sizeof c);
+            c.op = EW_GATE_ADD; c.round = a->round_bf16; c.rows = S; c.n = Hd; c.x = h; c.a = br;
+            c.t1 = gate; c.rt = a->rows;
+            ew_run(pool, &c);
+        }
+        return st;
+    }
+    h3_epilogue e = {H3_EPI_RESID, h, gate, a->rows, a->table_rows};
+    return h3_linear_forward(lin, pool, x, S, h, &e, lws, lws_b, err);
+}
+
 h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a, float *h,
                                h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
                                h3_err *err) {
@@ -210,21 +253,14 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
     ew_ctx c;
 
     /* ---- attention half ---- */
-    TRY(h3_rmsnorm(h, w->norm1, n, S, Hd, a->eps, pool, isa == H3_ISA_AMX ? H3_ISA_AVX512 : isa, NULL, err));
-    if (R) TRY(h3_round_bf16(n, S * Hd, pool, err));
-    if (mod) {
-        memset(&c, 0, sizeof c);
-        c.op = EW_MODULATE; c.round = R; c.rows = S; c.n = Hd; c.x = n;
-        c.t1 = a->scale1p_msa; c.t2 = a->shift_msa; c.rt = a->rows;
-        ew_run(pool, &c);
-    }
+    h3_isa eisa = isa == H3_ISA_AMX ? H3_ISA_AVX512 : isa;
+    TRY(norm_modulate(h, w->norm1, mod ? a->scale1p_msa : NULL, a->shift_msa, a, n, pool, eisa, err));
     TRY(h3_linear_forward(w->qkv, pool, n, S, qkv, NULL, lws, lws_b, err));
     if (R) TRY(h3_round_bf16(qkv, S * 3 * I, pool, err));
     memset(&c, 0, sizeof c);
     c.op = EW_SPLIT_QKV; c.rows = S; c.n = 3 * I; c.x = qkv; c.heads = H; c.head_dim = D;
     c.interleaved = w->qkv_interleaved; c.q = q; c.k = k; c.v = v;
     ew_run(pool, &c);
-    h3_isa eisa = isa == H3_ISA_AMX ? H3_ISA_AVX512 : isa;
     TRY(h3_rmsnorm(q, w->norm_q, q, S * H, D, a->qk_eps, pool, eisa, NULL, err));
     TRY(h3_rmsnorm(k, w->norm_k, k, S * H, D, a->qk_eps, pool, eisa, NULL, err));
     if (R) {
@@ -246,28 +282,10 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
     h3_attn_args aa = {S, H, H, D, I, I, I, I, 1.0f / sqrtf((float)D), 0};
     TRY(h3_attention(&aa, q, k, v, o, pool, aws, aws_b, isa, err));
     if (R) TRY(h3_round_bf16(o, S * I, pool, err));
-    if (R || !mod) {
-        /* separately rounded: br = R(o Wout^T); h = R(h + R(gate * br)) */
-        TRY(h3_linear_forward(w->out, pool, o, S, br, NULL, lws, lws_b, err));
-        if (R) TRY(h3_round_bf16(br, S * Hd, pool, err));
-        memset(&c, 0, sizeof c);
-        c.op = EW_GATE_ADD; c.round = R; c.rows = S; c.n = Hd; c.x = h; c.a = br;
-        c.t1 = mod ? a->gate_msa : NULL; c.rt = a->rows;
-        ew_run(pool, &c);
-    } else {
-        h3_epilogue e = {H3_EPI_RESID, h, a->gate_msa, a->rows, a->table_rows};
-        TRY(h3_linear_forward(w->out, pool, o, S, h, &e, lws, lws_b, err));
-    }
+    TRY(gated_residual(w->out, o, mod ? a->gate_msa : NULL, a, h, br, pool, lws, lws_b, err));
 
     /* ---- feed-forward half ---- */
-    TRY(h3_rmsnorm(h, w->norm2, n, S, Hd, a->eps, pool, eisa, NULL, err));
-    if (R) TRY(h3_round_bf16(n, S * Hd, pool, err));
-    if (mod) {
-        memset(&c, 0, sizeof c);
-        c.op = EW_MODULATE; c.round = R; c.rows = S; c.n = Hd; c.x = n;
-        c.t1 = a->scale1p_mlp; c.t2 = a->shift_mlp; c.rt = a->rows;
-        ew_run(pool, &c);
-    }
+    TRY(norm_modulate(h, w->norm2, mod ? a->scale1p_mlp : NULL, a->shift_mlp, a, n, pool, eisa, err));
     if (R) {
         TRY(h3_linear_forward(w->up, pool, n, S, ff, NULL, lws, lws_b, err));
         TRY(h3_round_bf16(ff, S * 2 * (int64_t)F, pool, err));
@@ -278,17 +296,7 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
         h3_epilogue e = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
         TRY(h3_linear_forward(w->up, pool, n, S, act, &e, lws, lws_b, err));
     }
-    if (R || !mod) {
-        TRY(h3_linear_forward(w->down, pool, act, S, br, NULL, lws, lws_b, err));
-        if (R) TRY(h3_round_bf16(br, S * Hd, pool, err));
-        memset(&c, 0, sizeof c);
-        c.op = EW_GATE_ADD; c.round = R; c.rows = S; c.n = Hd; c.x = h; c.a = br;
-        c.t1 = mod ? a->gate_mlp : NULL; c.rt = a->rows;
-        ew_run(pool, &c);
-    } else {
-        h3_epilogue e = {H3_EPI_RESID, h, a->gate_mlp, a->rows, a->table_rows};
-        TRY(h3_linear_forward(w->down, pool, act, S, h, &e, lws, lws_b, err));
-    }
+    TRY(gated_residual(w->down, act, mod ? a->gate_mlp : NULL, a, h, br, pool, lws, lws_b, err));
 fail:
     h3_free(own);
     return st;

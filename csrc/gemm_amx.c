@@ -19,6 +19,8 @@
 #include "gemm_impl.h"
 
 #include <immintrin.h>
+
+#include "gemm_store_avx512.h"
 #include <string.h>
 
 #define MR 32
@@ -67,18 +69,19 @@ static inline void apply_segment(float *acc, const int32_t *blk, int32_t off,
 
 static inline void store_block(const float *acc, float *c, int64_t ldc, int mr, int nr,
                                int accumulate) {
-    __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1u);
-    __mmask16 m1 = nr >= 32 ? 0xffff : (nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1u));
-    for (int i = 0; i < mr; i++) {
-        __m512 v0 = _mm512_loadu_ps(acc + i * 32), v1 = _mm512_loadu_ps(acc + i * 32 + 16);
-        float *ci = c + i * ldc;
-        if (accumulate) {
-            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ci));
-            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ci + 16));
-        }
-        _mm512_mask_storeu_ps(ci, m0, v0);
-        _mm512_mask_storeu_ps(ci + 16, m1, v1);
-    }
+    for (int i = 0; i < mr; i++)
+        store_row(c + i * ldc, _mm512_loadu_ps(acc + i * 32), _mm512_loadu_ps(acc + i * 32 + 16),
+                  nr, accumulate);
+}
+
+/* C tiles 0..3 (a 32x32 block of 4-byte elements, int32 or float) -> dst, row stride NR */
+static inline void store_c_tiles(void *dst) {
+    char *d = (char *)dst;
+    _tile_stored(0, d, NR * 4);
+    _tile_stored(1, d + 16 * 4, NR * 4);
+    _tile_stored(2, d + 16 * NR * 4, NR * 4);
+    _tile_stored(3, d + (16 * NR + 16) * 4, NR * 4);
+    MEMORY_FENCE();
 }
 
 /* Integer kernel.  bq(q) returns the 128-byte VNNI row of k-quad q (uint8, 32 columns). */
@@ -124,11 +127,7 @@ static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
             _tile_dpbsud(2, 5, 6);
             _tile_dpbsud(3, 5, 7);
         }
-        _tile_stored(0, blk, NR * 4);
-        _tile_stored(1, blk + 16, NR * 4);
-        _tile_stored(2, blk + 16 * NR, NR * 4);
-        _tile_stored(3, blk + 16 * NR + 16, NR * 4);
-        MEMORY_FENCE();
+        store_c_tiles(blk);
         /* scalar tail for quads past the last multiple of 16 (small groups only) */
         for (int q = q0 + qfull; q < q0 + seg_q; q++) {
             for (int i = 0; i < MR; i++)
@@ -190,11 +189,7 @@ static void ukr_bf16_amx(int MR_, int NR_, int64_t kc, const float *ap, const fl
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
     }
-    _tile_stored(0, acc, NR * 4);
-    _tile_stored(1, acc + 16, NR * 4);
-    _tile_stored(2, acc + 16 * NR, NR * 4);
-    _tile_stored(3, acc + 16 * NR + 16, NR * 4);
-    MEMORY_FENCE();
+    store_c_tiles(acc);
     store_block(acc, c, ldc, mr, nr, accumulate);
 }
 

@@ -10,23 +10,14 @@
 #include "gemm_impl.h"
 
 #include <immintrin.h>
+
+#include "gemm_store_avx512.h"
 #include <string.h>
 
 #define MR 14
 #define NR 32
 
 #include "gemm_bf16_pack.inc"
-
-static inline void store_row(float *c, __m512 v0, __m512 v1, int nr, int accumulate) {
-    __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1u);
-    __mmask16 m1 = nr >= 32 ? 0xffff : (nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1u));
-    if (accumulate) {
-        v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, c));
-        v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, c + 16));
-    }
-    _mm512_mask_storeu_ps(c, m0, v0);
-    _mm512_mask_storeu_ps(c + 16, m1, v1);
-}
 
 static void ukr_bf16dp(int MR_, int NR_, int64_t kc, const float *ap, const float *bp, float *c,
                        int64_t ldc, int mr, int nr, int accumulate) {

@@ -18,6 +18,8 @@
 #include "gemm_impl.h"
 
 #include <immintrin.h>
+
+#include "gemm_store_avx512.h"
 #include <math.h>
 #include <string.h>
 
@@ -43,17 +45,6 @@ static inline __attribute__((always_inline)) __m512i dot4(const int I4, const in
     /* w holds q_w (already xor 0x80): give it a's sign, multiply by |a| */
     __m512i ws = _mm512_mask_sub_epi8(w, _mm512_movepi8_mask(a), _mm512_setzero_si512(), w);
     return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(a), ws), ones));
-}
-
-static inline void store_row(float *c, __m512 v0, __m512 v1, int nr, int accumulate) {
-    __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1u);
-    __mmask16 m1 = nr >= 32 ? 0xffff : (nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1u));
-    if (accumulate) {
-        v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
-        v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
-    }
-    _mm512_mask_storeu_ps(c, m0, v0);
-    _mm512_mask_storeu_ps(c + 16, m1, v1);
 }
 
 /* RB rows starting at the panel's row r0 (ap, sa, asum already offset by r0). */
