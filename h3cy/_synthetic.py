@@ -5,6 +5,8 @@ import zlib
 
 import numpy as np
 
+from ._bf16 import f32_to_bf16_bits
+
 FULL_CONFIG = dict(num_attention_heads=56, attention_head_dim=128, hidden_size=5376, num_layers=50,
                    num_refiner_layers=2, ffn_dim=14336, in_channels=24, audio_in_channels=32,
                    patch_size=[1, 2, 2], text_dim=5120, freq_dim=256, time_embed_hidden_dim=5376,
@@ -71,8 +73,7 @@ class SyntheticSource:
     def _out(self, name, x):
         if name.startswith(_FP32):
             return x
-        u = x.view(np.uint32)
-        return ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        return f32_to_bf16_bits(x)
 
     def _tensor(self, name, shape):
         if not self.shared:

@@ -111,22 +111,11 @@ class _CheckpointSource:
 
     def qkv(self, prefix):
         """[3*inner, hidden] rows and their layout ("stacked" or "interleaved")."""
-        p = prefix[: -len(".attn.")]
-        fused = getattr(self.ckpt, "fused_qkv", None)
-        if fused is not None:
-            return fused(p)
-        q, k, v = self.ckpt.attention_qkv(p)
-        hidden = q.shape[-1]
-        return np.concatenate([a.reshape(-1, hidden) for a in (q, k, v)]), "stacked"
+        return self.ckpt.fused_qkv(prefix[: -len(".attn.")])
 
     def ffn_up(self, prefix):
         """[2*ffn, hidden] rows ordered [gate; value]."""
-        p = prefix[: -len(".ff.")]
-        pair = getattr(self.ckpt, "swiglu_gate_value", None)
-        if pair is not None:
-            return pair(p)
-        value, gate = self.ckpt.swiglu(p)
-        return np.concatenate([gate, value])
+        return self.ckpt.swiglu_gate_value(prefix[: -len(".ff.")])
 
 
 class DiT:
@@ -232,6 +221,7 @@ class DiT:
         self._cache_reader, self._cache_writer = cache if cache is not None else (None, None)
         self.linears_attached = 0   # linears mapped from a cache or the checkpoint (no copy)
         self._build_lock = threading.Lock()   # blocks are built on several threads
+        self.generate_lock = threading.Lock()  # one denoising loop at a time (h3cy.denoise)
         f32 = self._linear_f32
         self.proj_in = f32(source.get("proj_in.weight"), source.get("proj_in.bias"))
         self.audio_proj_in = f32(source.get("audio_proj_in.weight"), source.get("audio_proj_in.bias"))

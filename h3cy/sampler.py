@@ -11,7 +11,7 @@ import numpy as np
 
 from .errors import Busy, Cancelled, H3ValueError
 from .layout import Geometry, Layout, pack_audio, patchify, unpack_audio, unpatchify
-from .schedule import Schedule, euler_step
+from .schedule import Schedule, clean_estimate, euler_blend
 
 PROGRESS_INTERVAL = 0.05   # seconds between on_progress reports within a step
 
@@ -105,15 +105,6 @@ def gate_ranked_blocks(dit, timesteps, layers):
     for _, b in sorted(scores)[:skip]:
         active[b] = False
     return active
-
-
-_locks = {}
-_locks_guard = threading.Lock()
-
-
-def _dit_lock(dit):
-    with _locks_guard:
-        return _locks.setdefault(id(dit), threading.Lock())
 
 
 def _precision_plan(plan, n, default):
@@ -220,7 +211,7 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
                 state["last_report"] = now
                 on_progress(state["done"], total, "denoise")
 
-    lock = _dit_lock(dit)
+    lock = dit.generate_lock
     if not lock.acquire(blocking=blocking):
         raise Busy("this DiT is already generating in another thread (blocking=False)")
     # per-frame schedules: video row r of latent frame f takes t = 1 - sigma[i, f]; text rows
@@ -267,10 +258,11 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
                 vel_v = (last[1] + rv * (last[1] - prev[1])).astype(np.float32)
                 vel_a = (last[2] + ra * (last[2] - prev[2])).astype(np.float32)
             # x0 (for hooks and STOP) and the Euler update, both as diffusers computes them
-            x0_v = (video + ((np.float32(1) - tv) * vel_v).astype(np.float32)).astype(np.float32)
-            x0_a = (audio + ((np.float32(1) - ta) * vel_a).astype(np.float32)).astype(np.float32)
-            euler_step(video, vel_v, tv, sv_i, sv_n, out=video)
-            euler_step(audio, vel_a, ta, sa[i], sa[i + 1], out=audio)
+            # the clean estimates (for hooks and STOP) are the Euler step's own x0
+            x0_v = clean_estimate(video, vel_v, tv)
+            x0_a = clean_estimate(audio, vel_a, ta)
+            euler_blend(video, x0_v, sv_i, sv_n, out=video)
+            euler_blend(audio, x0_a, sa[i], sa[i + 1], out=audio)
             if on_step is not None:
                 st = StepState(step=i, steps=n, sigma_video=sv[i + 1].copy() if per_frame else float(sv[i + 1]),
                                sigma_audio=float(sa[i + 1]), video_latent=video, audio_latent=audio,

@@ -89,6 +89,26 @@ class Schedule:
         return (_f32(1.0) - s[:-1]).astype(_f32)
 
 
+def clean_estimate(x, v, t):
+    """x0 = fl32(x + fl32(fl32(1 - t) * v)): the data-ward velocity's clean sample."""
+    t = np.asarray(t, _f32)
+    sft = (_f32(1.0) - t).astype(_f32)
+    return (np.asarray(x, _f32) + (sft * np.asarray(v, _f32)).astype(_f32)).astype(_f32)
+
+
+def euler_blend(x, x0, sigma, sigma_next, out=None):
+    """x' = fl32(fl32(r * x) + fl32(fl32(1 - r) * x0)), r = fl32(sigma_next / sigma)."""
+    x = np.asarray(x, _f32)
+    sig, sn = np.asarray(sigma, _f32), np.asarray(sigma_next, _f32)
+    r = (sn / sig).astype(_f32)
+    one_r = (_f32(1.0) - r).astype(_f32)
+    res = ((r * x).astype(_f32) + (one_r * x0).astype(_f32)).astype(_f32)
+    if out is not None:
+        out[...] = res
+        return out
+    return res
+
+
 def euler_step(x, v, t, sigma, sigma_next, out=None):
     """diffusers MiniMaxH3Scheduler.step in float32, separately rounded (spec §5.3):
 
@@ -97,15 +117,4 @@ def euler_step(x, v, t, sigma, sigma_next, out=None):
 
     x, v : float32 arrays of one shape; t, sigma, sigma_next : float32 scalars, or arrays
     broadcasting against x (per-frame schedules).  Returns x' (``out`` may be x)."""
-    x = np.asarray(x, _f32)
-    v = np.asarray(v, _f32)
-    t, sig, sn = (np.asarray(z, _f32) for z in (t, sigma, sigma_next))
-    sft = (_f32(1.0) - t).astype(_f32)
-    x0 = (x + (sft * v).astype(_f32)).astype(_f32)
-    r = (sn / sig).astype(_f32)
-    one_r = (_f32(1.0) - r).astype(_f32)
-    res = ((r * x).astype(_f32) + (one_r * x0).astype(_f32)).astype(_f32)
-    if out is not None:
-        out[...] = res
-        return out
-    return res
+    return euler_blend(x, clean_estimate(x, v, t), sigma, sigma_next, out=out)
