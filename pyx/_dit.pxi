@@ -93,16 +93,3 @@ cdef class DitBlockCore:
             with nogil:
                 rc = h3_dit_block_forward(&self.w, &a, hp, self.pool.c, wp, wb, iid, &err)
         check(rc, &err)
-
-
-def round_bf16_(float[::1] x, ThreadPool pool=None):
-    """x = bf16(x) in place (float32 storage)."""
-    cdef h3_err err
-    cdef h3_status rc
-    cdef h3_pool *pp = pool.c if pool is not None else NULL
-    cdef int64_t n = x.shape[0]
-    if n == 0:
-        return
-    with nogil:
-        rc = h3_round_bf16(&x[0], n, pp, &err)
-    check(rc, &err)

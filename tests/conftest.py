@@ -13,6 +13,14 @@ HOST_ISAS = h3cy.ops.available_isas()
 IN_CI = os.environ.get("CI") == "true"
 
 
+def missing_tool(reason):
+    """An optional toolchain is absent: a failure under CI=true (CI installs it), a skip
+    naming the Debian package elsewhere."""
+    if IN_CI:
+        pytest.fail(f"CI=true but {reason}")
+    pytest.skip(reason)
+
+
 def isa_params(include_ref=True):
     """pytest params for every ISA name; unsupported ones are skipped with a reason."""
     out = []

@@ -19,13 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "c"))
 import cbuild  # noqa: E402
 
-IN_CI = os.environ.get("CI") == "true"
-
-
-def _missing(reason):
-    if IN_CI:
-        pytest.fail(f"CI=true but {reason}")
-    pytest.skip(reason)
+from conftest import missing_tool as _missing  # noqa: E402
 
 
 def test_neon_paths_match_ref_under_qemu():

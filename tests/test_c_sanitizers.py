@@ -16,14 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "c"))
 import cbuild  # noqa: E402
 
-IN_CI = os.environ.get("CI") == "true"
-
-
-def _missing(reason):
-    """No toolchain: a failure under CI=true, a named skip elsewhere."""
-    if IN_CI:
-        pytest.fail(f"CI=true but {reason}")
-    pytest.skip(reason)
+from conftest import missing_tool as _missing  # noqa: E402
 
 
 def test_c_driver_under_asan_ubsan():
