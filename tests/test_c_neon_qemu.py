@@ -7,7 +7,6 @@ Needs the Debian packages gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-
 the package name.  The driver runs with --quick (fewer shapes): qemu emulates NEON and
 soft-float FMAs slowly.  It runs twice: on an emulated CPU with the dot-product extension
 (SDOT integer kernels) and on a plain ARMv8.0 Cortex-A53 (SMULL integer kernels)."""
-import os
 import re
 import shutil
 import subprocess
