@@ -34,3 +34,9 @@ __all__ += ["Geometry", "Layout", "Schedule", "STOP", "CancelToken", "StepState"
 from .tokenizer import Tokenizer  # noqa: E402
 
 __all__ += ["Tokenizer"]
+
+# the pipeline (issue 6): prompt -> MP4
+from .pipeline import Pipeline, load  # noqa: E402
+from .result import Result  # noqa: E402
+
+__all__ += ["Pipeline", "load", "Result"]

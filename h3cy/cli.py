@@ -1,10 +1,15 @@
 """h3cy command line.
 
+    h3cy demo [-o demo.mp4]                      the whole pipeline on a tiny random model
+    h3cy generate -m MODEL -p PROMPT -o out.mp4  [--width --height --frames|--seconds --steps
+                  --seed --weights --vae-weights --threads --streaming --reuse --layers
+                  --frames-dir --latent-out]
+    h3cy info MODEL                              layout, components, memory per weights mode
+    h3cy convert MODEL --weights int8            build the weight caches ahead of time
     h3cy selfcheck [--threads N] [--isa NAME] [--size M,N,K]
 
-prints the kernel path h3cy selected, the thread count, and a GEMM figure for every
-weights mode (checked against numpy first).  Later commands (generate) arrive with
-the pipeline.
+Errors in what the user gave (a bad path, an illegal size) print one line and exit with 2;
+Ctrl-C stops cleanly, writes nothing half-done and exits with 130.
 """
 import argparse
 import sys
@@ -67,17 +72,228 @@ def _size(text):
     return m, n, k
 
 
+# ---------------------------------------------------------------------------------------------
+# progress: one tqdm bar per phase
+# ---------------------------------------------------------------------------------------------
+class _PhaseBars:
+    """``on_progress(done, total, phase)`` -> a tqdm bar per phase (closed when the phase
+    changes or at the end)."""
+
+    LABELS = {"encode": "encode prompt", "denoise": "denoise", "decode_video": "decode video",
+              "decode_audio": "decode audio"}
+
+    def __init__(self, enabled=True):
+        self.enabled = enabled
+        self.bar = None
+        self.phase = None
+
+    def __call__(self, done, total, phase):
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+        if phase != self.phase:
+            self.close()
+            self.phase = phase
+            self.bar = tqdm(total=total, desc=f"{self.LABELS.get(phase, phase):14s}", unit="blk",
+                            leave=True, dynamic_ncols=True)
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _summary(res, wall):
+    from ._memory import fmt_bytes
+    parts = [f"{k} {v:.1f}s" for k, v in res.timings.items()]
+    print(f"done in {wall:.1f}s ({', '.join(parts)}); peak memory {fmt_bytes(res.peak_rss)}")
+
+
+def _streaming(text):
+    v = text.lower()
+    if v in ("auto",):
+        return "auto"
+    if v in ("on", "yes", "true", "1"):
+        return True
+    if v in ("off", "no", "false", "0"):
+        return False
+    raise argparse.ArgumentTypeError("streaming must be auto, on or off")
+
+
+def generate(args):
+    import h3cy
+    from . import media
+    pipe = h3cy.load(args.model, weights=args.weights, streaming=args.streaming, threads=args.threads,
+                     cache_dir=args.cache_dir, vae_weights=args.vae_weights, isa=args.isa)
+    bars = _PhaseBars(not args.quiet)
+    t0 = time.perf_counter()
+    try:
+        res = pipe.generate(args.prompt, width=args.width, height=args.height, frames=args.frames,
+                            seconds=args.seconds, steps=args.steps, seed=args.seed, reuse=args.reuse,
+                            layers=args.layers, on_progress=bars,
+                            output="latent" if args.output is None and args.frames_dir is None
+                            else "video")
+    finally:
+        bars.close()
+    # everything is in memory now; each file is written under a temporary name and renamed
+    if args.latent_out:
+        res.save_latents(args.latent_out)
+        print(f"latents -> {args.latent_out}")
+    if args.output:
+        res.save(args.output)
+        print(f"video -> {args.output} ({res.frames.shape[0]} frames {res.frames.shape[2]}x"
+              f"{res.frames.shape[1]} @ {res.fps} fps, stereo audio {res.sample_rate} Hz)")
+    if args.frames_dir:
+        media.write_frames(args.frames_dir, res.frames)
+        print(f"frames -> {args.frames_dir}/")
+    _summary(res, time.perf_counter() - t0)
+    return 0
+
+
+def info(args):
+    from ._memory import available_memory, fmt_bytes
+    from .model_folder import COMPONENTS, find_model
+    mf = find_model(args.model)
+    print(f"model   : {mf.root}")
+    print(f"layout  : {mf.layout}")
+    sizes = mf.sizes()
+    for c in COMPONENTS:
+        p = mf.paths.get(c)
+        if p is None:
+            print(f"  {c:13s} MISSING")
+            continue
+        s = sizes.get(c)
+        if s is None:
+            print(f"  {c:13s} {p}")
+            continue
+        dts = ", ".join(f"{k} {v / s['params']:.0%}" for k, v in sorted(s["dtypes"].items()))
+        print(f"  {c:13s} {s['params'] / 1e9:7.3f} B params used, {fmt_bytes(s['bytes_on_disk']):>10s} "
+              f"on disk ({dts})  {p}")
+    if mf.missing:
+        print(f"missing component(s): {', '.join(mf.missing)}")
+        return 1
+    room = available_memory()
+    print(f"memory available to this process: {fmt_bytes(room)}")
+    print("resident memory per phase (phases run one at a time; the largest sets the need):")
+    vae = max(mf.resident_bytes("video_vae", "fp32"), mf.resident_bytes("audio_vae", "fp32"))
+    best = None
+    for mode in ("fp32", "bf16", "fp16", "int8", "int4"):
+        te, dit = mf.resident_bytes("text_encoder", mode), mf.resident_bytes("transformer", mode)
+        need = max(te, dit, vae)
+        fits = room is None or need <= 0.8 * room
+        print(f"  {mode:5s} text encoder {fmt_bytes(te):>10s}  transformer {fmt_bytes(dit):>10s}  "
+              f"decoders (fp32) {fmt_bytes(vae):>10s}  -> {'fits' if fits else 'stream'}")
+        if fits and best is None and mode in ("bf16", "int8", "int4"):
+            best = mode
+    if best is None:
+        print("recommended: --weights int4 --streaming on (no mode fits resident)")
+    else:
+        print(f"recommended: --weights {best}" + ("  (int8: fastest kernels, ~1 byte/parameter)"
+                                                  if best == "int8" else ""))
+    return 0
+
+
+def convert(args):
+    from . import model
+    from .model_folder import find_model
+    mf = find_model(args.model).require(("transformer", "text_encoder"))
+    t0 = time.perf_counter()
+    print(f"transformer -> {args.weights} cache ...", flush=True)
+    dit = model.DiT.from_pretrained(mf.paths["transformer"], weights=args.weights, streaming=True,
+                                    cache_dir=args.cache_dir, isa=args.isa)
+    dit.close()
+    del dit
+    from . import text_encoder
+    print(f"text encoder -> {args.weights} cache ...", flush=True)
+    te = text_encoder.TextEncoder.from_pretrained(mf.paths["text_encoder"], weights=args.weights,
+                                                  streaming=True, cache_dir=args.cache_dir, isa=args.isa)
+    close = getattr(te, "close", None)
+    if close:
+        close()
+    print(f"done in {time.perf_counter() - t0:.1f}s")
+    return 0
+
+
+def demo(args):
+    from . import demo as demo_mod
+    print("h3cy demo: a tiny model with RANDOM weights - it shows the plumbing (prompt -> text "
+          "states -> denoising -> video and audio decoders -> MP4), not MiniMax-H3's quality.")
+    path = demo_mod.build_demo_model(args.cache_dir)
+    print(f"demo model (release layout): {path}")
+    args.model = path
+    args.prompt = args.prompt or demo_mod.DEMO_PROMPT
+    args.weights, args.vae_weights, args.streaming = "fp32", "fp32", False
+    args.width = args.height = 256
+    args.frames, args.seconds, args.steps, args.seed = 22, None, 8, 42
+    args.reuse, args.layers, args.frames_dir, args.latent_out = 1, None, None, None
+    print(f"prompt: {args.prompt!r}")
+    return generate(args)
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="h3cy", description="MiniMax-H3 on the CPU")
+    from .errors import Cancelled, H3Error
+    p = argparse.ArgumentParser(prog="h3cy", description="MiniMax-H3 (text to video with sound) on the CPU")
     sub = p.add_subparsers(dest="cmd", required=True)
     sc = sub.add_parser("selfcheck", help="print the kernel path, threads and GEMM speed")
     sc.add_argument("--threads", type=int, default=None)
     sc.add_argument("--isa", default=None, help="ref, avx2, avx512, amx or neon")
     sc.add_argument("--size", type=_size, default=(512, 2048, 2048), help="M,N,K")
+
+    g = sub.add_parser("generate", help="prompt -> MP4 with sound")
+    g.add_argument("-m", "--model", required=True, help="model folder (repository root, FL2VA/ or diffusers layout)")
+    g.add_argument("-p", "--prompt", required=True)
+    g.add_argument("-o", "--output", default=None, help="MP4 to write")
+    g.add_argument("--width", type=int, default=512)
+    g.add_argument("--height", type=int, default=512)
+    length = g.add_mutually_exclusive_group()
+    length.add_argument("--frames", type=int, default=None, help="frames (rounded up to 17n+5; default 22)")
+    length.add_argument("--seconds", type=float, default=None)
+    g.add_argument("--steps", type=int, default=20)
+    g.add_argument("--seed", type=int, default=42)
+    g.add_argument("--weights", default="int8", choices=("fp32", "bf16", "fp16", "int8", "int4"))
+    g.add_argument("--vae-weights", default="fp32", choices=("fp32", "bf16", "fp16", "int8"))
+    g.add_argument("--threads", type=int, default=None)
+    g.add_argument("--streaming", type=_streaming, default="auto", help="auto, on or off")
+    g.add_argument("--reuse", type=int, default=1, help="approximation: evaluate every N-th step")
+    g.add_argument("--layers", type=int, default=None, help="approximation: run only K blocks")
+    g.add_argument("--frames-dir", default=None, help="also write PNG frames here")
+    g.add_argument("--latent-out", default=None, help="also write the latents (.npz)")
+    g.add_argument("--cache-dir", default=None)
+    g.add_argument("--isa", default=None)
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+    i = sub.add_parser("info", help="layout, components and memory needs of a model folder")
+    i.add_argument("model")
+
+    c = sub.add_parser("convert", help="build the fp16/int8/int4 weight caches ahead of time")
+    c.add_argument("model")
+    c.add_argument("--weights", required=True, choices=("fp16", "int8", "int4"))
+    c.add_argument("--cache-dir", default=None)
+    c.add_argument("--isa", default=None)
+
+    d = sub.add_parser("demo", help="run the whole pipeline on a tiny random model (no download)")
+    d.add_argument("-o", "--output", default="demo.mp4")
+    d.add_argument("-p", "--prompt", default=None)
+    d.add_argument("--cache-dir", default=None, help="where the demo model is built (once)")
+    d.add_argument("--threads", type=int, default=None)
+    d.add_argument("--isa", default=None)
+    d.add_argument("-q", "--quiet", action="store_true")
+
     args = p.parse_args(argv)
-    if args.cmd == "selfcheck":
-        return selfcheck(args)
-    return 2
+    cmds = {"selfcheck": selfcheck, "generate": generate, "info": info, "convert": convert, "demo": demo}
+    try:
+        return cmds[args.cmd](args)
+    except KeyboardInterrupt:
+        print("\nh3cy: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    except Cancelled as e:
+        print(f"h3cy: cancelled ({e}); nothing was written", file=sys.stderr)
+        return 130
+    except (H3Error, FileNotFoundError, NotADirectoryError) as e:
+        print(f"h3cy: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,183 @@
+"""Find the five components of a MiniMax-H3 model on disk, in either layout, and size them.
+
+Accepted folders:
+
+- the official repository root, which holds ``FL2VA/`` (and ``Ref2VA/``, unused by t2va);
+- an ``FL2VA/`` folder: ``transformer/ text_encoder/ tokenizer/ video_vae/ audio_vae/``;
+- a diffusers-layout folder (``model_index.json``): ``transformer/ text_encoder/ tokenizer/
+  vae/ audio_vae/``.
+
+Nothing is loaded here: only file names, configs and safetensors headers are read, so
+``h3cy info`` on a 70 GB checkpoint is instant.
+"""
+import json
+import os
+from dataclasses import dataclass, field
+
+from .errors import CheckpointError
+
+__all__ = ["ModelFolder", "find_model", "COMPONENTS", "BYTES_PER_PARAM", "folder_tensors"]
+
+# component -> subfolder name in each layout
+COMPONENTS = ("text_encoder", "tokenizer", "transformer", "video_vae", "audio_vae")
+_SUBDIRS = {
+    "release": {"text_encoder": "text_encoder", "tokenizer": "tokenizer", "transformer": "transformer",
+                "video_vae": "video_vae", "audio_vae": "audio_vae"},
+    "diffusers": {"text_encoder": "text_encoder", "tokenizer": "tokenizer", "transformer": "transformer",
+                  "video_vae": "vae", "audio_vae": "audio_vae"},
+}
+# resident bytes per parameter of a weight matrix in each weights mode (int modes carry one
+# float32 scale per row or per group: ~1.5% for int8, ~6% for int4 g128)
+BYTES_PER_PARAM = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.02, "int4": 0.53}
+_DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I8": 1, "U8": 1,
+                "BOOL": 1, "I16": 2, "U16": 2}
+
+
+def _is_tokenizer(d):
+    return (os.path.isfile(os.path.join(d, "tokenizer.json"))
+            or (os.path.isfile(os.path.join(d, "vocab.json")) and os.path.isfile(os.path.join(d, "merges.txt"))))
+
+
+def _has_weights(d):
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return False
+    return any(n.endswith(".safetensors") for n in names)
+
+
+def folder_tensors(folder, keep=None):
+    """``{name: (dtype, shape)}`` from every ``*.safetensors`` header in ``folder`` (headers
+    only; nothing is mapped).  ``keep(name) -> bool`` filters."""
+    from .safetensors import SafetensorsFile
+    out = {}
+    for n in sorted(os.listdir(folder)):
+        if not n.endswith(".safetensors"):
+            continue
+        with SafetensorsFile(os.path.join(folder, n)) as f:
+            for name, t in f.tensors.items():
+                if keep is None or keep(name):
+                    out[name] = (t.dtype, tuple(t.shape))
+    return out
+
+
+def _text_encoder_keep(output_layer=50):
+    def keep(name):
+        if "embed_tokens" in name:
+            return True
+        parts = name.split(".")
+        if "layers" in parts and "language_model" in parts:
+            i = parts.index("layers")
+            return i + 1 < len(parts) and parts[i + 1].isdigit() and int(parts[i + 1]) < output_layer
+        return False
+    return keep
+
+
+def _decoder_keep(name):
+    return not name.startswith("encoder.") and not name.startswith("quant_conv.") \
+        and ".encoder." not in name
+
+
+@dataclass
+class ModelFolder:
+    """Where each component of a model lives.  ``paths[c]`` is None when ``c`` is missing."""
+    root: str
+    layout: str                       # "release" or "diffusers"
+    paths: dict = field(default_factory=dict)
+
+    @property
+    def missing(self):
+        return [c for c in COMPONENTS if self.paths.get(c) is None]
+
+    def require(self, components=COMPONENTS):
+        miss = [c for c in components if self.paths.get(c) is None]
+        if miss:
+            sub = _SUBDIRS[self.layout]
+            raise CheckpointError(
+                f"{self.root}: missing component(s) {', '.join(miss)} (expected folder(s) "
+                + ", ".join(f"{sub[c]}/" for c in miss) + f" in the {self.layout} layout)")
+        return self
+
+    def sizes(self):
+        """Per component: ``{"params": n, "bytes_on_disk": b, "dtypes": {...}, "matrix_params": m}``
+        counting only what t2va reads (text layers 0..49 + embeddings; VAE decoders)."""
+        out = {}
+        for c in ("text_encoder", "transformer", "video_vae", "audio_vae"):
+            p = self.paths.get(c)
+            if p is None:
+                continue
+            keep = _text_encoder_keep() if c == "text_encoder" else (
+                _decoder_keep if c in ("video_vae", "audio_vae") else None)
+            tensors = folder_tensors(p, keep)
+            params = disk = matrix = 0
+            dtypes = {}
+            for name, (dt, shape) in tensors.items():
+                n = 1
+                for s in shape:
+                    n *= s
+                params += n
+                disk += n * _DTYPE_BYTES.get(dt, 4)
+                dtypes[dt] = dtypes.get(dt, 0) + n
+                if len(shape) >= 2 and "embed_tokens" not in name and min(shape[:2]) > 1:
+                    matrix += n
+            out[c] = {"params": params, "bytes_on_disk": disk, "dtypes": dtypes, "matrix_params": matrix}
+        return out
+
+    def resident_bytes(self, component, weights):
+        """Approximate resident bytes of ``component`` loaded in weights mode ``weights``
+        (matrices in that mode, everything else float32; the embedding table stays bf16)."""
+        s = self.sizes().get(component)
+        if s is None:
+            return 0
+        other = s["params"] - s["matrix_params"]
+        per_other = 2.0 if component == "text_encoder" else 4.0
+        return int(s["matrix_params"] * BYTES_PER_PARAM[weights] + other * per_other)
+
+
+def _component_ok(c, d):
+    if not os.path.isdir(d):
+        return False
+    if c == "tokenizer":
+        return _is_tokenizer(d)
+    return os.path.isfile(os.path.join(d, "config.json")) and _has_weights(d)
+
+
+def find_model(path):
+    """Detect the layout of ``path`` and locate its components (missing ones are None).
+
+    Raises CheckpointError when ``path`` is not a folder or looks like no MiniMax-H3 layout.
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise CheckpointError(f"{path}: no such model folder")
+    root = path
+    if os.path.isdir(os.path.join(path, "FL2VA")):
+        root = os.path.join(path, "FL2VA")
+    layout = None
+    index = os.path.join(root, "model_index.json")
+    if os.path.isfile(index):
+        try:
+            with open(index, encoding="utf-8") as f:
+                mi = json.load(f)
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"{index}: not valid JSON ({e})") from None
+        if isinstance(mi, dict):
+            layout = "diffusers" if "vae" in mi else ("release" if "video_vae" in mi else None)
+    if layout is None:
+        if os.path.isdir(os.path.join(root, "video_vae")):
+            layout = "release"
+        elif os.path.isdir(os.path.join(root, "vae")):
+            layout = "diffusers"
+        else:
+            raise CheckpointError(
+                f"{path}: not a MiniMax-H3 model folder (expected FL2VA/, or transformer/ with "
+                "video_vae/ (release layout) or vae/ (diffusers layout))")
+    paths = {}
+    for c, sub in _SUBDIRS[layout].items():
+        d = os.path.join(root, sub)
+        paths[c] = d if _component_ok(c, d) else None
+    # the release keeps the tokenizer beside the text encoder; a diffusers folder may put the
+    # tokenizer files inside text_encoder/
+    if paths["tokenizer"] is None and paths["text_encoder"] and _is_tokenizer(paths["text_encoder"]):
+        paths["tokenizer"] = paths["text_encoder"]
+    return ModelFolder(root=root, layout=layout, paths=paths)

@@ -1,0 +1,311 @@
+"""Prompt -> text states -> denoised latents -> RGB frames and stereo audio.
+
+>>> import h3cy
+>>> pipe = h3cy.load("MiniMax-H3", weights="int8")               # doctest: +SKIP
+>>> res = pipe.generate("A red fox walking through snow", seconds=2, steps=20)   # doctest: +SKIP
+>>> res.save("fox.mp4")                                           # doctest: +SKIP
+
+Phases run one after another and each loads, uses and releases its component, so the text
+encoder, the transformer and the decoders are never resident together (``keep_loaded=True``
+keeps them for repeated calls).  Every phase reports ``on_progress(done, total, phase)`` with
+phase ``"encode"``, ``"denoise"``, ``"decode_video"`` or ``"decode_audio"``, and every phase
+stops within one block/layer when ``cancel`` (an :class:`h3cy.CancelToken`) is set.
+"""
+import contextlib
+import logging
+import threading
+import time
+
+import numpy as np
+
+from ._memory import available_memory, fmt_bytes, peak_rss
+from .errors import Busy, Cancelled, H3ValueError
+from .layout import Geometry
+from .model_folder import find_model
+from .result import Result
+
+log = logging.getLogger("h3cy")
+
+__all__ = ["load", "Pipeline"]
+
+WEIGHT_MODES = ("fp32", "bf16", "fp16", "int8", "int4")
+VAE_WEIGHT_MODES = ("fp32", "bf16", "fp16", "int8")
+# fraction of the available memory a resident component may take before "auto" streams it
+AUTO_STREAM_FRACTION = 0.8
+
+
+def load(path, weights="int8", streaming="auto", threads=None, cache_dir=None, vae_weights="fp32",
+         keep_loaded=False, isa=None):
+    """Open a MiniMax-H3 model folder for generation.
+
+    Parameters
+    ----------
+    path : the official repository root (holding ``FL2VA/``), an ``FL2VA/`` folder, or a
+        diffusers-layout folder (``model_index.json`` + ``transformer/ text_encoder/
+        tokenizer/ vae/ audio_vae/``).  Every component is checked now; a missing one
+        raises :class:`h3cy.CheckpointError` naming it.
+    weights : weights mode of the transformer and the text encoder (fp32, bf16, fp16, int8,
+        int4).  int8 is the default: about 1 byte per parameter and the fastest kernels.
+    streaming : True, False or "auto" — stream blocks/layers from disk instead of keeping
+        them resident.  "auto" streams a component when its resident size in ``weights``
+        exceeds 80% of the memory available to the process (the smaller of MemAvailable
+        and the cgroup limit).
+    threads : int, optional — default :func:`h3cy.get_num_threads`
+    cache_dir : where converted weights (fp16/int8/int4 caches) and encoded prompts go
+    vae_weights : weights mode of the two decoders (fp32 as released, bf16, fp16, int8)
+    keep_loaded : keep every component resident between calls (faster repeated calls, more
+        memory)
+    isa : kernel path override (see :func:`h3cy.ops.active_isa`)
+    """
+    return Pipeline(path, weights=weights, streaming=streaming, threads=threads, cache_dir=cache_dir,
+                    vae_weights=vae_weights, keep_loaded=keep_loaded, isa=isa)
+
+
+class Pipeline:
+    """A MiniMax-H3 model on disk, ready to generate.  Build it with :func:`h3cy.load`."""
+
+    def __init__(self, path, weights="int8", streaming="auto", threads=None, cache_dir=None,
+                 vae_weights="fp32", keep_loaded=False, isa=None):
+        if weights not in WEIGHT_MODES:
+            raise H3ValueError(f"weights must be one of {WEIGHT_MODES}, got {weights!r}")
+        if vae_weights not in VAE_WEIGHT_MODES:
+            raise H3ValueError(f"vae_weights must be one of {VAE_WEIGHT_MODES}, got {vae_weights!r}")
+        if streaming not in (True, False, "auto"):
+            raise H3ValueError(f"streaming must be True, False or 'auto', got {streaming!r}")
+        self.folder = find_model(path).require()
+        self.path = path
+        self.weights, self.vae_weights = weights, vae_weights
+        self.streaming = streaming
+        self.threads, self.cache_dir, self.isa = threads, cache_dir, isa
+        self.keep_loaded = bool(keep_loaded)
+        self._loaded = {}
+        self._lock = threading.Lock()
+        self._check_configs()
+
+    # -- components ----------------------------------------------------------------------------
+    def _check_configs(self):
+        """Cheap cross-checks between components, so a mismatched folder fails before any
+        long phase: the text encoder's width must be the transformer's text_dim."""
+        import json
+        import os
+        from .errors import CheckpointError
+        cfgs = {}
+        for c in ("text_encoder", "transformer", "video_vae", "audio_vae"):
+            p = os.path.join(self.folder.paths[c], "config.json")
+            try:
+                with open(p, encoding="utf-8") as f:
+                    cfgs[c] = json.load(f)
+            except (OSError, ValueError) as e:
+                raise CheckpointError(f"{p}: cannot read the {c} config ({e})") from None
+        te = cfgs["text_encoder"].get("text_config", cfgs["text_encoder"])
+        text_dim = cfgs["transformer"].get("text_dim")
+        if isinstance(te, dict) and text_dim is not None and te.get("hidden_size") not in (None, text_dim):
+            raise CheckpointError(f"{self.folder.root}: the text encoder's hidden_size "
+                                  f"{te.get('hidden_size')} is not the transformer's text_dim {text_dim}")
+        self.configs = cfgs
+
+    def streaming_for(self, component):
+        """Whether ``component`` ("text_encoder" or "transformer") is streamed."""
+        if self.streaming != "auto":
+            return bool(self.streaming)
+        need = self.folder.resident_bytes(component, self.weights)
+        room = available_memory()
+        stream = room is not None and need > AUTO_STREAM_FRACTION * room
+        log.info("h3cy: %s needs ~%s resident in %s, %s available -> %s", component, fmt_bytes(need),
+                 self.weights, fmt_bytes(room), "streaming" if stream else "resident")
+        return stream
+
+    def _build(self, component):
+        from . import audio_vae, model, text_encoder, video_vae
+        p = self.folder.paths[component]
+        if component == "text_encoder":
+            return text_encoder.TextEncoder.from_pretrained(
+                p, weights=self.weights, streaming=self.streaming_for(component), threads=self.threads,
+                isa=self.isa, cache_dir=self.cache_dir)
+        if component == "transformer":
+            return model.DiT.from_pretrained(
+                p, weights=self.weights, streaming=self.streaming_for(component), threads=self.threads,
+                isa=self.isa, cache_dir=self.cache_dir)
+        if component == "video_vae":
+            return video_vae.VideoDecoder.from_pretrained(p, weights=self.vae_weights, threads=self.threads,
+                                                          isa=self.isa)
+        if component == "audio_vae":
+            return audio_vae.AudioDecoder.from_pretrained(p, weights=self.vae_weights, threads=self.threads,
+                                                          isa=self.isa)
+        raise H3ValueError(f"unknown component {component!r}")
+
+    @contextlib.contextmanager
+    def _component(self, component):
+        """Load (or reuse) a component for one phase; release it afterwards unless kept."""
+        obj = self._loaded.get(component)
+        if obj is None:
+            obj = self._build(component)
+            if self.keep_loaded:
+                self._loaded[component] = obj
+        try:
+            yield obj
+        finally:
+            if not self.keep_loaded:
+                close = getattr(obj, "close", None)
+                if close is not None:
+                    close()
+                del obj
+
+    def release(self):
+        """Drop every component kept by ``keep_loaded``."""
+        for obj in self._loaded.values():
+            close = getattr(obj, "close", None)
+            if close is not None:
+                close()
+        self._loaded.clear()
+
+    close = release
+
+    @contextlib.contextmanager
+    def _exclusive(self, blocking):
+        if not self._lock.acquire(blocking=blocking):
+            raise Busy("this pipeline is already running in another thread (blocking=False)")
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    # -- phases --------------------------------------------------------------------------------
+    def encode(self, prompt, on_progress=None, cancel=None):
+        """The prompt's text states ``[L, text_dim]`` float32 (from the on-disk prompt cache
+        when this prompt was encoded before with the same encoder and weights mode)."""
+        from . import text_encoder as te_mod
+        if not isinstance(prompt, str):
+            raise H3ValueError(f"prompt must be a str, got {type(prompt).__name__}")
+        if prompt == "":
+            raise H3ValueError("prompt is empty; give at least one character (whitespace is a valid prompt)")
+        cached = te_mod.cached_prompt(self.folder.paths["text_encoder"], prompt, self.weights,
+                                      cache_dir=self._prompt_cache_dir())
+        if cached is not None:
+            if on_progress is not None:
+                on_progress(1, 1, "encode")
+            return cached
+        tok = self._tokenizer()
+        with self._component("text_encoder") as te:
+            return te_mod.encode_prompt(te, prompt, tokenizer=tok, cache_dir=self._prompt_cache_dir(),
+                                        on_progress=on_progress, cancel=cancel)
+
+    def _prompt_cache_dir(self):
+        import os
+        return None if self.cache_dir is None else os.path.join(self.cache_dir, "prompts")
+
+    def _tokenizer(self):
+        from .tokenizer import Tokenizer
+        tok = self._loaded.get("tokenizer")
+        if tok is None:
+            tok = Tokenizer.from_pretrained(self.folder.paths["tokenizer"])
+            self._loaded["tokenizer"] = tok      # small: always kept
+        return tok
+
+    def denoise(self, prompt_embeds, geometry, **kw):
+        """Run the sampler (see :func:`h3cy.denoise`) with the transformer loaded for it."""
+        from .sampler import denoise
+        with self._component("transformer") as dit:
+            return denoise(dit, prompt_embeds, geometry, **kw)
+
+    def decode(self, video_latent, audio_latent, on_progress=None, cancel=None, on_frames=None,
+               fps=24):
+        """Decode latents to a :class:`Result` with uint8 frames and float32 stereo audio.
+
+        ``on_frames(frames_uint8, first_index)``, when given, receives the video clip by clip
+        as it is decoded (for writing long videos); the result's ``frames`` is then None.
+        """
+        t = {}
+        return self._decode(video_latent, audio_latent, on_progress, cancel, on_frames, t, fps=fps)
+
+    def _decode(self, video_latent, audio_latent, on_progress, cancel, on_frames, timings, fps=24):
+        from .media import to_uint8
+        video_latent = np.asarray(video_latent, np.float32)
+        audio_latent = np.asarray(audio_latent, np.float32)
+        if video_latent.ndim == 5 and video_latent.shape[0] == 1:
+            video_latent = video_latent[0]
+        if audio_latent.ndim == 4 and audio_latent.shape[0] == 1:
+            audio_latent = audio_latent[0]
+        # audio first: it is small, and a streaming MP4 writer wants it before the frames
+        t0 = time.perf_counter()
+        _check_cancel(cancel, "decode_audio")
+        with self._component("audio_vae") as adec:
+            audio = adec.decode(audio_latent, on_progress=on_progress, cancel=cancel)
+            sample_rate = adec.sample_rate
+        timings["decode_audio"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        _check_cancel(cancel, "decode_video")
+        cb = None
+        if on_frames is not None:
+            def cb(chunk, first):
+                on_frames(to_uint8(chunk), first)
+        with self._component("video_vae") as vdec:
+            pixels = vdec.decode(video_latent, on_frames=cb, on_progress=on_progress, cancel=cancel)
+        timings["decode_video"] = time.perf_counter() - t0
+        frames = None if pixels is None else to_uint8(pixels)
+        return Result(frames=frames, audio=audio, fps=fps, sample_rate=sample_rate,
+                      video_latent=video_latent, audio_latent=audio_latent, timings=timings,
+                      peak_rss=peak_rss())
+
+    def generate(self, prompt=None, *, prompt_embeds=None, width=512, height=512, frames=None,
+                 seconds=None, steps=20, seed=42, noise=None, schedule=None, reuse=1, layers=None,
+                 precision=None, on_step=None, on_progress=None, cancel=None, output="video",
+                 on_frames=None, blocking=True):
+        """Generate a video with sound.
+
+        Parameters
+        ----------
+        prompt : str — or give ``prompt_embeds`` ``[L, text_dim]`` float32 instead
+        width, height : multiples of 32 (default 512x512)
+        frames / seconds : length (default 22 frames = 0.92 s); frames round up to 17n + 5
+        steps, seed, noise, schedule, reuse, layers, precision, on_step : as :func:`h3cy.denoise`
+        on_progress : callable(done, total, phase) for every phase
+        cancel : h3cy.CancelToken — stops any phase within one block; raises Cancelled
+        output : "video" (decode) or "latent" (skip the decoders)
+        on_frames : callable(frames_uint8, first_index) — stream decoded clips (``frames`` of
+            the result is then None)
+        blocking : wait for another generation on this pipeline (True) or raise Busy (False)
+
+        Returns
+        -------
+        h3cy.Result with ``frames``, ``audio``, ``fps``, ``sample_rate``, ``video_latent``,
+        ``audio_latent``, ``save(path)``, ``save_frames(dir)``, ``save_audio(path)``.
+        """
+        if output not in ("video", "latent"):
+            raise H3ValueError(f"output must be 'video' or 'latent', got {output!r}")
+        if (prompt is None) == (prompt_embeds is None):
+            raise H3ValueError("give exactly one of prompt and prompt_embeds")
+        if frames is not None and seconds is not None:
+            raise H3ValueError("give frames or seconds, not both")
+        geometry = (Geometry.from_seconds(seconds, width, height) if seconds is not None
+                    else Geometry(width, height, 22 if frames is None else frames))
+        timings = {}
+        with self._exclusive(blocking):
+            if prompt_embeds is None:
+                t0 = time.perf_counter()
+                _check_cancel(cancel, "encode")
+                prompt_embeds = self.encode(prompt, on_progress=on_progress, cancel=cancel)
+                timings["encode"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            _check_cancel(cancel, "denoise")
+            video_latent, audio_latent = self.denoise(
+                prompt_embeds, geometry, steps=steps, seed=seed, schedule=schedule, noise=noise,
+                on_step=on_step, on_progress=on_progress, cancel=cancel, reuse=reuse, layers=layers,
+                precision=precision)
+            timings["denoise"] = time.perf_counter() - t0
+            if output == "latent":
+                return Result(video_latent=video_latent, audio_latent=audio_latent, geometry=geometry,
+                              fps=geometry.fps, timings=timings, peak_rss=peak_rss())
+            res = self._decode(video_latent, audio_latent, on_progress, cancel, on_frames, timings,
+                               fps=geometry.fps)
+            res.geometry = geometry
+            return res
+
+    def __repr__(self):
+        return (f"<h3cy.Pipeline {self.folder.root} ({self.folder.layout} layout) weights={self.weights} "
+                f"vae_weights={self.vae_weights} streaming={self.streaming}>")
+
+
+def _check_cancel(cancel, phase):
+    if cancel is not None and cancel.cancelled:
+        raise Cancelled(f"cancelled before {phase}")
