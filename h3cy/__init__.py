@@ -34,3 +34,9 @@ __all__ += ["Geometry", "Layout", "Schedule", "STOP", "CancelToken", "StepState"
 from .tokenizer import Tokenizer  # noqa: E402
 
 __all__ += ["Tokenizer"]
+
+# prompt encoding (issue 5): the Qwen3-VL text stack (hidden_states[50]) and the prompt cache
+from .text_encoder import TextEncoder  # noqa: E402
+from .prompt_cache import encode_prompt  # noqa: E402
+
+__all__ += ["TextEncoder", "encode_prompt"]
