@@ -35,6 +35,12 @@ from .tokenizer import Tokenizer  # noqa: E402
 
 __all__ += ["Tokenizer"]
 
+# prompt encoding (issue 5): the Qwen3-VL text stack (hidden_states[50]) and the prompt cache
+from .text_encoder import TextEncoder  # noqa: E402
+from .prompt_cache import encode_prompt  # noqa: E402
+
+__all__ += ["TextEncoder", "encode_prompt"]
+
 # the pipeline (issue 6): prompt -> MP4
 from .pipeline import Pipeline, load  # noqa: E402
 from .result import Result  # noqa: E402

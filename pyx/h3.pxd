@@ -169,3 +169,41 @@ cdef extern from "h3.h" nogil:
     h3_status h3_linear_attach(const h3_linear_layout *layout, const void *w,
                                const float *scales, const float *bias, h3_isa isa,
                                h3_linear **out, h3_err *err)
+
+cdef extern from "h3.h" nogil:
+    h3_status h3_qwen_rmsnorm_bf16(const float *x, const float *w, float *out, int64_t rows,
+                                   int64_t n, float eps, h3_pool *pool, h3_isa isa, h3_isa *ran,
+                                   h3_err *err)
+    h3_status h3_rope_bf16(float *x, const float *cos, const float *sin, int64_t rows, int heads,
+                           int head_dim, h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err)
+    h3_status h3_swiglu_bf16(const float *g, const float *u, float *out, int64_t n,
+                             h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err)
+    ctypedef struct h3_qwen_layer:
+        const h3_linear *q
+        const h3_linear *k
+        const h3_linear *v
+        const h3_linear *o
+        const h3_linear *gate_up
+        const h3_linear *gate
+        const h3_linear *up
+        const h3_linear *down
+        const float *input_norm
+        const float *post_norm
+        const float *q_norm
+        const float *k_norm
+    ctypedef struct h3_qwen_layer_args:
+        int64_t S
+        int hidden
+        int heads
+        int kv_heads
+        int head_dim
+        int ffn
+        float eps
+        int round_bf16
+        const float *cos
+        const float *sin
+    size_t h3_qwen_layer_workspace_bytes(const h3_qwen_layer *w, const h3_qwen_layer_args *a,
+                                         int n_threads)
+    h3_status h3_qwen_layer_forward(const h3_qwen_layer *w, const h3_qwen_layer_args *a,
+                                    float *h, h3_pool *pool, void *ws, size_t ws_bytes,
+                                    h3_isa isa, h3_err *err)
