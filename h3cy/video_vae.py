@@ -405,7 +405,11 @@ class VideoDecoder:
         pq_w = files.get("post_quant_conv.weight", (C, C, 1, 1, 1)).reshape(C, C)
         self.post_quant = self._linear(pq_w, files.get("post_quant_conv.bias", (C,)), small)
         pin = "decoder.x_embedder." if orig else "decoder.proj_in."
-        self.proj_in = self._linear(files.get(pin + "weight", (Hd, C)), files.get(pin + "bias", (Hd,)), small)
+        pin_b = f32(files.get(pin + "bias", (Hd,)))
+        # diffusers feeds proj_in a non-contiguous view, so torch runs matmul, then adds the bias:
+        # in bf16 that is two roundings, R(R(x W^T) + b)
+        self.proj_in_bias = round_bf16(pin_b) if self.round_bf16 else None
+        self.proj_in = self._linear(files.get(pin + "weight", (Hd, C)), None if self.round_bf16 else pin_b, small)
         regs = f32(files.get("decoder.register_tokens", (1, c.registers, Hd))).reshape(c.registers, Hd)
         self.registers = round_bf16(regs) if self.round_bf16 else regs.copy()
         self.norm_out_w = f32(files.get("decoder.norm_out.weight", (Hd,))).copy()
@@ -472,6 +476,9 @@ class VideoDecoder:
         S = N + c.registers + 1
         h = np.empty((S, self.hidden), np.float32)
         self.proj_in(np.ascontiguousarray(pq.reshape(N, C)), out=h[:N])
+        if self.proj_in_bias is not None:
+            self._r(h[:N])
+            h[:N] += self.proj_in_bias
         self._r(h[:N])
         h[N:N + c.registers] = self.registers
         h[N + c.registers:] = 0.0
