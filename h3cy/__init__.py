@@ -34,3 +34,8 @@ __all__ += ["Geometry", "Layout", "Schedule", "STOP", "CancelToken", "StepState"
 from .tokenizer import Tokenizer  # noqa: E402
 
 __all__ += ["Tokenizer"]
+
+# video decoding (issue 6): the video VAE's ViT decoder, frames to uint8
+from .video_vae import VideoDecoder, to_uint8  # noqa: E402
+
+__all__ += ["VideoDecoder", "to_uint8"]
