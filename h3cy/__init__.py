@@ -46,3 +46,8 @@ from .pipeline import Pipeline, load  # noqa: E402
 from .result import Result  # noqa: E402
 
 __all__ += ["Pipeline", "load", "Result"]
+
+# video decoding (issue 6): the video VAE's ViT decoder, frames to uint8
+from .video_vae import VideoDecoder, to_uint8  # noqa: E402
+
+__all__ += ["VideoDecoder", "to_uint8"]

@@ -259,3 +259,5 @@ include "_kernels_attn.pxi"
 include "_kernels_elem.pxi"
 include "_dit.pxi"
 include "_qwen.pxi"
+
+include "_vit.pxi"

@@ -198,6 +198,28 @@ cdef extern from "h3.h" nogil:
         int kv_heads
         int head_dim
         int ffn
+
+cdef extern from "h3_vit.h" nogil:
+    h3_status h3_layernorm(const float *x, const float *w, const float *b, float *out,
+                           int64_t rows, int64_t n, float eps, h3_pool *pool, h3_isa isa,
+                           h3_err *err)
+    ctypedef struct h3_vit_block:
+        const h3_linear *qkv
+        const h3_linear *out
+        const h3_linear *up
+        const h3_linear *down
+        int qkv_interleaved
+        const float *norm1
+        const float *norm2
+        const float *scale1
+        const float *scale2
+    ctypedef struct h3_vit_block_args:
+        int64_t S
+        int hidden
+        int heads
+        int head_dim
+        int ffn
+        int rot_dim
         float eps
         int round_bf16
         const float *cos
@@ -207,3 +229,9 @@ cdef extern from "h3.h" nogil:
     h3_status h3_qwen_layer_forward(const h3_qwen_layer *w, const h3_qwen_layer_args *a,
                                     float *h, h3_pool *pool, void *ws, size_t ws_bytes,
                                     h3_isa isa, h3_err *err)
+
+    size_t h3_vit_block_workspace_bytes(const h3_vit_block *w, const h3_vit_block_args *a,
+                                        int n_threads)
+    h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a, float *h,
+                                   h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
+                                   h3_err *err)
