@@ -259,5 +259,4 @@ include "_kernels_attn.pxi"
 include "_kernels_elem.pxi"
 include "_dit.pxi"
 include "_qwen.pxi"
-
 include "_vit.pxi"

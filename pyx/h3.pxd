@@ -198,6 +198,15 @@ cdef extern from "h3.h" nogil:
         int kv_heads
         int head_dim
         int ffn
+        float eps
+        int round_bf16
+        const float *cos
+        const float *sin
+    size_t h3_qwen_layer_workspace_bytes(const h3_qwen_layer *w, const h3_qwen_layer_args *a,
+                                         int n_threads)
+    h3_status h3_qwen_layer_forward(const h3_qwen_layer *w, const h3_qwen_layer_args *a,
+                                    float *h, h3_pool *pool, void *ws, size_t ws_bytes,
+                                    h3_isa isa, h3_err *err)
 
 cdef extern from "h3_vit.h" nogil:
     h3_status h3_layernorm(const float *x, const float *w, const float *b, float *out,
@@ -224,12 +233,6 @@ cdef extern from "h3_vit.h" nogil:
         int round_bf16
         const float *cos
         const float *sin
-    size_t h3_qwen_layer_workspace_bytes(const h3_qwen_layer *w, const h3_qwen_layer_args *a,
-                                         int n_threads)
-    h3_status h3_qwen_layer_forward(const h3_qwen_layer *w, const h3_qwen_layer_args *a,
-                                    float *h, h3_pool *pool, void *ws, size_t ws_bytes,
-                                    h3_isa isa, h3_err *err)
-
     size_t h3_vit_block_workspace_bytes(const h3_vit_block *w, const h3_vit_block_args *a,
                                         int n_threads)
     h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a, float *h,
