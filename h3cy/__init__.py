@@ -34,3 +34,8 @@ __all__ += ["Geometry", "Layout", "Schedule", "STOP", "CancelToken", "StepState"
 from .tokenizer import Tokenizer  # noqa: E402
 
 __all__ += ["Tokenizer"]
+
+# audio VAE decoder (issue 6): BigVGAN latents -> stereo waveform
+from .audio_vae import AudioDecoder  # noqa: E402
+
+__all__ += ["AudioDecoder"]
