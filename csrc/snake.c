@@ -15,7 +15,10 @@ static const h3_snake_kernels *snake_table(h3_isa isa) {
     case H3_ISA_AVX512:
     case H3_ISA_AMX: return &h3_snake_avx512; /* no AMX-specific element-wise code */
 #endif
-    default: return NULL; /* NEON: no kernels yet */
+#if H3_ARM64
+    case H3_ISA_NEON: return &h3_snake_neon;
+#endif
+    default: return NULL;
     }
 }
 

@@ -2,8 +2,8 @@
  *
  * snake.c validates, precomputes the per-channel constants and the polyphase taps, and
  * splits (channel group, time tile) units over the pool; a table's `tile` computes one
- * unit and never fails.  snake_ref.c is the executable spec; snake_avx512.c and
- * snake_avx2.c compile snake_body.inc against their simd_<isa>.h. */
+ * unit and never fails.  snake_ref.c is the executable spec; snake_avx512.c,
+ * snake_avx2.c and snake_neon.c compile snake_body.inc against their simd_<isa>.h. */
 #ifndef H3_SNAKE_IMPL_H
 #define H3_SNAKE_IMPL_H
 
@@ -40,6 +40,9 @@ extern const h3_snake_kernels h3_snake_ref;
 #if H3_X86
 extern const h3_snake_kernels h3_snake_avx2;
 extern const h3_snake_kernels h3_snake_avx512;
+#endif
+#if H3_ARM64
+extern const h3_snake_kernels h3_snake_neon;
 #endif
 
 #endif /* H3_SNAKE_IMPL_H */

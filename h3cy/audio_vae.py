@@ -278,7 +278,6 @@ class AudioDecoder:
     # -- loading -------------------------------------------------------------------------------
     def _build(self, r, cfg):
         mode, isa, pool = self.weights, self.isa, self._pool
-        act_isa = isa if isa in ("ref", "avx2", "avx512", "amx") else "ref"
         Cl, D, C0 = cfg["latent_channels"], cfg["latent_dim"], cfg["decoder_dim"]
         self.in_proj = _Conv(r.get("dec_in_proj.weight", (D, Cl, 1)), r.get("dec_in_proj.bias", (D,)),
                              1, 0, "fp32", isa, pool)
@@ -302,10 +301,10 @@ class AudioDecoder:
                                 d, (k * d - d) // 2, mode, isa, pool) for m, d in enumerate(dil)]
                 convs2 = [_Conv(r.weight_norm(f"{b}.convs2.{m}", (C, C, k)), r.get(f"{b}.convs2.{m}.bias", (C,)),
                                 1, (k - 1) // 2, mode, isa, pool) for m in range(len(dil))]
-                acts = [_Act(r, f"{b}.activations.{a}", C, act_isa, pool) for a in range(2 * len(dil))]
+                acts = [_Act(r, f"{b}.activations.{a}", C, isa, pool) for a in range(2 * len(dil))]
                 stage.append((convs1, convs2, acts))
             self.blocks.append(stage)
-        self.act_post = _Act(r, "decoder.activation_post", C, act_isa, pool)
+        self.act_post = _Act(r, "decoder.activation_post", C, isa, pool)
         self.conv_post = _Conv(r.weight_norm("decoder.conv_post", (1, C, 7)), None, 1, 3, "fp32", isa, pool)
         if f"decoder.ups.{len(self.ups)}.0.weight_v" in r.f:
             raise CheckpointError(f"{r.path}: has more upsampling stages than the config's "

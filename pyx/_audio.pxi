@@ -44,6 +44,8 @@ def conv1d(LinearCore lin, const float[:, ::1] x, int k, int dil, int pad,
     cdef int64_t T_out = T + 2 * pad - dil * (k - 1)
     if T < 1 or Cin < 1:
         raise H3ValueError(f"x must have shape (T >= 1, Cin >= 1), got ({T}, {Cin})")
+    if T_out < 1:
+        raise H3ValueError(f"conv1d: output length T + 2*padding - dilation*(k-1) = {T_out} < 1")
     if y.shape[0] != T_out or y.shape[1] != lin.N:
         raise H3ValueError(f"y has shape ({y.shape[0]}, {y.shape[1]}), expected ({T_out}, {lin.N})")
     cdef const float *xp = &x[0, 0]
@@ -66,6 +68,8 @@ def conv_transpose1d(LinearCore lin, const float[:, ::1] x, int64_t Cout, int k,
     cdef int64_t T_out = (T - 1) * stride - 2 * pad + k
     if T < 1 or x.shape[1] != lin.K:
         raise H3ValueError(f"x has shape ({T}, {x.shape[1]}), expected (T >= 1, {lin.K})")
+    if T_out < 1:
+        raise H3ValueError(f"conv_transpose1d: output length (T-1)*stride - 2*padding + k = {T_out} < 1")
     if y.shape[0] != T_out or y.shape[1] != Cout:
         raise H3ValueError(f"y has shape ({y.shape[0]}, {y.shape[1]}), expected ({T_out}, {Cout})")
     cdef const float *bp = _fptr(bias, "bias", Cout)
