@@ -8,12 +8,14 @@
  *            channels), at the cost of each thread unpacking the weights once per chunk.
  *   BY_COLS  for wide layers over few steps: the pool gathers one chunk, then the GEMM
  *            splits its output columns over the pool (the weights are unpacked once).
- * Either way each output element's sum runs over K in the GEMM's fixed order.
+ * Either way each output element's sum runs over K in the GEMM's fixed order (chunks
+ * of <= 4 rows take the GEMM's small-M path, whose order differs in the last bits).
  * ConvTranspose1d is a GEMM z[t, (j, co)] = x[t] . W[:, co, j] over a chunk of input
  * steps followed by an overlap-add (gathered per output step, so threads never write
  * the same row). */
 #include "h3_internal.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 enum { BY_TIME = 0, BY_COLS = 1 };
@@ -28,8 +30,11 @@ static conv_plan plan_conv(const h3_linear *lin, int64_t T_out, int nth) {
         p.R = H3_MIN(T_out, H3_MAX((int64_t)256, ((int64_t)16 << 20) / (4 * K)));
     } else {
         p.mode = BY_TIME;
+        /* ~4 chunks per thread, handed out by an atomic counter, so that a thread slowed
+         * by other work on its core does not hold the others up; each chunk re-unpacks
+         * the (small, for these layers) weights */
         int64_t rmax = H3_MAX((int64_t)64, H3_MIN((int64_t)1024, ((int64_t)8 << 20) / (4 * K)));
-        p.R = H3_MAX((int64_t)1, H3_MIN(H3_CEIL_DIV(T_out, nth), rmax));
+        p.R = H3_MIN(T_out, H3_MIN(rmax, H3_MAX((int64_t)64, H3_CEIL_DIV(T_out, 4 * (int64_t)nth))));
     }
     return p;
 }
@@ -55,6 +60,8 @@ typedef struct {
     size_t per_thread;
     int64_t r0, r1;            /* BY_COLS: the chunk being gathered */
     int nth;                   /* BY_TIME: threads taking a share (<= 64) */
+    _Atomic int64_t next;      /* BY_TIME: first row of the next free chunk */
+    _Atomic int failed;
     h3_status st[64];
     h3_err err[64];
 } conv_job;
@@ -82,21 +89,25 @@ static h3_status gemm_rows(const conv_job *c, h3_pool *pool, const float *col, i
 
 static void by_time_task(void *p, int ith, int pool_nth) {
     conv_job *c = (conv_job *)p;
-    const int nth = c->nth;
     (void)pool_nth;
-    if (ith >= nth) return;
+    if (ith >= c->nth) return;
     const int64_t K = h3_linear_k(c->lin);
     char *base = c->ws + (size_t)ith * c->per_thread;
     float *col = (float *)base;
     char *gws = base + col_bytes(c->R, K);
     const size_t gwsb = c->per_thread - col_bytes(c->R, K);
-    const int64_t a = c->T_out * ith / nth, b = c->T_out * (ith + 1) / nth;
     c->st[ith] = H3_OK;
-    for (int64_t r0 = a; r0 < b; r0 += c->R) {
-        int64_t r1 = H3_MIN(b, r0 + c->R);
+    for (;;) {
+        const int64_t r0 = atomic_fetch_add(&c->next, c->R);
+        if (r0 >= c->T_out || atomic_load(&c->failed)) return;
+        const int64_t r1 = H3_MIN(c->T_out, r0 + c->R);
         im2col(c, r0, r1, col);
         h3_status st = gemm_rows(c, NULL, col, r0, r1, gws, gwsb, &c->err[ith]);
-        if (st) { c->st[ith] = st; return; }
+        if (st) {
+            c->st[ith] = st;
+            atomic_store(&c->failed, 1);
+            return;
+        }
     }
 }
 
@@ -147,6 +158,8 @@ h3_status h3_conv1d(const h3_linear *lin, const float *x, int64_t T, int64_t Cin
     conv_job *c = h3_alloc(sizeof *c);
     if (!c) { h3_free(own); return h3_fail(err, H3_ENOMEM, "conv1d: out of memory"); }
     memset(c, 0, sizeof *c);
+    atomic_init(&c->next, 0);
+    atomic_init(&c->failed, 0);
     c->lin = lin; c->x = x; c->resid = resid; c->y = y; c->T = T; c->Cin = Cin;
     c->T_out = T_out; c->R = p.R; c->k = k; c->dil = dil; c->pad = pad; c->ws = ws;
     h3_status st = H3_OK;

@@ -1,10 +1,12 @@
 /* snake.c — public entry of the anti-aliased SnakeBeta (h3_audio.h): validation, the
  * per-call constants, and splitting (channel group, time tile) units over the pool.
- * Each unit reads ~T/TILE + 16 rows of its channels and writes its tile once, so units
- * are independent and the result does not depend on the thread count. */
+ * Each unit reads TILE + 16 rows of its channels and writes its tile once, so units are
+ * independent and the result does not depend on the thread count; threads take units
+ * from an atomic counter. */
 #include "snake_impl.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 static const h3_snake_kernels *snake_table(h3_isa isa) {
@@ -28,13 +30,15 @@ typedef struct {
     const float *x;
     float *y;
     int64_t T, C, ngroups, ntiles;
+    _Atomic int64_t next; /* next free unit: a thread slowed by other work takes fewer */
 } snake_job;
 
 static void snake_task(void *ctx, int ith, int nth) {
-    const snake_job *j = (const snake_job *)ctx;
+    snake_job *j = (snake_job *)ctx;
     _Alignas(64) float scratch[H3_SNAKE_SCRATCH];
     const int64_t units = j->ngroups * j->ntiles;
-    for (int64_t u = units * ith / nth; u < units * (ith + 1) / nth; u++) {
+    (void)ith; (void)nth;
+    for (int64_t u; (u = atomic_fetch_add(&j->next, 1)) < units;) {
         const int64_t g = u / j->ntiles, tt = u % j->ntiles;
         const int64_t c0 = g * H3_SNAKE_GROUP, t0 = tt * H3_SNAKE_TILE;
         j->kt->tile(j->x, j->y, j->T, j->C, c0, (int)H3_MIN((int64_t)H3_SNAKE_GROUP, j->C - c0), t0,
@@ -73,7 +77,8 @@ h3_status h3_snake_aa(const float *x, float *y, int64_t T, int64_t C, const floa
         k.fo[s] = 2.0f * fu[10 - 2 * s];
     }
     for (int i = 0; i < H3_SNAKE_TAPS; i++) k.fd[i] = fd[i];
-    snake_job j = {kt, &k, x, y, T, C, H3_CEIL_DIV(C, H3_SNAKE_GROUP), H3_CEIL_DIV(T, H3_SNAKE_TILE)};
+    snake_job j = {kt, &k, x, y, T, C, H3_CEIL_DIV(C, H3_SNAKE_GROUP), H3_CEIL_DIV(T, H3_SNAKE_TILE), 0};
+    atomic_init(&j.next, 0);
     const int64_t units = j.ngroups * j.ntiles;
     if (units < 2 || T * C < 16384) snake_task(&j, 0, 1);
     else h3_pool_run(pool, snake_task, &j);
