@@ -192,7 +192,7 @@ class _ConvT:
         self.cin, self.cout, self.k, self.stride, self.pad = cin, cout, k, stride, padding
         w2 = np.ascontiguousarray(w.transpose(2, 1, 0).reshape(k * cout, cin))   # row j*Cout + co
         self.core = _kernels.LinearCore(w2, 0, None, mode, 0, 0, 0, isa, pool)
-        self.bias = np.ascontiguousarray(b, dtype=np.float32)
+        self.bias = np.array(b, dtype=np.float32)   # a copy, not a view of the mapping
 
     def out_len(self, T):
         return (T - 1) * self.stride - 2 * self.pad + self.k
@@ -210,10 +210,11 @@ class _Act:
     """Anti-aliased SnakeBeta (Activation1d) with its checkpoint parameters and filters."""
 
     def __init__(self, r, prefix, channels, isa, pool):
-        self.alpha = np.ascontiguousarray(r.get(prefix + ".act.alpha", (channels,)))
-        self.beta = np.ascontiguousarray(r.get(prefix + ".act.beta", (channels,)))
-        self.fu = np.ascontiguousarray(r.get(prefix + ".upsample.filter", (1, 1, 12)).reshape(12))
-        self.fd = np.ascontiguousarray(r.get(prefix + ".downsample.lowpass.filter", (1, 1, 12)).reshape(12))
+        # copies: a view would keep the whole checkpoint mapping (and its pages) alive
+        self.alpha = r.get(prefix + ".act.alpha", (channels,)).copy()
+        self.beta = r.get(prefix + ".act.beta", (channels,)).copy()
+        self.fu = r.get(prefix + ".upsample.filter", (1, 1, 12)).reshape(12).copy()
+        self.fd = r.get(prefix + ".downsample.lowpass.filter", (1, 1, 12)).reshape(12).copy()
         self.isa, self.pool = isa, pool
 
     def __call__(self, x, y):
