@@ -19,6 +19,7 @@
 #include <string.h>
 
 enum { BY_TIME = 0, BY_COLS = 1 };
+#define MAX_SHARES 64 /* BY_TIME: threads that take chunks (each needs its own scratch) */
 
 typedef struct { int mode; int64_t R; } conv_plan;
 
@@ -47,7 +48,7 @@ size_t h3_conv1d_workspace_bytes(const h3_linear *lin, int64_t T_out, int nth) {
     h3_epilogue epi = {H3_EPI_RESID, NULL, NULL, NULL, 0}; /* the larger of the two */
     const int64_t K = h3_linear_k(lin);
     if (p.mode == BY_COLS) return col_bytes(p.R, K) + h3_linear_workspace_bytes(lin, p.R, nth, &epi);
-    return (size_t)nth * (col_bytes(p.R, K) + H3_ALIGN_UP(h3_linear_workspace_bytes(lin, p.R, 1, &epi), 64));
+    return (size_t)H3_MIN(nth, MAX_SHARES) * (col_bytes(p.R, K) + H3_ALIGN_UP(h3_linear_workspace_bytes(lin, p.R, 1, &epi), 64));
 }
 
 typedef struct {
@@ -59,11 +60,11 @@ typedef struct {
     char *ws;
     size_t per_thread;
     int64_t r0, r1;            /* BY_COLS: the chunk being gathered */
-    int nth;                   /* BY_TIME: threads taking a share (<= 64) */
+    int nth;                   /* BY_TIME: threads taking chunks (<= MAX_SHARES) */
     _Atomic int64_t next;      /* BY_TIME: first row of the next free chunk */
     _Atomic int failed;
-    h3_status st[64];
-    h3_err err[64];
+    h3_status st[MAX_SHARES];
+    h3_err err[MAX_SHARES];
 } conv_job;
 
 /* im2col rows [r0, r1) of the output into col: col[r - r0, j*Cin + ci] = x[r + j*dil - pad, ci] */
@@ -142,8 +143,7 @@ h3_status h3_conv1d(const h3_linear *lin, const float *x, int64_t T, int64_t Cin
     if (overlaps(x, (size_t)(T * Cin) * 4, y, yb)) return h3_fail(err, H3_EINVAL, "conv1d: y overlaps x");
     if (resid && resid != y && overlaps(resid, yb, y, yb))
         return h3_fail(err, H3_EINVAL, "conv1d: resid overlaps y without being y");
-    int nth = h3_pool_threads(pool);
-    if (nth > 64) nth = 64;
+    const int nth = h3_pool_threads(pool);
     const size_t need = h3_conv1d_workspace_bytes(lin, T_out, nth);
     void *own = NULL;
     if (!ws) {
@@ -164,17 +164,17 @@ h3_status h3_conv1d(const h3_linear *lin, const float *x, int64_t T, int64_t Cin
     c->T_out = T_out; c->R = p.R; c->k = k; c->dil = dil; c->pad = pad; c->ws = ws;
     h3_status st = H3_OK;
     if (p.mode == BY_TIME) {
-        c->per_thread = need / (size_t)nth;
-        c->nth = nth;
+        c->nth = H3_MIN(nth, MAX_SHARES);
+        c->per_thread = need / (size_t)c->nth;
         if (nth == 1 || T_out < 2) {
             c->nth = 1;
             by_time_task(c, 0, 1);
         }
         else h3_pool_run(pool, by_time_task, c);
-        for (int i = 0; i < nth && !st; i++)
+        for (int i = 0; i < c->nth && !st; i++)
             if (c->st[i]) { st = c->st[i]; *err = c->err[i]; }
     } else {
-        const size_t cb = col_bytes(p.R, lin ? h3_linear_k(lin) : 0);
+        const size_t cb = col_bytes(p.R, h3_linear_k(lin));
         for (int64_t r0 = 0; r0 < T_out && !st; r0 += p.R) {
             c->r0 = r0;
             c->r1 = H3_MIN(T_out, r0 + p.R);
