@@ -51,3 +51,8 @@ __all__ += ["Pipeline", "load", "Result"]
 from .video_vae import VideoDecoder, to_uint8  # noqa: E402
 
 __all__ += ["VideoDecoder", "to_uint8"]
+
+# audio VAE decoder (issue 6): BigVGAN latents -> stereo waveform
+from .audio_vae import AudioDecoder  # noqa: E402
+
+__all__ += ["AudioDecoder"]

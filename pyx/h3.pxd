@@ -238,3 +238,19 @@ cdef extern from "h3_vit.h" nogil:
     h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a, float *h,
                                    h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
                                    h3_err *err)
+
+cdef extern from "h3.h" nogil:
+    # audio VAE decoder kernels (h3_audio.h): channels-last [T, C] signals
+    size_t h3_conv1d_workspace_bytes(const h3_linear *lin, int64_t T_out, int n_threads)
+    h3_status h3_conv1d(const h3_linear *lin, const float *x, int64_t T, int64_t Cin, int k,
+                        int dil, int pad, const float *resid, float *y, h3_pool *pool,
+                        void *ws, size_t ws_bytes, h3_err *err)
+    size_t h3_conv_transpose1d_workspace_bytes(const h3_linear *lin, int64_t T, int stride,
+                                               int n_threads)
+    h3_status h3_conv_transpose1d(const h3_linear *lin, const float *x, int64_t T,
+                                  int64_t Cout, int k, int stride, int pad, const float *bias,
+                                  float *y, h3_pool *pool, void *ws, size_t ws_bytes,
+                                  h3_err *err)
+    h3_status h3_snake_aa(const float *x, float *y, int64_t T, int64_t C, const float *alpha,
+                          const float *beta, const float *fu, const float *fd, h3_pool *pool,
+                          h3_isa isa, h3_isa *ran, h3_err *err)
