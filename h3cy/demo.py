@@ -7,7 +7,7 @@ with h3cy.  The weights are random: the demo shows the plumbing (prompt -> text 
 denoising -> decoders -> MP4), not the model's quality.
 
 The model is built once, deterministically (fixed seeds), into
-``$H3CY_CACHE_DIR/demo-model-v1`` (default ``~/.cache/h3cy/demo-model-v1``); a finished build
+``$H3CY_CACHE_DIR/demo-model-v2`` (default ``~/.cache/h3cy/demo-model-v1``); a finished build
 is marked by a stamp file, so an interrupted build is redone.
 """
 import json
@@ -19,7 +19,7 @@ import numpy as np
 from . import _bf16
 from ._st_write import save_file, save_sharded
 
-DEMO_VERSION = 1
+DEMO_VERSION = 2
 DEMO_PROMPT = "A red fox walks through fresh snow in a pine forest, soft footsteps and wind."
 
 # the tokenizer's training text (written for h3cy; any plain English prose would do)
@@ -273,7 +273,7 @@ def build_audio_vae(folder, rng):
             for a in range(6):
                 _snake(arrays, f"{rb}.activations.{a}", c, filt)
     _snake(arrays, "decoder.activation_post", c, filt)
-    _wn_conv(arrays, rng, "decoder.conv_post", (1, c, 7), bias=False)
+    _wn_conv(arrays, rng, "decoder.conv_post", (1, c, 7), bias=False, gain=0.05)  # quiet noise
     save_file(os.path.join(folder, "model.safetensors"), arrays)
     _write_json(os.path.join(folder, "config.json"), {
         "_class_name": "MiniMaxH3AudioVAE", "output_channel": 2, "sample_rate": 32000,
