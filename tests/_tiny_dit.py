@@ -45,6 +45,11 @@ TINY_CONFIGS = {
     "c": dict(num_attention_heads=3, attention_head_dim=32, hidden_size=48, num_layers=2, num_refiner_layers=2,
               ffn_dim=40, in_channels=4, audio_in_channels=8, patch_size=[1, 2, 2], text_dim=32, freq_dim=16,
               time_embed_hidden_dim=32, time_embed_dim=16, rope_freq_dim=4),
+    # the pipeline tests' transformer: real latent widths (24 video channels; 8 audio channels to
+    # match the tiny audio VAE) and text_dim 64 to match the tiny text encoder
+    "p": dict(num_attention_heads=2, attention_head_dim=16, hidden_size=32, num_layers=2, num_refiner_layers=1,
+              ffn_dim=48, in_channels=24, audio_in_channels=8, patch_size=[1, 2, 2], text_dim=64, freq_dim=16,
+              time_embed_hidden_dim=40, time_embed_dim=20, rope_freq_dim=2),
 }
 KEEP_FP32 = ("proj_in", "audio_proj_in", "time_embedder", "proj_out", "audio_proj_out", "rope")
 

@@ -16,7 +16,8 @@ import shutil
 
 import numpy as np
 
-TOKENIZER_SRC = "/work/shared/checkpoint-schema/FL2VA/tokenizer"
+TOKENIZER_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
+                             "checkpoint-schema", "FL2VA", "tokenizer")
 NUM_LAYERS = 51
 TEXT_CONFIG = dict(
     vocab_size=151936, hidden_size=64, intermediate_size=96, num_hidden_layers=NUM_LAYERS,

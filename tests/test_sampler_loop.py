@@ -10,6 +10,7 @@ import h3cy
 from h3cy.layout import pack_audio, patchify
 from _compare import assert_close, assert_nontrivial
 from _tiny_dit import tiny_dit_factory  # noqa: F401  (fixture)
+from _ref_denoise import reference_loop as _reference_loop
 
 GEOM = dict(width=64, height=64, frames=22)    # T=7, h=w=4, A=37
 
@@ -21,33 +22,6 @@ def _inputs(t, seed=0, L=5):
     video = rng.standard_normal((t.config["in_channels"], g.T, g.h, g.w)).astype(np.float32)
     audio = rng.standard_normal((2, t.config["audio_in_channels"], g.A)).astype(np.float32)
     return g, pe, video, audio
-
-
-def _reference_loop(folder, g, pe, video, audio, steps):
-    from diffusers import MiniMaxH3Scheduler, MiniMaxH3Transformer3DModel
-    from diffusers.modular_pipelines.minimax_h3.before_denoise import (
-        MiniMaxH3PrepareLayoutStep, patchify_video_latents)
-    m = MiniMaxH3Transformer3DModel.from_pretrained(folder, torch_dtype=torch.float32).eval()
-    L = pe.shape[0]
-    pos, tags, vi, ai, ti, _, _ = MiniMaxH3PrepareLayoutStep.build_packed_sequence(
-        torch.ones(L, dtype=torch.long), g.T, g.h, g.w, g.A, (1, 2, 2), 2, 2, 0, ())
-    vs, as_ = MiniMaxH3Scheduler(shift=12.0), MiniMaxH3Scheduler(shift=3.0)
-    vs.set_timesteps(steps + 1)
-    as_.set_timesteps(steps + 1)
-    vrows = patchify_video_latents(torch.from_numpy(video)[None], (1, 2, 2))
-    arows = torch.from_numpy(audio).permute(0, 2, 1).reshape(-1, audio.shape[1])
-    S = pos.shape[0]
-    with torch.no_grad():
-        for i in range(steps):
-            tv, ta = vs.timesteps[i], as_.timesteps[i]
-            row_t = torch.full((S,), float(tv), dtype=torch.float32)
-            row_t[ai] = ta
-            timestep, tidx = torch.unique(row_t, sorted=True, return_inverse=True)
-            v, a = m(vrows[None], arows[None], torch.from_numpy(pe)[None], timestep, tidx, tags, pos,
-                     vi, ai, ti, return_dict=False)
-            vrows = vs.step(v[0].float(), tv, vrows, return_dict=False)[0]
-            arows = as_.step(a[0].float(), ta, arows, return_dict=False)[0]
-    return vrows.numpy(), arows.numpy()
 
 
 def test_denoise_matches_diffusers_loop_fp32(tiny_dit_factory):

@@ -1,0 +1,102 @@
+"""The h3cy console script: demo and generate write valid MP4s, Ctrl-C writes nothing,
+convert builds caches, errors are one line with exit status 2."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import av
+import pytest
+
+from _tiny_dit import tiny_dit_factory  # noqa: F401  (fixture used by tiny_pipeline)
+from _tiny_pipeline import tiny_pipeline  # noqa: F401  (fixture)
+
+
+def _run(*args, env=None, timeout=300):
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "h3cy.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=e)
+
+
+def _probe(path):
+    with av.open(os.fspath(path)) as c:
+        v, a = c.streams.video[0], c.streams.audio[0]
+        n = sum(1 for _ in c.decode(video=0))
+        return dict(frames=n, w=v.width, h=v.height, fps=v.average_rate, rate=a.rate, ch=a.channels,
+                    dur=float(a.duration * a.time_base))
+
+
+def test_demo_writes_an_mp4_and_says_the_weights_are_random(tmp_path):
+    out = tmp_path / "demo.mp4"
+    r = _run("demo", "-o", str(out), "--cache-dir", str(tmp_path / "cache"), "-q")
+    assert r.returncode == 0, r.stderr
+    assert "RANDOM weights" in r.stdout and "not MiniMax-H3's quality" in r.stdout
+    p = _probe(out)
+    assert p == dict(frames=39, w=384, h=256, fps=24, rate=32000, ch=2, dur=p["dur"])
+    assert abs(p["dur"] - 39 / 24) <= 1024 / 32000 + 1e-3
+    # built once: the second run reuses the cached model
+    r2 = _run("demo", "-o", str(tmp_path / "demo2.mp4"), "--cache-dir", str(tmp_path / "cache"), "-q")
+    assert r2.returncode == 0 and _probe(tmp_path / "demo2.mp4")["frames"] == 39
+
+
+def test_generate_writes_mp4_frames_and_latents(tiny_pipeline, tmp_path):  # noqa: F811
+    out = tmp_path / "g.mp4"
+    r = _run("generate", "-m", tiny_pipeline.diffusers, "-p", "A red fox", "-o", str(out), "--width", "64",
+             "--height", "64", "--steps", "2", "--weights", "fp32", "--frames-dir", str(tmp_path / "fr"),
+             "--latent-out", str(tmp_path / "lat.npz"), "--cache-dir", str(tmp_path / "c"))
+    assert r.returncode == 0, r.stderr
+    p = _probe(out)
+    assert (p["frames"], p["w"], p["h"], p["fps"], p["ch"]) == (22, 64, 64, 24, 2)
+    assert len(os.listdir(tmp_path / "fr")) == 22
+    assert (tmp_path / "lat.npz").exists()
+    assert "peak memory" in r.stdout
+    for phase in ("encode prompt", "denoise", "decode audio", "decode video"):
+        assert phase in r.stderr          # one tqdm bar per phase
+
+
+def test_ctrl_c_stops_cleanly_and_writes_nothing(tiny_pipeline, tmp_path):  # noqa: F811
+    out = tmp_path / "never.mp4"
+    cmd = [sys.executable, "-m", "h3cy.cli", "generate", "-m", tiny_pipeline.diffusers, "-p", "x",
+           "-o", str(out), "--width", "64", "--height", "64", "--steps", "5000", "--weights", "fp32",
+           "--cache-dir", str(tmp_path / "c")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    seen = ""
+    fd = proc.stderr.fileno()
+    os.set_blocking(fd, False)
+    while time.time() < deadline and "denoise" not in seen and proc.poll() is None:
+        try:
+            seen += os.read(fd, 65536).decode("utf-8", "replace")
+        except BlockingIOError:
+            pass
+        time.sleep(0.1)
+    assert "denoise" in seen, seen
+    proc.send_signal(signal.SIGINT)
+    rc = proc.wait(60)
+    assert rc == 130
+    assert not out.exists()
+    assert [p for p in os.listdir(tmp_path) if "partial" in p] == []
+
+
+def test_convert_builds_the_int8_caches(tiny_pipeline, tmp_path):  # noqa: F811
+    cache = tmp_path / "cache"
+    r = _run("convert", tiny_pipeline.release, "--weights", "int8", "--cache-dir", str(cache))
+    assert r.returncode == 0, r.stderr
+    names = os.listdir(cache)
+    assert sum(n.startswith("h3cy-int8-") and n.endswith(".h3w") for n in names) == 2, names
+
+
+@pytest.mark.parametrize("args", [["generate", "-m", "/nonexistent/model", "-p", "x", "-o", "o.mp4"],
+                                  ["convert", "/nonexistent/model", "--weights", "int8"]])
+def test_errors_are_one_line_exit_2(args):
+    r = _run(*args)
+    assert r.returncode == 2
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("h3cy: error:") and "/nonexistent/model" in lines[0]
+
+
+def test_illegal_size_is_a_clear_error(tiny_pipeline, tmp_path):  # noqa: F811
+    r = _run("generate", "-m", tiny_pipeline.diffusers, "-p", "x", "-o", str(tmp_path / "o.mp4"),
+             "--width", "100", "--weights", "fp32")
+    assert r.returncode == 2 and "nearest legal" in r.stderr
