@@ -60,7 +60,11 @@ def test_ctrl_c_stops_cleanly_and_writes_nothing(tiny_pipeline, tmp_path):  # no
     cmd = [sys.executable, "-m", "h3cy.cli", "generate", "-m", tiny_pipeline.diffusers, "-p", "x",
            "-o", str(out), "--width", "64", "--height", "64", "--steps", "5000", "--weights", "fp32",
            "--cache-dir", str(tmp_path / "c")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # a runner that starts us in the background may have SIGINT ignored, and the child would
+    # inherit that: give it the default disposition so Python installs its Ctrl-C handler
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"),   # see the bars as drawn
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     seen = ""
     fd = proc.stderr.fileno()
@@ -73,8 +77,10 @@ def test_ctrl_c_stops_cleanly_and_writes_nothing(tiny_pipeline, tmp_path):  # no
         time.sleep(0.1)
     assert "denoise" in seen, seen
     proc.send_signal(signal.SIGINT)
+    t0 = time.time()
     rc = proc.wait(60)
     assert rc == 130
+    assert time.time() - t0 < 10, "Ctrl-C took effect only at the end of the run"
     assert not out.exists()
     assert [p for p in os.listdir(tmp_path) if "partial" in p] == []
 
