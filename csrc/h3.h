@@ -231,3 +231,6 @@ h3_status h3_adaln_modulate(const float *x, const float *scale, const float *shi
 #endif
 #endif /* H3_H */
 #include "h3_dit.h"
+#include "h3_qwen.h"
+#include "h3_vit.h"
+#include "h3_audio.h"

@@ -35,8 +35,24 @@ from .tokenizer import Tokenizer  # noqa: E402
 
 __all__ += ["Tokenizer"]
 
+# prompt encoding (issue 5): the Qwen3-VL text stack (hidden_states[50]) and the prompt cache
+from .text_encoder import TextEncoder  # noqa: E402
+from .prompt_cache import encode_prompt  # noqa: E402
+
+__all__ += ["TextEncoder", "encode_prompt"]
+
 # the pipeline (issue 6): prompt -> MP4
 from .pipeline import Pipeline, load  # noqa: E402
 from .result import Result  # noqa: E402
 
 __all__ += ["Pipeline", "load", "Result"]
+
+# video decoding (issue 6): the video VAE's ViT decoder, frames to uint8
+from .video_vae import VideoDecoder, to_uint8  # noqa: E402
+
+__all__ += ["VideoDecoder", "to_uint8"]
+
+# audio VAE decoder (issue 6): BigVGAN latents -> stereo waveform
+from .audio_vae import AudioDecoder  # noqa: E402
+
+__all__ += ["AudioDecoder"]

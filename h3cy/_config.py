@@ -100,3 +100,13 @@ def set_num_threads(n):
     if n < 1:
         raise ValueError(f"threads must be >= 1, got {n}")
     _state["threads"] = n
+
+
+# prompt encoding (issue 5): the root of h3cy's on-disk caches (prompt encodings go under
+# <root>/prompts).  H3CY_CACHE_DIR, else ~/.cache/h3cy (where the weight cache also falls back).
+_ENV_CACHE_DIR = os.environ.get("H3CY_CACHE_DIR", "").strip() or None
+
+
+def cache_root():
+    """H3CY_CACHE_DIR (read at import) or ~/.cache/h3cy."""
+    return _ENV_CACHE_DIR or os.path.join(os.path.expanduser("~"), ".cache", "h3cy")

@@ -225,8 +225,10 @@ def demo(args):
     args.model = path
     args.prompt = args.prompt or demo_mod.DEMO_PROMPT
     args.weights, args.vae_weights, args.streaming = "fp32", "fp32", False
-    args.width = args.height = 256
-    args.frames, args.seconds, args.steps, args.seed = 22, None, 8, 42
+    # 384x256 and 39 frames: several spatial tiles and two temporal clips, so the demo
+    # exercises the decoders' tiling and cross-fades too
+    args.width, args.height = 384, 256
+    args.frames, args.seconds, args.steps, args.seed = 39, None, 10, 42
     args.reuse, args.layers, args.frames_dir, args.latent_out = 1, None, None, None
     print(f"prompt: {args.prompt!r}")
     return generate(args)

@@ -7,7 +7,7 @@ with h3cy.  The weights are random: the demo shows the plumbing (prompt -> text 
 denoising -> decoders -> MP4), not the model's quality.
 
 The model is built once, deterministically (fixed seeds), into
-``$H3CY_CACHE_DIR/demo-model-v1`` (default ``~/.cache/h3cy/demo-model-v1``); a finished build
+``$H3CY_CACHE_DIR/demo-model-v2`` (default ``~/.cache/h3cy/demo-model-v1``); a finished build
 is marked by a stamp file, so an interrupted build is redone.
 """
 import json
@@ -19,7 +19,7 @@ import numpy as np
 from . import _bf16
 from ._st_write import save_file, save_sharded
 
-DEMO_VERSION = 1
+DEMO_VERSION = 2
 DEMO_PROMPT = "A red fox walks through fresh snow in a pine forest, soft footsteps and wind."
 
 # the tokenizer's training text (written for h3cy; any plain English prose would do)
@@ -172,6 +172,113 @@ def build_text_encoder(folder, rng, vocab):
     bits = {k: _bf16.f32_to_bf16_bits(v) for k, v in arrays.items()}
     save_sharded(folder, bits, 2, stem="model", bf16=set(bits))
     _write_json(os.path.join(folder, "config.json"), cfg)
+
+
+# ---------------------------------------------------------------------------------------------
+# video VAE decoder (release layout: config.json + source/config.json + source/model.safetensors)
+# ---------------------------------------------------------------------------------------------
+VAE_DIM, VAE_HEADS, VAE_LAYERS = 32, 2, 1
+
+
+def build_video_vae(folder, rng):
+    from .video_vae import PIXEL_MEAN  # noqa: F401  (the decoder this feeds)
+    src = os.path.join(folder, "source")
+    os.makedirs(src, exist_ok=True)
+    H, C, F = VAE_DIM, 24, 4 * VAE_DIM
+    arrays = {
+        "post_quant_conv.weight": _rand(rng, (C, C), C).reshape(C, C, 1, 1, 1),
+        "post_quant_conv.bias": np.zeros(C, np.float32),
+        "decoder.x_embedder.weight": _rand(rng, (H, C), C),
+        "decoder.x_embedder.bias": np.zeros(H, np.float32),
+        "decoder.register_tokens": rng.standard_normal((1, 4, H), dtype=np.float32),
+        "decoder.mask_token": np.zeros((1, 1, H), np.float32),
+    }
+    for b in range(VAE_LAYERS):
+        q = f"decoder.transformer_blocks.{b}."
+        arrays.update({
+            q + "norm1.weight": np.ones(H, np.float32), q + "norm2.weight": np.ones(H, np.float32),
+            q + "attn.to_qkv.weight": _rand(rng, (3 * H, H), H), q + "attn.to_qkv.bias": np.zeros(3 * H, np.float32),
+            q + "attn.to_out.weight": _rand(rng, (H, H), H), q + "attn.to_out.bias": np.zeros(H, np.float32),
+            q + "ff.w1.weight": _rand(rng, (2 * F, H), H), q + "ff.w1.bias": np.zeros(2 * F, np.float32),
+            q + "ff.w2.weight": _rand(rng, (H, F), F), q + "ff.w2.bias": np.zeros(H, np.float32),
+            q + "scale1": np.full(H, 0.5, np.float32), q + "scale2": np.full(H, 0.5, np.float32),
+        })
+    arrays.update({
+        "decoder.norm_out.weight": np.ones(H, np.float32), "decoder.norm_out.bias": np.zeros(H, np.float32),
+        "decoder.proj_out.weight": _rand(rng, (3 * 4 * 16 * 16, H), H, 0.5),
+        "decoder.proj_out.bias": np.zeros(3 * 4 * 16 * 16, np.float32),
+    })
+    save_file(os.path.join(src, "model.safetensors"), arrays)
+    _write_json(os.path.join(src, "config.json"), {
+        "z_channels": 24, "out_ch": 3, "space_down": [2, 2, 2, 2, 1, 1], "time_down": [1, 2, 2, 1, 1, 1],
+        "vit_decoder_kwargs": {"num_layers": VAE_LAYERS, "heads": VAE_HEADS, "dim_head": H // VAE_HEADS,
+                               "rope_theta": 100.0, "rope_dim_ratio": 0.75, "norm_type": "rms_norm",
+                               "qk_norm_type": "rms_norm", "qk_norm_affine": False,
+                               "ffn_activation_fn": "silu", "ffn_use_gated": True}})
+    _write_json(os.path.join(folder, "config.json"), {
+        "_class_name": "MiniMaxH3VideoVAE", "source_path": "source", "source_safetensors_path": "model.safetensors",
+        "vae_clip_length": 17, "vae_token_drop": 3, "vae_tile_size": 256, "vae_tile_overlap_min": 64,
+        "latent_channels": 24, "latents_mean": [0.0] * 24, "latents_std": [1.0] * 24})
+
+
+# ---------------------------------------------------------------------------------------------
+# audio VAE decoder (release layout: config.json + model.safetensors; weight-normed convs)
+# ---------------------------------------------------------------------------------------------
+AUDIO_DIM, AUDIO_LATENT_DIM = 128, 64
+AUDIO_RATES, AUDIO_KERNELS = (5, 5, 2, 2, 2, 2, 2), (9, 9, 4, 4, 4, 4, 4)
+AUDIO_RES_KERNELS = (3, 7, 11)
+
+
+def _kaiser_sinc_filter():
+    """The 12-tap anti-aliasing filter (spec §6.3): Kaiser-windowed sinc, cutoff 0.25."""
+    a = 2.285 * 5 * np.pi * 1.2 + 7.95
+    beta = 0.1102 * (a - 8.7)
+    t = np.arange(12) - 5.5
+    f = 2 * 0.25 * np.kaiser(12, beta) * np.sinc(2 * 0.25 * t)
+    return (f / f.sum()).astype(np.float32).reshape(1, 1, 12)
+
+
+def _wn_conv(arrays, rng, name, shape, bias=True, gain=1.0):
+    """A weight-normed conv: weight_v random, weight_g = |v| per output row (so W = v)."""
+    v = _rand(rng, shape, int(np.prod(shape[1:])), gain)
+    arrays[name + ".weight_v"] = v
+    arrays[name + ".weight_g"] = np.linalg.norm(v.reshape(shape[0], -1), axis=1).astype(np.float32).reshape(-1, 1, 1)
+    if bias:
+        out_ch = shape[1] if ".ups." in name else shape[0]
+        arrays[name + ".bias"] = np.zeros(out_ch, np.float32)
+
+
+def _snake(arrays, name, C, filt):
+    arrays[name + ".act.alpha"] = np.zeros(C, np.float32)
+    arrays[name + ".act.beta"] = np.zeros(C, np.float32)
+    arrays[name + ".upsample.filter"] = filt
+    arrays[name + ".downsample.lowpass.filter"] = filt
+
+
+def build_audio_vae(folder, rng):
+    os.makedirs(folder, exist_ok=True)
+    filt = _kaiser_sinc_filter()
+    D, C0 = AUDIO_LATENT_DIM, AUDIO_DIM
+    arrays = {"dec_in_proj.weight": _rand(rng, (D, 32, 1), 32), "dec_in_proj.bias": np.zeros(D, np.float32)}
+    _wn_conv(arrays, rng, "decoder.conv_pre", (C0, D, 7))
+    c = C0
+    for i, (r, k) in enumerate(zip(AUDIO_RATES, AUDIO_KERNELS)):
+        _wn_conv(arrays, rng, f"decoder.ups.{i}.0", (c, c // 2, k))
+        c //= 2
+        for j, rk in enumerate(AUDIO_RES_KERNELS):
+            rb = f"decoder.resblocks.{3 * i + j}"
+            for m in range(3):
+                _wn_conv(arrays, rng, f"{rb}.convs1.{m}", (c, c, rk), gain=0.5)
+                _wn_conv(arrays, rng, f"{rb}.convs2.{m}", (c, c, rk), gain=0.5)
+            for a in range(6):
+                _snake(arrays, f"{rb}.activations.{a}", c, filt)
+    _snake(arrays, "decoder.activation_post", c, filt)
+    _wn_conv(arrays, rng, "decoder.conv_post", (1, c, 7), bias=False, gain=0.05)  # quiet noise
+    save_file(os.path.join(folder, "model.safetensors"), arrays)
+    _write_json(os.path.join(folder, "config.json"), {
+        "_class_name": "MiniMaxH3AudioVAE", "output_channel": 2, "sample_rate": 32000,
+        "source_safetensors_path": "model.safetensors", "latent_channels": 32,
+        "latents_mean": [0.0] * 32, "latents_std": [1.0] * 32})
 
 
 # ---------------------------------------------------------------------------------------------

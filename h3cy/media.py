@@ -18,14 +18,9 @@ import zlib
 import numpy as np
 
 from .errors import H3ValueError
+from .video_vae import to_uint8  # noqa: F401  (re-exported: frames -> uint8 for the writers)
 
 __all__ = ["Mp4Writer", "write_mp4", "write_wav", "write_png", "write_frames", "to_uint8"]
-
-
-def to_uint8(frames):
-    """Float RGB in [0, 1] -> uint8 by ``round_half_even(x * 255)`` in float32 (spec §6.2)."""
-    f = np.asarray(frames, dtype=np.float32)
-    return np.rint(np.clip(f, 0.0, 1.0) * np.float32(255.0)).astype(np.uint8)
 
 
 def _check_frames(frames):

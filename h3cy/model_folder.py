@@ -39,11 +39,15 @@ def _is_tokenizer(d):
 
 
 def _has_weights(d):
-    try:
-        names = os.listdir(d)
-    except OSError:
-        return False
-    return any(n.endswith(".safetensors") for n in names)
+    """Any safetensors file in ``d`` or in its ``source/`` (the release video VAE keeps its
+    weights in ``video_vae/source/``)."""
+    for sub in (d, os.path.join(d, "source")):
+        try:
+            if any(n.endswith(".safetensors") for n in os.listdir(sub)):
+                return True
+        except OSError:
+            pass
+    return False
 
 
 def folder_tensors(folder, keep=None):
@@ -51,10 +55,11 @@ def folder_tensors(folder, keep=None):
     only; nothing is mapped).  ``keep(name) -> bool`` filters."""
     from .safetensors import SafetensorsFile
     out = {}
-    for n in sorted(os.listdir(folder)):
-        if not n.endswith(".safetensors"):
-            continue
-        with SafetensorsFile(os.path.join(folder, n)) as f:
+    src = os.path.join(folder, "source")
+    paths = [os.path.join(d, n) for d in (folder, src) if os.path.isdir(d)
+             for n in sorted(os.listdir(d)) if n.endswith(".safetensors")]
+    for path in paths:
+        with SafetensorsFile(path) as f:
             for name, t in f.tensors.items():
                 if keep is None or keep(name):
                     out[name] = (t.dtype, tuple(t.shape))

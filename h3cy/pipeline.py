@@ -174,21 +174,21 @@ class Pipeline:
     def encode(self, prompt, on_progress=None, cancel=None):
         """The prompt's text states ``[L, text_dim]`` float32 (from the on-disk prompt cache
         when this prompt was encoded before with the same encoder and weights mode)."""
-        from . import text_encoder as te_mod
+        from . import prompt_cache
         if not isinstance(prompt, str):
             raise H3ValueError(f"prompt must be a str, got {type(prompt).__name__}")
         if prompt == "":
             raise H3ValueError("prompt is empty; give at least one character (whitespace is a valid prompt)")
-        cached = te_mod.cached_prompt(self.folder.paths["text_encoder"], prompt, self.weights,
-                                      cache_dir=self._prompt_cache_dir())
+        cached = prompt_cache.cached_prompt(self.folder.paths["text_encoder"], prompt, self.weights,
+                                            cache_dir=self._prompt_cache_dir(), isa=self.isa)
         if cached is not None:
             if on_progress is not None:
                 on_progress(1, 1, "encode")
             return cached
         tok = self._tokenizer()
         with self._component("text_encoder") as te:
-            return te_mod.encode_prompt(te, prompt, tokenizer=tok, cache_dir=self._prompt_cache_dir(),
-                                        on_progress=on_progress, cancel=cancel)
+            return prompt_cache.encode_prompt(te, prompt, tokenizer=tok, cache_dir=self._prompt_cache_dir(),
+                                              on_progress=on_progress, cancel=cancel)
 
     def _prompt_cache_dir(self):
         import os

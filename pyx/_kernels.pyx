@@ -258,3 +258,6 @@ def linear_attach(dict layout, w, scales, bias, str isa, ThreadPool pool):
 include "_kernels_attn.pxi"
 include "_kernels_elem.pxi"
 include "_dit.pxi"
+include "_qwen.pxi"
+include "_vit.pxi"
+include "_audio.pxi"

@@ -169,3 +169,88 @@ cdef extern from "h3.h" nogil:
     h3_status h3_linear_attach(const h3_linear_layout *layout, const void *w,
                                const float *scales, const float *bias, h3_isa isa,
                                h3_linear **out, h3_err *err)
+
+cdef extern from "h3.h" nogil:
+    h3_status h3_qwen_rmsnorm_bf16(const float *x, const float *w, float *out, int64_t rows,
+                                   int64_t n, float eps, h3_pool *pool, h3_isa isa, h3_isa *ran,
+                                   h3_err *err)
+    h3_status h3_rope_bf16(float *x, const float *cos, const float *sin, int64_t rows, int heads,
+                           int head_dim, h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err)
+    h3_status h3_swiglu_bf16(const float *g, const float *u, float *out, int64_t n,
+                             h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err)
+    ctypedef struct h3_qwen_layer:
+        const h3_linear *q
+        const h3_linear *k
+        const h3_linear *v
+        const h3_linear *o
+        const h3_linear *gate_up
+        const h3_linear *gate
+        const h3_linear *up
+        const h3_linear *down
+        const float *input_norm
+        const float *post_norm
+        const float *q_norm
+        const float *k_norm
+    ctypedef struct h3_qwen_layer_args:
+        int64_t S
+        int hidden
+        int heads
+        int kv_heads
+        int head_dim
+        int ffn
+        float eps
+        int round_bf16
+        const float *cos
+        const float *sin
+    size_t h3_qwen_layer_workspace_bytes(const h3_qwen_layer *w, const h3_qwen_layer_args *a,
+                                         int n_threads)
+    h3_status h3_qwen_layer_forward(const h3_qwen_layer *w, const h3_qwen_layer_args *a,
+                                    float *h, h3_pool *pool, void *ws, size_t ws_bytes,
+                                    h3_isa isa, h3_err *err)
+
+cdef extern from "h3_vit.h" nogil:
+    h3_status h3_layernorm(const float *x, const float *w, const float *b, float *out,
+                           int64_t rows, int64_t n, float eps, h3_pool *pool, h3_isa isa,
+                           h3_err *err)
+    ctypedef struct h3_vit_block:
+        const h3_linear *qkv
+        const h3_linear *out
+        const h3_linear *up
+        const h3_linear *down
+        int qkv_interleaved
+        const float *norm1
+        const float *norm2
+        const float *scale1
+        const float *scale2
+    ctypedef struct h3_vit_block_args:
+        int64_t S
+        int hidden
+        int heads
+        int head_dim
+        int ffn
+        int rot_dim
+        float eps
+        int round_bf16
+        const float *cos
+        const float *sin
+    size_t h3_vit_block_workspace_bytes(const h3_vit_block *w, const h3_vit_block_args *a,
+                                        int n_threads)
+    h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a, float *h,
+                                   h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
+                                   h3_err *err)
+
+cdef extern from "h3.h" nogil:
+    # audio VAE decoder kernels (h3_audio.h): channels-last [T, C] signals
+    size_t h3_conv1d_workspace_bytes(const h3_linear *lin, int64_t T_out, int n_threads)
+    h3_status h3_conv1d(const h3_linear *lin, const float *x, int64_t T, int64_t Cin, int k,
+                        int dil, int pad, const float *resid, float *y, h3_pool *pool,
+                        void *ws, size_t ws_bytes, h3_err *err)
+    size_t h3_conv_transpose1d_workspace_bytes(const h3_linear *lin, int64_t T, int stride,
+                                               int n_threads)
+    h3_status h3_conv_transpose1d(const h3_linear *lin, const float *x, int64_t T,
+                                  int64_t Cout, int k, int stride, int pad, const float *bias,
+                                  float *y, h3_pool *pool, void *ws, size_t ws_bytes,
+                                  h3_err *err)
+    h3_status h3_snake_aa(const float *x, float *y, int64_t T, int64_t C, const float *alpha,
+                          const float *beta, const float *fu, const float *fd, h3_pool *pool,
+                          h3_isa isa, h3_isa *ran, h3_err *err)

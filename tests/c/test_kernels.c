@@ -692,6 +692,7 @@ static void test_cpu(void) {
 
 #include "test_kernels_convert.inc"
 #include "test_kernels_ops.inc"
+#include "test_kernels_audio.inc"
 
 /* ------------------------------------------------------------------ main */
 
@@ -727,6 +728,7 @@ int main(int argc, char **argv) {
     struct { const char *name; void (*fn)(void); } parts[] = {
         {"cpu", test_cpu}, {"pool", test_pool}, {"convert", test_convert},
         {"gemm errors", test_gemm_errors}, {"gemm", test_gemm}, {"ops", test_ops},
+        {"audio", test_audio},
     };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         long c0 = n_checks, f0 = n_failed;

@@ -1,0 +1,263 @@
+/* qwen_elem.c — the bf16-rounding element-wise ops of the Qwen text layer (h3_qwen.h):
+ * the scalar reference kernels (the executable spec, torch's op order, compiled with
+ * -ffp-contract=off) and the public entries (validation, dispatch, rows over the pool). */
+#include "qwen_elem_impl.h"
+
+#include <math.h>
+
+static inline float rb(float x) { return h3_bf16_to_f32(h3_f32_to_bf16(x)); }
+
+/* ---- scalar reference ----------------------------------------------------------- */
+/* transformers: xf = float32(x); xf * rsqrt(mean(xf^2) + eps) -> bf16; w * that -> bf16.
+ * The sum of squares is accumulated in double (the exact value, rounded once). */
+static void rms_bf16_ref(const float *x, const float *w, float *out, int64_t rows, int64_t n,
+                         float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *o = out + r * n;
+        double acc = 0.0;
+        for (int64_t j = 0; j < n; j++) acc += (double)xr[j] * (double)xr[j];
+        float ms = (float)(acc / (double)n);
+        float inv = 1.0f / sqrtf(ms + eps);
+        for (int64_t j = 0; j < n; j++) o[j] = rb(w[j] * rb(xr[j] * inv));
+    }
+}
+
+/* torch bf16: q*cos -> bf16, rotate_half(q)*sin -> bf16, sum -> bf16; the negation in
+ * rotate_half is exact, so bf16(a) + bf16(-b) is bf16(a) - bf16(b). */
+static void rope_bf16_ref(float *x, const float *cos, const float *sin, int heads,
+                          int head_dim) {
+    const int half = head_dim / 2;
+    for (int h = 0; h < heads; h++) {
+        float *y = x + (int64_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            float c = rb(cos[i]), s = rb(sin[i]);
+            float x1 = y[i], x2 = y[i + half];
+            y[i] = rb(rb(x1 * c) - rb(x2 * s));
+            y[i + half] = rb(rb(x2 * c) + rb(x1 * s));
+        }
+    }
+}
+
+/* torch bf16 silu: computed in float32, rounded; the product rounded again. */
+static void swiglu_bf16_ref(const float *g, const float *u, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float s = rb(g[i] / (1.0f + expf(-g[i])));
+        out[i] = rb(s * u[i]);
+    }
+}
+
+static float dot_ref(const float *a, const float *b, int64_t n) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void scale_axpy_ref(float *y, float c, float p, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = y[i] * c + p * x[i];
+}
+
+const h3_qwen_elem_kernels h3_qwen_elem_ref = {H3_ISA_REF, rms_bf16_ref, rope_bf16_ref,
+                                               swiglu_bf16_ref, dot_ref, scale_axpy_ref};
+
+/* ---- dispatch and threading ------------------------------------------------------- */
+static h3_status get_table(const char *op, h3_isa isa, const h3_qwen_elem_kernels **k,
+                           h3_err *err) {
+    h3_status st = h3_isa_check(isa, err);
+    if (st) return st;
+    switch (isa) {
+#if H3_X86
+    case H3_ISA_AVX512:
+    case H3_ISA_AMX: *k = &h3_qwen_elem_avx512; break;
+#endif
+    default: *k = &h3_qwen_elem_ref; break; /* AVX2, NEON: the scalar kernels */
+    }
+    (void)op;
+    return H3_OK;
+}
+
+enum { QOP_RMS, QOP_ROPE, QOP_SWIGLU };
+#define MIN_PER_THREAD 8192
+
+typedef struct {
+    const h3_qwen_elem_kernels *k;
+    int op;
+    int64_t units, n;
+    const float *x, *w, *cos, *sin, *u;
+    float *out, *xm;
+    int heads, head_dim;
+    float eps;
+} qjob;
+
+static void qtask(void *ctx, int ith, int nth) {
+    const qjob *j = (const qjob *)ctx;
+    int64_t u0 = j->units * ith / nth, u1 = j->units * (ith + 1) / nth;
+    if (u1 <= u0) return;
+    switch (j->op) {
+    case QOP_RMS:
+        j->k->rms_bf16(j->x + u0 * j->n, j->w, j->out + u0 * j->n, u1 - u0, j->n, j->eps);
+        break;
+    case QOP_ROPE: {
+        const int64_t half = j->head_dim / 2, rowlen = (int64_t)j->heads * j->head_dim;
+        for (int64_t r = u0; r < u1; r++)
+            j->k->rope_bf16(j->xm + r * rowlen, j->cos + r * half, j->sin + r * half, j->heads,
+                            j->head_dim);
+        break;
+    }
+    case QOP_SWIGLU: {
+        /* units are blocks of 16 floats, so the vector kernels never split a lane group */
+        int64_t e0 = u0 * 16, e1 = H3_MIN(u1 * 16, j->n);
+        if (e1 > e0) j->k->swiglu_bf16(j->x + e0, j->u + e0, j->out + e0, e1 - e0);
+        break;
+    }
+    }
+}
+
+static void qrun(qjob *j, h3_pool *pool, int64_t elems) {
+    int64_t parts = H3_MIN((int64_t)h3_pool_threads(pool), H3_MAX((int64_t)1, elems / MIN_PER_THREAD));
+    if (parts <= 1 || j->units <= 1) qtask(j, 0, 1);
+    else h3_pool_run(pool, qtask, j);
+}
+
+static int bad_size(int64_t rows, int64_t n) { return rows < 0 || n < 1 || (rows > 0 && rows > (INT64_MAX / 16) / n); }
+
+h3_status h3_qwen_rmsnorm_bf16(const float *x, const float *w, float *out, int64_t rows,
+                               int64_t n, float eps, h3_pool *pool, h3_isa isa, h3_isa *ran,
+                               h3_err *err) {
+    const h3_qwen_elem_kernels *k;
+    h3_status st = get_table("qwen_rmsnorm_bf16", isa, &k, err);
+    if (st) return st;
+    if (bad_size(rows, n))
+        return h3_fail(err, H3_EINVAL, "qwen_rmsnorm_bf16: bad size rows=%lld n=%lld", (long long)rows, (long long)n);
+    if (!(eps >= 0.0f) || isinf(eps))
+        return h3_fail(err, H3_EINVAL, "qwen_rmsnorm_bf16: eps must be finite and >= 0, got %g", (double)eps);
+    if (rows > 0 && (!x || !out || !w)) return h3_fail(err, H3_EINVAL, "qwen_rmsnorm_bf16: x, w or out is NULL");
+    if (rows > 0) {
+        qjob j = {.k = k, .op = QOP_RMS, .units = rows, .n = n, .x = x, .w = w, .out = out, .eps = eps};
+        qrun(&j, pool, rows * n);
+    }
+    if (ran) *ran = k->isa;
+    return H3_OK;
+}
+
+h3_status h3_rope_bf16(float *x, const float *cos, const float *sin, int64_t rows, int heads,
+                       int head_dim, h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err) {
+    const h3_qwen_elem_kernels *k;
+    h3_status st = get_table("rope_bf16", isa, &k, err);
+    if (st) return st;
+    if (heads < 1 || head_dim < 2 || head_dim % 2 || bad_size(rows, (int64_t)heads * head_dim))
+        return h3_fail(err, H3_EINVAL, "rope_bf16: bad geometry rows=%lld heads=%d head_dim=%d (even, >= 2)",
+                       (long long)rows, heads, head_dim);
+    if (rows > 0 && (!x || !cos || !sin)) return h3_fail(err, H3_EINVAL, "rope_bf16: x, cos or sin is NULL");
+    if (rows > 0) {
+        qjob j = {.k = k, .op = QOP_ROPE, .units = rows, .xm = x, .cos = cos, .sin = sin,
+                  .heads = heads, .head_dim = head_dim};
+        qrun(&j, pool, rows * heads * head_dim);
+    }
+    if (ran) *ran = k->isa;
+    return H3_OK;
+}
+
+h3_status h3_swiglu_bf16(const float *g, const float *u, float *out, int64_t n, h3_pool *pool,
+                         h3_isa isa, h3_isa *ran, h3_err *err) {
+    const h3_qwen_elem_kernels *k;
+    h3_status st = get_table("swiglu_bf16", isa, &k, err);
+    if (st) return st;
+    if (n < 0 || n > INT64_MAX / 16) return h3_fail(err, H3_EINVAL, "swiglu_bf16: bad size n=%lld", (long long)n);
+    if (n > 0 && (!g || !u || !out)) return h3_fail(err, H3_EINVAL, "swiglu_bf16: g, u or out is NULL");
+    if (n > 0) {
+        qjob j = {.k = k, .op = QOP_SWIGLU, .units = (n + 15) / 16, .n = n, .x = g, .u = u, .out = out};
+        qrun(&j, pool, n);
+    }
+    if (ran) *ran = k->isa;
+    return H3_OK;
+}
+
+/* ---- attention with bf16 probabilities (torch CPU flash attention, bf16 inputs) ------ */
+/* Per (row i, head h): keys in blocks of 512 (torch's kv split); per block
+ *   m' = max(m, max_j s_j), s_j = scale * q.k_j ; l = l e^(m-m') + sum_j e^(s_j-m')  (float32)
+ *   acc = acc e^(m-m') + sum_j bf16(e^(s_j-m')) v_j ;  out = acc / l. */
+#define QATTN_KV_BLOCK 512
+
+typedef struct {
+    const h3_qwen_elem_kernels *k;
+    const h3_attn_args *a;
+    const float *q, *kk, *v;
+    float *out;
+    float *scratch; /* per thread: S scores + head_dim accumulators (+16 slack) */
+    int64_t per_thread;
+} qattn_job;
+
+static void qattn_task(void *ctx, int ith, int nth) {
+    const qattn_job *j = (const qattn_job *)ctx;
+    const h3_attn_args *a = j->a;
+    const int64_t S = a->S, units = S * a->Hq;
+    const int D = a->D, group = a->Hq / a->Hkv;
+    float *sc = j->scratch + (int64_t)ith * j->per_thread, *acc = sc + S;
+    for (int64_t u = units * ith / nth; u < units * (ith + 1) / nth; u++) {
+        const int h = (int)(u / S);
+        const int64_t i = u % S, nk = a->causal ? i + 1 : S;
+        const float *qi = j->q + i * a->ldq + (int64_t)h * D;
+        const int g = h / group;
+        float m = -INFINITY, l = 0.0f;
+        for (int d = 0; d < D; d++) acc[d] = 0.0f;
+        for (int64_t b0 = 0; b0 < nk; b0 += QATTN_KV_BLOCK) {
+            const int64_t b1 = H3_MIN(nk, b0 + QATTN_KV_BLOCK);
+            float bm = -INFINITY;
+            for (int64_t t = b0; t < b1; t++) {
+                sc[t] = j->k->dot(qi, j->kk + t * a->ldk + (int64_t)g * D, D) * a->scale;
+                if (sc[t] > bm) bm = sc[t];
+            }
+            const float mn = bm > m ? bm : m;
+            const float c = m == -INFINITY ? 0.0f : expf(m - mn);
+            float bl = 0.0f;
+            for (int64_t t = b0; t < b1; t++) {
+                float p = expf(sc[t] - mn);
+                bl += p;
+                sc[t] = rb(p);
+            }
+            l = l * c + bl;
+            int first = 1;
+            for (int64_t t = b0; t < b1; t++) {
+                j->k->scale_axpy(acc, first ? c : 1.0f, sc[t], j->v + t * a->ldv + (int64_t)g * D, D);
+                first = 0;
+            }
+            m = mn;
+        }
+        float *o = j->out + i * a->ldo + (int64_t)h * D;
+        for (int d = 0; d < D; d++) o[d] = acc[d] / l;
+    }
+}
+
+size_t h3_attention_bf16p_workspace_bytes(const h3_attn_args *a, int n_threads) {
+    if (!a || a->S < 0) return 0;
+    return (size_t)(n_threads < 1 ? 1 : n_threads) * (size_t)(a->S + a->D + 16) * sizeof(float);
+}
+
+h3_status h3_attention_bf16p(const h3_attn_args *a, const float *q, const float *k,
+                             const float *v, float *out, h3_pool *pool, void *ws,
+                             size_t ws_bytes, h3_isa isa, h3_err *err) {
+    const h3_qwen_elem_kernels *kt;
+    h3_status st = get_table("attention_bf16p", isa, &kt, err);
+    if (st) return st;
+    if (!a || a->S < 0 || a->Hq < 1 || a->Hkv < 1 || a->Hq % a->Hkv || a->D < 1 || a->D > 256 ||
+        a->ldq < (int64_t)a->Hq * a->D || a->ldk < (int64_t)a->Hkv * a->D ||
+        a->ldv < (int64_t)a->Hkv * a->D || a->ldo < (int64_t)a->Hq * a->D)
+        return h3_fail(err, H3_EINVAL, "attention_bf16p: bad geometry");
+    if (a->S == 0) return H3_OK;
+    if (!q || !k || !v || !out) return h3_fail(err, H3_EINVAL, "attention_bf16p: NULL array");
+    const int nth = h3_pool_threads(pool);
+    const size_t need = h3_attention_bf16p_workspace_bytes(a, nth);
+    void *own = NULL;
+    if (!ws) {
+        own = ws = h3_alloc(need);
+        if (!ws) return h3_fail(err, H3_ENOMEM, "attention_bf16p: cannot allocate %zu bytes", need);
+    } else if (ws_bytes < need) {
+        return h3_fail(err, H3_EINVAL, "attention_bf16p: workspace too small (%zu < %zu)", ws_bytes, need);
+    }
+    qattn_job j = {kt, a, q, k, v, out, (float *)ws, a->S + a->D + 16};
+    if (nth <= 1 || a->S * a->Hq < 2) qattn_task(&j, 0, 1);
+    else h3_pool_run(pool, qattn_task, &j);
+    h3_free(own);
+    return H3_OK;
+}

@@ -1,0 +1,284 @@
+/* vit.c — one block of the MiniMax-H3 video VAE's ViT decoder, composed from the kernels
+ * (spec §6.2, diffusers MiniMaxH3VideoTransformerBlock):
+ *
+ *   n = RMS(h, norm1)
+ *   q,k,v = n Wqkv^T + b ; q,k = RMS per head (no weight) ; RoPE(q, k) on rot_dim channels
+ *   h = h + (attention(q,k,v) Wout^T + b) * scale1
+ *   n = RMS(h, norm2)
+ *   h = h + ((up * silu(gate)) Wdown^T + b) * scale2,   [gate; up] = n Wup^T + b
+ *
+ * The residual add is a separate pass (x + s*b, two float32 roundings as torch does),
+ * not a GEMM epilogue: in bf16 mode the branch is rounded to bf16 before the scale.
+ * Also the LayerNorm of the decoder's output head. */
+#include "h3_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+static inline float rb(float x) { return h3_bf16_to_f32(h3_f32_to_bf16(x)); }
+
+/* ---- LayerNorm --------------------------------------------------------------------- */
+typedef struct {
+    const float *x, *w, *b;
+    float *out;
+    int64_t rows, n;
+    float eps;
+} ln_ctx;
+
+static void ln_task(void *p, int ith, int nth) {
+    const ln_ctx *c = (const ln_ctx *)p;
+    const int64_t n = c->n;
+    for (int64_t r = c->rows * ith / nth; r < c->rows * (ith + 1) / nth; r++) {
+        const float *x = c->x + r * n;
+        float *y = c->out + r * n;
+        double s = 0.0, ss = 0.0;
+        for (int64_t j = 0; j < n; j++) s += x[j];
+        const double mean = s / (double)n;
+        for (int64_t j = 0; j < n; j++) {
+            double d = x[j] - mean;
+            ss += d * d;
+        }
+        const float rstd = (float)(1.0 / sqrt(ss / (double)n + (double)c->eps));
+        const float m = (float)mean;
+        for (int64_t j = 0; j < n; j++) {
+            float v = (x[j] - m) * rstd;
+            if (c->w) v = v * c->w[j];
+            if (c->b) v = v + c->b[j];
+            y[j] = v;
+        }
+    }
+}
+
+h3_status h3_layernorm(const float *x, const float *w, const float *b, float *out,
+                       int64_t rows, int64_t n, float eps, h3_pool *pool, h3_isa isa,
+                       h3_err *err) {
+    h3_status st = h3_isa_check(isa, err);
+    if (st) return st;
+    if (rows < 0 || n < 1 || !(eps >= 0.0f) || (rows > 0 && (!x || !out)))
+        return h3_fail(err, H3_EINVAL, "layernorm: bad arguments rows=%lld n=%lld eps=%g",
+                       (long long)rows, (long long)n, (double)eps);
+    if (out != x && (uintptr_t)out < (uintptr_t)(x + rows * n) && (uintptr_t)x < (uintptr_t)(out + rows * n))
+        return h3_fail(err, H3_EINVAL, "layernorm: out overlaps x without being x");
+    ln_ctx c = {x, w, b, out, rows, n, eps};
+    h3_pool_run(rows * n < 16384 ? NULL : pool, ln_task, &c);
+    return H3_OK;
+}
+
+/* ---- element-wise passes of the block ---------------------------------------------- */
+enum { EW_SCALE_ADD, EW_SWIGLU_BF16, EW_ROPE_BF16, EW_SPLIT_QKV };
+
+typedef struct {
+    int op;
+    int64_t rows, n;
+    float *x;              /* in/out [rows, n] */
+    const float *a, *s;    /* second operand, per-channel scale */
+    int heads, head_dim, rot_dim, interleaved;
+    const float *cos, *sin;
+    float *q, *k, *v;
+} ew_ctx;
+
+static void ew_task(void *p, int ith, int nth) {
+    const ew_ctx *c = (const ew_ctx *)p;
+    const int64_t n = c->n;
+    for (int64_t i = c->rows * ith / nth; i < c->rows * (ith + 1) / nth; i++) {
+        float *x = c->x + i * n;
+        switch (c->op) {
+        case EW_SCALE_ADD: { /* x = x + a * s (torch: h + branch * scale, two roundings) */
+            const float *br = c->a + i * n;
+            for (int64_t j = 0; j < n; j++) {
+                float t = br[j] * c->s[j];
+                x[j] = x[j] + t;
+            }
+            break;
+        }
+        case EW_SWIGLU_BF16: { /* a: [rows, 2n] = [gate; up] -> x = R(up * R(silu(gate))) */
+            const float *gu = c->a + i * 2 * n;
+            for (int64_t j = 0; j < n; j++) {
+                float g = gu[j];
+                float sg = rb(g / (1.0f + expf(-g)));
+                x[j] = rb(gu[n + j] * sg);
+            }
+            break;
+        }
+        case EW_ROPE_BF16: { /* torch in bf16: R(R(x*cos) + R(rot(x)*sin)), cos/sin rounded */
+            const int half = c->rot_dim / 2;
+            const float *cs = c->cos + i * half, *sn = c->sin + i * half;
+            for (int h = 0; h < c->heads; h++) {
+                float *y = x + (int64_t)h * c->head_dim;
+                for (int j = 0; j < half; j++) {
+                    float co = rb(cs[j]), si = rb(sn[j]);
+                    float x1 = y[j], x2 = y[j + half];
+                    y[j] = rb(rb(x1 * co) + rb(-x2 * si));
+                    y[j + half] = rb(rb(x2 * co) + rb(x1 * si));
+                }
+            }
+            break;
+        }
+        case EW_SPLIT_QKV: { /* x: [rows, 3*inner] -> q, k, v [rows, inner] */
+            const int D = c->head_dim, H = c->heads;
+            const int64_t inner = (int64_t)H * D;
+            for (int h = 0; h < H; h++)
+                for (int part = 0; part < 3; part++) {
+                    const float *src = c->interleaved ? x + ((int64_t)h * 3 + part) * D
+                                                      : x + part * inner + (int64_t)h * D;
+                    float *dst = (part == 0 ? c->q : part == 1 ? c->k : c->v) + i * inner + (int64_t)h * D;
+                    memcpy(dst, src, (size_t)D * sizeof(float));
+                }
+            break;
+        }
+        }
+    }
+}
+
+static void ew_run(h3_pool *pool, ew_ctx *c) {
+    h3_pool_run(c->rows * c->n < 16384 ? NULL : pool, ew_task, c);
+}
+
+/* ---- the block ------------------------------------------------------------------------- */
+/* workspace (bytes, 64-aligned pieces): n [S,hidden] | qkv [S,3I] | q,k,v,o [S,I] |
+ * br [S,hidden] | ff [S,2F] (bf16 mode) | act [S,F] | linear ws | attention ws */
+typedef struct { size_t n, qkv, q, k, v, o, br, ff, act, lin, attn, total; } ws_plan;
+
+static size_t al(size_t b) { return (b + 63) & ~(size_t)63; }
+
+static ws_plan plan(const h3_vit_block *w, const h3_vit_block_args *a, int nth) {
+    ws_plan p;
+    const size_t S = (size_t)a->S, Hd = (size_t)a->hidden, I = (size_t)a->heads * a->head_dim,
+                 F = (size_t)a->ffn;
+    size_t off = 0;
+    p.n = off; off += al(S * Hd * 4);
+    p.qkv = off; off += al(S * 3 * I * 4);
+    p.q = off; off += al(S * I * 4);
+    p.k = off; off += al(S * I * 4);
+    p.v = off; off += al(S * I * 4);
+    p.o = off; off += al(S * I * 4);
+    p.br = off; off += al(S * Hd * 4);
+    p.ff = off; off += a->round_bf16 ? al(S * 2 * F * 4) : 0;
+    p.act = off; off += al(S * F * 4);
+    h3_epilogue e_sw = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
+    size_t lw = 0, t;
+    t = h3_linear_workspace_bytes(w->qkv, a->S, nth, NULL); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(w->out, a->S, nth, NULL); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(w->up, a->S, nth, &e_sw); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(w->up, a->S, nth, NULL); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(w->down, a->S, nth, NULL); lw = H3_MAX(lw, t);
+    p.lin = off; off += al(lw);
+    h3_attn_args aa = {a->S, a->heads, a->heads, a->head_dim, (int64_t)I, (int64_t)I, (int64_t)I,
+                       (int64_t)I, 1.0f, 0};
+    p.attn = off; off += al(h3_attn_workspace_bytes(&aa, nth));
+    p.total = off;
+    return p;
+}
+
+size_t h3_vit_block_workspace_bytes(const h3_vit_block *w, const h3_vit_block_args *a,
+                                    int n_threads) {
+    if (!w || !a || a->S < 0 || !w->qkv || !w->out || !w->up || !w->down) return 0;
+    return plan(w, a, n_threads < 1 ? 1 : n_threads).total;
+}
+
+#define TRY(call) do { st = (call); if (st) goto fail; } while (0)
+
+/* br = x W^T (+b), rounded in bf16 mode; then h = h + br * scale. */
+static h3_status scaled_residual(const h3_linear *lin, const float *x, const float *scale,
+                                 const h3_vit_block_args *a, float *h, float *br,
+                                 h3_pool *pool, void *lws, size_t lws_b, h3_err *err) {
+    h3_status st = h3_linear_forward(lin, pool, x, a->S, br, NULL, lws, lws_b, err);
+    if (!st && a->round_bf16) st = h3_round_bf16(br, a->S * a->hidden, pool, err);
+    if (!st) {
+        ew_ctx c;
+        memset(&c, 0, sizeof c);
+        c.op = EW_SCALE_ADD; c.rows = a->S; c.n = a->hidden; c.x = h; c.a = br; c.s = scale;
+        ew_run(pool, &c);
+    }
+    return st;
+}
+
+h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a, float *h,
+                               h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
+                               h3_err *err) {
+    if (!w || !a || !h) return h3_fail(err, H3_EINVAL, "vit_block: NULL argument");
+    if (!w->qkv || !w->out || !w->up || !w->down || !w->norm1 || !w->norm2 || !w->scale1 || !w->scale2)
+        return h3_fail(err, H3_EINVAL, "vit_block: a weight is missing");
+    const int64_t S = a->S;
+    const int Hd = a->hidden, H = a->heads, D = a->head_dim, F = a->ffn;
+    const int64_t I = (int64_t)H * D;
+    if (S < 0 || Hd < 1 || H < 1 || D < 1 || F < 1)
+        return h3_fail(err, H3_EINVAL, "vit_block: bad geometry S=%lld hidden=%d heads=%d head_dim=%d ffn=%d",
+                       (long long)S, Hd, H, D, F);
+    if (h3_linear_n(w->qkv) != 3 * I || h3_linear_k(w->qkv) != Hd || h3_linear_n(w->out) != Hd ||
+        h3_linear_k(w->out) != I || h3_linear_n(w->up) != 2 * (int64_t)F || h3_linear_k(w->up) != Hd ||
+        h3_linear_n(w->down) != Hd || h3_linear_k(w->down) != F)
+        return h3_fail(err, H3_EINVAL, "vit_block: weight shapes do not match hidden=%d inner=%lld ffn=%d",
+                       Hd, (long long)I, F);
+    if (!a->cos || !a->sin || a->rot_dim < 2 || a->rot_dim > D || a->rot_dim % 2)
+        return h3_fail(err, H3_EINVAL, "vit_block: RoPE tables missing or rot_dim %d not even in [2, %d]",
+                       a->rot_dim, D);
+    h3_status st = h3_isa_check(isa, err);
+    if (st) return st;
+    if (S == 0) return H3_OK;
+    const int nth = h3_pool_threads(pool);
+    ws_plan p = plan(w, a, nth);
+    void *own = NULL;
+    if (!ws) {
+        own = ws = h3_alloc(p.total);
+        if (!ws) return h3_fail(err, H3_ENOMEM, "vit_block: cannot allocate %zu bytes of workspace", p.total);
+    } else if (ws_bytes < p.total || ((uintptr_t)ws & 63)) {
+        return h3_fail(err, H3_EINVAL, "vit_block: workspace too small or misaligned (%zu < %zu)", ws_bytes, p.total);
+    }
+    char *base = (char *)ws;
+    float *n = (float *)(base + p.n), *qkv = (float *)(base + p.qkv), *q = (float *)(base + p.q),
+          *k = (float *)(base + p.k), *v = (float *)(base + p.v), *o = (float *)(base + p.o),
+          *br = (float *)(base + p.br), *ff = (float *)(base + p.ff), *act = (float *)(base + p.act);
+    void *lws = base + p.lin, *aws = base + p.attn;
+    const size_t lws_b = p.attn - p.lin, aws_b = p.total - p.attn;
+    const int R = a->round_bf16;
+    const h3_isa eisa = isa == H3_ISA_AMX ? H3_ISA_AVX512 : isa;
+    ew_ctx c;
+
+    /* ---- attention half ---- */
+    TRY(h3_rmsnorm(h, w->norm1, n, S, Hd, a->eps, pool, eisa, NULL, err));
+    if (R) TRY(h3_round_bf16(n, S * Hd, pool, err));
+    TRY(h3_linear_forward(w->qkv, pool, n, S, qkv, NULL, lws, lws_b, err));
+    if (R) TRY(h3_round_bf16(qkv, S * 3 * I, pool, err));
+    memset(&c, 0, sizeof c);
+    c.op = EW_SPLIT_QKV; c.rows = S; c.n = 3 * I; c.x = qkv; c.heads = H; c.head_dim = D;
+    c.interleaved = w->qkv_interleaved; c.q = q; c.k = k; c.v = v;
+    ew_run(pool, &c);
+    /* q/k norms in float32 whatever the compute dtype, then cast back */
+    TRY(h3_rmsnorm(q, NULL, q, S * H, D, a->eps, pool, eisa, NULL, err));
+    TRY(h3_rmsnorm(k, NULL, k, S * H, D, a->eps, pool, eisa, NULL, err));
+    if (R) {
+        TRY(h3_round_bf16(q, S * I, pool, err));
+        TRY(h3_round_bf16(k, S * I, pool, err));
+        memset(&c, 0, sizeof c);
+        c.op = EW_ROPE_BF16; c.rows = S; c.n = I; c.heads = H; c.head_dim = D;
+        c.rot_dim = a->rot_dim; c.cos = a->cos; c.sin = a->sin;
+        c.x = q; ew_run(pool, &c);
+        c.x = k; ew_run(pool, &c);
+    } else {
+        TRY(h3_rope(q, a->cos, a->sin, S, H, D, a->rot_dim, pool, eisa, NULL, err));
+        TRY(h3_rope(k, a->cos, a->sin, S, H, D, a->rot_dim, pool, eisa, NULL, err));
+    }
+    h3_attn_args aa = {S, H, H, D, I, I, I, I, 1.0f / sqrtf((float)D), 0};
+    TRY(h3_attention(&aa, q, k, v, o, pool, aws, aws_b, isa, err));
+    if (R) TRY(h3_round_bf16(o, S * I, pool, err));
+    TRY(scaled_residual(w->out, o, w->scale1, a, h, br, pool, lws, lws_b, err));
+
+    /* ---- feed-forward half ---- */
+    TRY(h3_rmsnorm(h, w->norm2, n, S, Hd, a->eps, pool, eisa, NULL, err));
+    if (R) {
+        TRY(h3_round_bf16(n, S * Hd, pool, err));
+        TRY(h3_linear_forward(w->up, pool, n, S, ff, NULL, lws, lws_b, err));
+        TRY(h3_round_bf16(ff, S * 2 * (int64_t)F, pool, err));
+        memset(&c, 0, sizeof c);
+        c.op = EW_SWIGLU_BF16; c.rows = S; c.n = F; c.x = act; c.a = ff;
+        ew_run(pool, &c);
+    } else {
+        h3_epilogue e = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
+        TRY(h3_linear_forward(w->up, pool, n, S, act, &e, lws, lws_b, err));
+    }
+    TRY(scaled_residual(w->down, act, w->scale2, a, h, br, pool, lws, lws_b, err));
+fail:
+    h3_free(own);
+    return st;
+}

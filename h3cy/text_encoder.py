@@ -1,0 +1,520 @@
+"""h3cy.text_encoder — the prompt encoder of MiniMax-H3: the Qwen3-VL-32B text stack up to
+``hidden_states[50]`` (spec §3.2), read from a ``text_encoder/`` folder that
+``Qwen3VLForConditionalGeneration.save_pretrained`` wrote (one ``model.safetensors`` or a
+sharded index), memory-mapped.  Only the token embeddings and layers ``0 .. output_layer-1``
+are read: never the final norm, the LM head or the vision tower.
+
+Weights modes (as :class:`h3cy.DiT`):
+
+- ``fp32``: weights widened to float32, activations float32 throughout;
+- ``bf16``: bf16 weights (mapped in place when the file holds bf16), and every activation
+  rounded to bf16 where transformers' bf16 model rounds it (linear outputs, the two
+  roundings of Qwen's RMSNorm, RoPE, attention output, silu and the SwiGLU product, each
+  residual add), so the output matches transformers loaded with ``dtype=torch.bfloat16``
+  up to GEMM summation order;
+- ``fp16`` / ``int8`` / ``int4``: weights stored in that format, activations float32;
+  int8/int4 quantise activations per row with one scale per 1024 input channels where the
+  row allows (Qwen's residual stream has outlier channels).
+
+Text-only positions are ``0 .. L-1`` on all three MRoPE axes, so the interleaved MRoPE
+reduces to 1-D RoPE (``tests/test_text_encoder.py`` checks this against transformers).
+"""
+import concurrent.futures
+import json
+import logging
+import os
+import threading
+import time
+
+import numpy as np
+
+from . import _kernels, _pages, ops
+from ._bf16 import bf16_bits_to_f32, round_bf16
+from .errors import Cancelled, CheckpointError, H3ValueError
+from .safetensors import SafetensorsFile
+
+log = logging.getLogger("h3cy")
+
+OUTPUT_LAYER = 50           # hidden_states[50] = output of layers[49] (spec §3.2)
+PROGRESS_INTERVAL = 0.05    # seconds between on_progress reports (as the sampler)
+PREFIX = "model.language_model."
+SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
+_LAYER_TENSORS = ("input_layernorm", "post_attention_layernorm", "self_attn.q_proj",
+                  "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "self_attn.q_norm",
+                  "self_attn.k_norm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+_FLOAT_DTYPES = ("F32", "BF16", "F16")
+
+
+def _err(path, msg):
+    return CheckpointError(f"{path}: {msg}")
+
+
+def _load_json(path, what):
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read(64 << 20).decode("utf-8"))
+    except OSError as e:
+        raise _err(path, f"cannot read {what}: {e.strerror or e}") from e
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise _err(path, f"{what} is not valid JSON: {str(e)[:200]}") from None
+
+
+class TextConfig:
+    """The fields of ``config.json``'s ``text_config`` the encoder uses."""
+
+    def __init__(self, d, path):
+        tc = d.get("text_config", d) if isinstance(d, dict) else None
+        if not isinstance(tc, dict):
+            raise _err(path, "config.json has no text_config object")
+
+        def need(name, kind=int):
+            v = tc.get(name)
+            if isinstance(v, bool) or not isinstance(v, kind) or (kind is int and v < 1):
+                raise _err(path, f"text_config.{name} must be a positive {kind.__name__}, got {v!r}")
+            return v
+
+        self.hidden_size = need("hidden_size")
+        self.intermediate_size = need("intermediate_size")
+        self.num_hidden_layers = need("num_hidden_layers")
+        self.num_attention_heads = need("num_attention_heads")
+        self.num_key_value_heads = tc.get("num_key_value_heads") or self.num_attention_heads
+        self.vocab_size = need("vocab_size")
+        self.head_dim = tc.get("head_dim") or self.hidden_size // self.num_attention_heads
+        eps = tc.get("rms_norm_eps", 1e-6)
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+            raise _err(path, f"text_config.rms_norm_eps must be a number >= 0, got {eps!r}")
+        self.rms_norm_eps = float(eps)
+        if tc.get("hidden_act", "silu") != "silu":
+            raise _err(path, f"text_config.hidden_act {tc.get('hidden_act')!r} is not supported (silu)")
+        if tc.get("attention_bias"):
+            raise _err(path, "text_config.attention_bias = true is not supported")
+        # transformers 5 writes rope_parameters; 4.x checkpoints (the release) rope_theta +
+        # rope_scaling.  transformers' default theta for this model is 5e5.
+        rp = tc.get("rope_parameters") or tc.get("rope_scaling") or {}
+        theta = tc.get("rope_theta", rp.get("rope_theta", 500000.0))
+        rtype = rp.get("rope_type", rp.get("type", "default"))
+        if rtype != "default":
+            raise _err(path, f"rope_type {rtype!r} is not supported (default)")
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+            raise _err(path, f"rope_theta must be a positive number, got {theta!r}")
+        self.rope_theta = float(theta)
+        self.mrope_section = rp.get("mrope_section")
+        H, Hk, D = self.num_attention_heads, self.num_key_value_heads, self.head_dim
+        if not isinstance(Hk, int) or Hk < 1 or H % Hk or D % 2 or D > 256:
+            raise _err(path, f"unsupported attention geometry: heads={H}, kv_heads={Hk}, head_dim={D} "
+                             "(heads must be a multiple of kv_heads, head_dim even and <= 256)")
+
+    def to_dict(self):
+        return dict(self.__dict__)
+
+
+def rope_inv_freq(head_dim, theta):
+    """``1 / theta ** (arange(0, D, 2) / D)`` in float32, as transformers computes it."""
+    ar = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
+    return (np.float32(1.0) / (np.float32(theta) ** ar)).astype(np.float32)
+
+
+def rope_tables(positions, inv_freq):
+    """cos, sin [L, D/2] float32 of angle ``fl32(p * inv_freq[i])`` (1-D RoPE)."""
+    ang = (np.asarray(positions, np.float32)[:, None] * inv_freq[None, :]).astype(np.float32)
+    return np.ascontiguousarray(np.cos(ang), np.float32), np.ascontiguousarray(np.sin(ang), np.float32)
+
+
+class _Source:
+    """The encoder folder's tensors: validated up front (names, shapes, dtypes of everything
+    the encoder will read), mapped shard by shard."""
+
+    def __init__(self, folder, output_layer):
+        self.folder = folder
+        cfg_path = os.path.join(folder, "config.json")
+        self.config = TextConfig(_load_json(cfg_path, "config"), cfg_path)
+        c = self.config
+        if output_layer > c.num_hidden_layers:
+            raise _err(cfg_path, f"the text stack has {c.num_hidden_layers} layers; hidden_states"
+                                 f"[{output_layer}] needs at least {output_layer}")
+        single, index = os.path.join(folder, SINGLE), os.path.join(folder, INDEX)
+        if os.path.isfile(index):
+            wm = _load_json(index, "index").get("weight_map")
+            if not isinstance(wm, dict):
+                raise _err(index, "index has no 'weight_map' object")
+            self._where = {}
+            for k, v in wm.items():
+                if not isinstance(v, str) or os.path.basename(v) != v or v in ("", ".", ".."):
+                    raise _err(index, f"weight_map file name {v!r} of {k!r} must be a plain file name")
+                self._where[k] = os.path.join(folder, v)
+            self.index = index
+        elif os.path.isfile(single):
+            self._where = None
+            self.index = None
+        else:
+            raise _err(folder, f"no weights: expected {SINGLE} or {INDEX}")
+        self._files = {}
+        self._lock = threading.Lock()
+        Hd, F, H, Hk, D = (c.hidden_size, c.intermediate_size, c.num_attention_heads,
+                           c.num_key_value_heads, c.head_dim)
+        self.shapes = {PREFIX + "embed_tokens.weight": (c.vocab_size, Hd)}
+        per = {"input_layernorm": (Hd,), "post_attention_layernorm": (Hd,),
+               "self_attn.q_proj": (H * D, Hd), "self_attn.k_proj": (Hk * D, Hd),
+               "self_attn.v_proj": (Hk * D, Hd), "self_attn.o_proj": (Hd, H * D),
+               "self_attn.q_norm": (D,), "self_attn.k_norm": (D,), "mlp.gate_proj": (F, Hd),
+               "mlp.up_proj": (F, Hd), "mlp.down_proj": (Hd, F)}
+        for layer in range(output_layer):
+            for t in _LAYER_TENSORS:
+                self.shapes[f"{PREFIX}layers.{layer}.{t}.weight"] = per[t]
+        try:
+            for name, shape in self.shapes.items():
+                info = self._file(name).info(name) if self._has(name) else None
+                if info is None:
+                    raise _err(self.path_of(name), f"tensor {name!r} is missing")
+                if info.dtype not in _FLOAT_DTYPES:
+                    raise _err(self.path_of(name), f"tensor {name!r} has dtype {info.dtype}, expected BF16, F32 or F16")
+                if tuple(info.shape) != shape:
+                    raise _err(self.path_of(name), f"tensor {name!r} has shape {list(info.shape)}, expected {list(shape)}")
+        except BaseException:
+            self.close()
+            raise
+
+    def path_of(self, name):
+        if self._where is None:
+            return os.path.join(self.folder, SINGLE)
+        return self._where.get(name, self.index)
+
+    def _has(self, name):
+        if self._where is not None and name not in self._where:
+            return False
+        return name in self._file(name)
+
+    def _file(self, name):
+        p = self.path_of(name)
+        with self._lock:
+            f = self._files.get(p)
+            if f is None:
+                f = self._files[p] = SafetensorsFile(p)   # CheckpointError names the file
+            return f
+
+    @property
+    def files(self):
+        """The files the encoder reads: config.json, the index if any, the needed shards."""
+        need = sorted({self.path_of(n) for n in self.shapes})
+        extra = [os.path.join(self.folder, "config.json")] + ([self.index] if self.index else [])
+        return extra + need
+
+    def get(self, name):
+        """The tensor as stored (BF16 as uint16 bits), a read-only view into the mapping."""
+        return self._file(name).get(name)
+
+    def close(self):
+        with self._lock:
+            for f in self._files.values():
+                f.close()
+            self._files.clear()
+
+
+def _f32(a):
+    if a.dtype == np.uint16:
+        return bf16_bits_to_f32(a)
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+class _Layer:
+    """One decoder layer's weights in the encoder's weights mode, and its C core."""
+
+    def __init__(self, enc, src, layer):
+        p = f"{PREFIX}layers.{layer}."
+        mk, vec = enc._linear, enc._vector
+        self.linears = {}
+        for t in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            self.linears[t] = mk(src.get(p + f"self_attn.{t}.weight"), name=p + f"self_attn.{t}")
+        if enc.round_bf16:
+            gate = mk(src.get(p + "mlp.gate_proj.weight"), name=p + "mlp.gate_proj")
+            up = mk(src.get(p + "mlp.up_proj.weight"), name=p + "mlp.up_proj")
+            gate_up = None
+            self.linears.update(gate_proj=gate, up_proj=up)
+        else:
+            gate = up = None
+            gate_up = enc._pair(src, p)
+            self.linears["gate_up"] = gate_up
+        self.linears["down_proj"] = mk(src.get(p + "mlp.down_proj.weight"), name=p + "mlp.down_proj")
+        self.norms = [vec(src.get(p + n + ".weight")) for n in
+                      ("input_layernorm", "post_attention_layernorm", "self_attn.q_norm", "self_attn.k_norm")]
+        L = self.linears
+        c = enc.config
+        self.core = _kernels.QwenLayerCore(
+            L["q_proj"]._c, L["k_proj"]._c, L["v_proj"]._c, L["o_proj"]._c,
+            gate_up._c if gate_up is not None else None, gate._c if gate is not None else None,
+            up._c if up is not None else None, L["down_proj"]._c, *self.norms,
+            c.num_attention_heads, c.num_key_value_heads, enc._pool)
+
+    def storage(self):
+        out = []
+        for lin in self.linears.values():
+            if lin._c.storage is not None:
+                out.extend(lin._c.storage)
+        return out
+
+
+class TextEncoder:
+    """The Qwen3-VL text stack up to ``hidden_states[output_layer]``.  Build with
+    :meth:`from_pretrained`; run with :meth:`encode` (token ids) or :func:`h3cy.encode_prompt`."""
+
+    @classmethod
+    def from_pretrained(cls, path, weights="bf16", streaming=False, threads=None, isa=None,
+                        cache_dir=None, output_layer=OUTPUT_LAYER):
+        """Open a ``text_encoder/`` folder (config.json + model.safetensors or a sharded index).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+        weights : {"bf16", "fp32", "fp16", "int8", "int4"}
+        streaming : bool — map and build one layer at a time (the next on a reader thread
+            while the current one computes) and release its pages after use; same results,
+            bit for bit, as resident loading
+        threads : int, optional — default :func:`h3cy.get_num_threads`
+        isa : str, optional — kernel path (default: ``H3CY_ISA`` or the best available)
+        cache_dir : str, optional — where the fp16/int8/int4 converted-weight cache goes
+            (default: next to the checkpoint if writable, else ~/.cache/h3cy)
+        output_layer : int — return ``hidden_states[output_layer]`` (default 50, spec §3.2)
+
+        Raises
+        ------
+        CheckpointError — missing/unreadable files, bad config, a missing tensor or one of the
+            wrong shape or dtype (the message names the file and the tensor), fewer layers than
+            ``output_layer``
+        """
+        from . import weights_cache
+        if weights not in ops.WEIGHT_MODES:
+            raise H3ValueError(f"weights must be one of {ops.WEIGHT_MODES}, got {weights!r}")
+        if isinstance(output_layer, bool) or not isinstance(output_layer, (int, np.integer)) or output_layer < 0:
+            raise H3ValueError(f"output_layer must be an int >= 0, got {output_layer!r}")
+        folder = os.fspath(path)
+        if not os.path.isdir(folder):
+            raise _err(folder, "not a folder (expected a text_encoder folder with config.json)")
+        src = _Source(folder, int(output_layer))
+        cache = None
+        try:
+            isa_name = ops.resolve_isa(isa)
+            if weights in ("fp16", "int8", "int4"):
+                probe = ops.Linear(np.zeros((1, 8), np.float32), weights="int8", isa=isa_name, threads=1)
+                shards = [f for f in src.files if f.endswith(".safetensors")]
+                key = weights_cache.source_key(shards, dict(
+                    kind="qwen3vl_text", mode=weights, layers=int(output_layer), nr=probe._c.export()[0]["nr"],
+                    isa_family="amx" if isa_name == "amx" else "simd"))
+                cpath = weights_cache.cache_file(folder, cache_dir, weights, key)
+                reader = weights_cache.open_cache(cpath, key)
+                writer = weights_cache.CacheWriter(cpath, key) if reader is None else None
+                cache = (reader, writer)
+                if streaming and writer is not None:
+                    # write the cache one layer at a time, then stream from it
+                    tmp = cls(src, weights, threads, isa_name, int(output_layer), cache, streaming=True)
+                    for layer in range(tmp.num_layers):
+                        _Layer(tmp, src, layer)
+                    del tmp
+                    writer.finish()
+                    cache = (weights_cache.open_cache(cpath, key), None)
+            enc = cls(src, weights, threads, isa_name, int(output_layer), cache, streaming)
+            if cache is not None and cache[1] is not None:
+                cache[1].finish()
+            enc._cache_writer = None
+            if not streaming:
+                src.close()   # the layers' and the embedding table's views keep the mappings
+            return enc
+        except BaseException:
+            if cache is not None and cache[1] is not None:
+                cache[1].abort()
+            src.close()
+            raise
+
+    def __init__(self, source, weights, threads, isa, output_layer, cache, streaming):
+        self.config = source.config
+        self.path = source.folder
+        self.weights = weights
+        self.isa = isa
+        self.output_layer = output_layer
+        self.num_layers = output_layer
+        self.round_bf16 = weights == "bf16"
+        self._pool = ops._pool(threads)
+        self.threads = self._pool.threads
+        self._source = source
+        self._cache_reader, self._cache_writer = cache if cache is not None else (None, None)
+        self._build_lock = threading.Lock()
+        self._run_lock = threading.Lock()
+        self.files = source.files
+        self.inv_freq = rope_inv_freq(self.config.head_dim, self.config.rope_theta)
+        self._embed = source.get(PREFIX + "embed_tokens.weight")
+        self._ws = None
+        self._tokenizer = None
+        self.streaming = bool(streaming)
+        self._stream_ex = None
+        if self.streaming:
+            self.layers = [None] * self.num_layers
+        else:
+            n = self.num_layers
+            with concurrent.futures.ThreadPoolExecutor(max(1, min(self.threads, n or 1))) as ex:
+                self.layers = list(ex.map(lambda i: _Layer(self, source, i), range(n)))
+
+    # ---- weights ---------------------------------------------------------------------
+    def _act_group(self, K):
+        return 1024 if self.weights in ("int8", "int4") and K % 1024 == 0 else None
+
+    def _linear(self, w, name, pair=False):
+        mode = self.weights
+        reader, writer = self._cache_reader, self._cache_writer
+        if reader is not None and name in reader:
+            core = reader.attach(name, None, self.isa, self._pool)
+            return ops.Linear._from_core(core, mode, self._pool)
+        if mode == "bf16" and w.dtype == np.uint16 and w.flags.c_contiguous:
+            N, K = w.shape
+            # every GEMM input is rounded to bf16 in this mode, so bf16-pair kernels are exact
+            lay = dict(wtype=1, group_size=0, act_group=0, pair=int(pair), nr=0, N=N, K=K, Kp=K,
+                       w_bytes=N * K * 2, s_bytes=0, bf16_inputs=1)
+            core = _kernels.linear_attach(lay, w, None, None, self.isa, self._pool)
+            return ops.Linear._from_core(core, mode, self._pool)
+        kw = {}
+        K = w.shape[1]
+        ag = self._act_group(K)
+        if mode == "int4":
+            gs = next((g for g in (128, 64, 32) if K % g == 0), 32)
+            kw["group_size"] = gs
+            if ag is not None and ag % gs:
+                ag = None
+        if ag is not None:
+            kw["act_group"] = ag
+        if w.dtype == np.float16:
+            w = w.astype(np.float32)
+        wd = "bf16" if w.dtype == np.uint16 else "fp32"
+        lin = ops.Linear(np.ascontiguousarray(w), weights=mode, isa=self.isa, weight_dtype=wd,
+                         threads=self.threads, pair=pair, bf16_inputs=mode == "bf16", **kw)
+        if writer is not None:
+            with self._build_lock:
+                writer.add(name, lin._c)
+        return lin
+
+    def _pair(self, src, p):
+        """gate_proj and up_proj as one pair linear (rows [gate; up]), for the SwiGLU epilogue."""
+        name = p + "mlp.gate_up"
+        if self._cache_reader is not None and name in self._cache_reader:
+            return self._linear(None, name, pair=True)
+        g, u = src.get(p + "mlp.gate_proj.weight"), src.get(p + "mlp.up_proj.weight")
+        if g.dtype != u.dtype:
+            g, u = _f32(g), _f32(u)
+        return self._linear(np.concatenate([g, u]), name, pair=True)
+
+    def _vector(self, a):
+        v = _f32(a)
+        return round_bf16(v) if self.round_bf16 else np.ascontiguousarray(v)
+
+    def _build_stream_layer(self, i):
+        layer = _Layer(self, self._source, i)
+        _pages.prefetch(layer.storage())
+        return layer
+
+    def _iter_layers(self):
+        if not self.streaming:
+            yield from self.layers
+            return
+        if self._stream_ex is None:
+            self._stream_ex = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="h3cy-text-stream")
+        n = self.num_layers
+        fut = self._stream_ex.submit(self._build_stream_layer, 0) if n else None
+        try:
+            for i in range(n):
+                layer = fut.result()
+                fut = self._stream_ex.submit(self._build_stream_layer, i + 1) if i + 1 < n else None
+                try:
+                    yield layer
+                finally:
+                    _pages.release(layer.storage())
+                    del layer
+        finally:
+            if fut is not None:   # stopped early (cancel, callback error): let it finish, drop it
+                try:
+                    fut.result()
+                except BaseException:
+                    pass
+
+    # ---- the forward ---------------------------------------------------------------------
+    @property
+    def tokenizer(self):
+        """The tokenizer found next to the encoder: its own folder if it has tokenizer files,
+        else the release layout's sibling ``../tokenizer/``."""
+        if self._tokenizer is None:
+            from .tokenizer import Tokenizer
+            for d in (self.path, os.path.join(os.path.dirname(os.path.abspath(self.path)), "tokenizer")):
+                if os.path.isfile(os.path.join(d, "tokenizer.json")) or os.path.isfile(os.path.join(d, "vocab.json")):
+                    self._tokenizer = Tokenizer.from_pretrained(d)
+                    break
+            else:
+                raise CheckpointError(f"{self.path}: no tokenizer files here or in ../tokenizer; "
+                                      "pass tokenizer=h3cy.Tokenizer.from_pretrained(folder)")
+        return self._tokenizer
+
+    def embed(self, input_ids):
+        """Token embeddings ``hidden_states[0]``: (L,) ids -> (L, hidden) float32."""
+        ids = np.asarray(input_ids)
+        if ids.ndim == 2 and ids.shape[0] == 1:
+            ids = ids[0]
+        if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+            raise H3ValueError(f"input_ids must be a 1-D sequence of ints, got shape {ids.shape} {ids.dtype}")
+        if ids.size == 0:
+            raise H3ValueError("input_ids is empty (an empty prompt has no encoding)")
+        V = self.config.vocab_size
+        if ids.min() < 0 or ids.max() >= V:
+            raise H3ValueError(f"token ids must be in [0, {V}), got range [{ids.min()}, {ids.max()}]")
+        x = _f32(self._embed[ids.astype(np.int64)])
+        if self.round_bf16:
+            round_bf16(x, out=x)
+        return np.ascontiguousarray(x, np.float32)
+
+    def encode(self, input_ids, on_progress=None, cancel=None):
+        """``hidden_states[output_layer]`` of a token sequence (batch 1, positions 0..L-1).
+
+        Parameters
+        ----------
+        input_ids : sequence of int, shape (L,) (or (1, L))
+        on_progress : callable(done, total, phase), optional — after layers (phase "encode"),
+            at most ~20 times a second and always after the last one
+        cancel : h3cy.CancelToken, optional — checked before each layer; raises Cancelled
+
+        Returns
+        -------
+        ndarray of shape (L, hidden_size), float32 (bf16 values in bf16 mode)
+        """
+        h = self.embed(input_ids)
+        S = h.shape[0]
+        cos, sin = rope_tables(np.arange(S), self.inv_freq)
+        total = self.num_layers
+        last = 0.0
+        eps = self.config.rms_norm_eps
+        with self._run_lock:
+            if cancel is not None and cancel.cancelled:
+                raise Cancelled("encode cancelled before layer 0", step=0)
+            for i, layer in enumerate(self._iter_layers()):
+                need = layer.core.workspace_bytes(S) + 64
+                if self._ws is None or self._ws.nbytes < need:
+                    self._ws = None
+                    self._ws = np.empty(need, np.uint8)
+                layer.core.forward(h, eps, int(self.round_bf16), self.isa, self._ws, cos, sin)
+                done = i + 1
+                if cancel is not None and cancel.cancelled and done < total:
+                    raise Cancelled(f"encode cancelled after layer {done} of {total}", step=done)
+                if on_progress is not None:
+                    now = time.monotonic()
+                    if done == total or now - last >= PROGRESS_INTERVAL:
+                        last = now
+                        on_progress(done, total, "encode")
+            if total == 0 and on_progress is not None:
+                on_progress(0, 0, "encode")
+        return h
+
+    __call__ = encode
+
+    def close(self):
+        """Release the reader thread and the checkpoint mappings."""
+        if self._stream_ex is not None:
+            self._stream_ex.shutdown(wait=True)
+            self._stream_ex = None
+        self._source.close()
+
+    def __repr__(self):
+        return (f"TextEncoder({self.path!r}, weights={self.weights!r}, layers={self.num_layers}, "
+                f"isa={self.isa!r}, threads={self.threads}, streaming={self.streaming})")

@@ -1,0 +1,144 @@
+# _qwen.pxi — the Qwen3-VL text layer driver and its bf16 element-wise ops (included by
+# _kernels.pyx).  QwenLayerCore.forward runs a whole decoder layer in C with the GIL
+# released; the qwen_* functions expose the element-wise kernels per ISA for tests.
+
+
+def qwen_rmsnorm_bf16(const float[:, ::1] x, const float[::1] w, float[:, ::1] out, float eps,
+                      str isa, ThreadPool pool):
+    """out[rows, n] = bf16(w * bf16(x * rsqrt(mean(x^2) + eps))); returns the ISA that ran."""
+    cdef h3_err err
+    cdef h3_status rc
+    cdef h3_isa ran = H3_ISA_COUNT
+    cdef h3_isa want = isa_id(isa)
+    cdef int64_t rows = x.shape[0], n = x.shape[1]
+    _same("out", (out.shape[0], out.shape[1]), (rows, n))
+    _same("w", (w.shape[0],), (n,))
+    cdef const float *xp = _cf2(x)
+    cdef const float *wp = _cf1(w)
+    cdef float *op = _f2(out)
+    with pool.lock:
+        with nogil:
+            rc = h3_qwen_rmsnorm_bf16(xp, wp, op, rows, n, eps, pool.c, want, &ran, &err)
+    check(rc, &err)
+    return h3_isa_name(ran).decode()
+
+
+def qwen_rope_bf16(float[:, :, ::1] x, const float[:, ::1] cos, const float[:, ::1] sin,
+                   str isa, ThreadPool pool):
+    """bf16-rounded rotate-half RoPE of x[rows, heads, D] in place; returns the ISA that ran."""
+    cdef h3_err err
+    cdef h3_status rc
+    cdef h3_isa ran = H3_ISA_COUNT
+    cdef h3_isa want = isa_id(isa)
+    cdef int64_t rows = x.shape[0]
+    cdef int heads = <int>x.shape[1], head_dim = <int>x.shape[2]
+    _same("cos", (cos.shape[0], cos.shape[1]), (rows, head_dim // 2))
+    _same("sin", (sin.shape[0], sin.shape[1]), (rows, head_dim // 2))
+    cdef float *xp = &x[0, 0, 0] if x.shape[0] > 0 and heads > 0 and head_dim > 0 else NULL
+    cdef const float *cp = _cf2(cos)
+    cdef const float *sp = _cf2(sin)
+    with pool.lock:
+        with nogil:
+            rc = h3_rope_bf16(xp, cp, sp, rows, heads, head_dim, pool.c, want, &ran, &err)
+    check(rc, &err)
+    return h3_isa_name(ran).decode()
+
+
+def qwen_swiglu_bf16(const float[::1] g, const float[::1] u, float[::1] out, str isa,
+                     ThreadPool pool):
+    """out[n] = bf16(bf16(silu(g)) * u); returns the ISA that ran."""
+    cdef h3_err err
+    cdef h3_status rc
+    cdef h3_isa ran = H3_ISA_COUNT
+    cdef h3_isa want = isa_id(isa)
+    cdef int64_t n = g.shape[0]
+    _same("u", (u.shape[0],), (n,))
+    _same("out", (out.shape[0],), (n,))
+    cdef const float *gp = _cf1(g)
+    cdef const float *up = _cf1(u)
+    cdef float *op = _f1(out)
+    with pool.lock:
+        with nogil:
+            rc = h3_swiglu_bf16(gp, up, op, n, pool.c, want, &ran, &err)
+    check(rc, &err)
+    return h3_isa_name(ran).decode()
+
+
+cdef class QwenLayerCore:
+    """One decoder layer's weights, as C pointers into objects this instance keeps alive.
+    gate_up (pair linear) or gate and up (separate) feed the MLP."""
+    cdef h3_qwen_layer w
+    cdef object _refs
+    cdef readonly ThreadPool pool
+    cdef readonly int hidden, heads, kv_heads, head_dim, ffn
+
+    def __cinit__(self, LinearCore q, LinearCore k, LinearCore v, LinearCore o,
+                  LinearCore gate_up, LinearCore gate, LinearCore up, LinearCore down,
+                  input_norm, post_norm, q_norm, k_norm, int heads, int kv_heads,
+                  ThreadPool pool):
+        self.head_dim = q_norm.shape[0]
+        self.hidden = o.N
+        self.heads = heads
+        self.kv_heads = kv_heads
+        self.ffn = down.K
+        if (q.N != heads * self.head_dim or k.N != kv_heads * self.head_dim or v.N != k.N
+                or o.K != q.N or q.K != self.hidden):
+            raise H3ValueError("layer weights do not fit together (q/k/v/o shapes)")
+        if gate_up is None and (gate is None or up is None):
+            raise H3ValueError("the MLP needs gate_up or both gate and up")
+        memset(&self.w, 0, sizeof(self.w))
+        self.w.q = q.c
+        self.w.k = k.c
+        self.w.v = v.c
+        self.w.o = o.c
+        self.w.down = down.c
+        if gate_up is not None:
+            if not gate_up.pair:
+                raise H3ValueError("gate_up must be a pair linear")
+            self.w.gate_up = gate_up.c
+        else:
+            self.w.gate = gate.c
+            self.w.up = up.c
+        self.w.input_norm = _fptr(input_norm, "input_layernorm", self.hidden)
+        self.w.post_norm = _fptr(post_norm, "post_attention_layernorm", self.hidden)
+        self.w.q_norm = _fptr(q_norm, "q_norm", self.head_dim)
+        self.w.k_norm = _fptr(k_norm, "k_norm", self.head_dim)
+        self._refs = (q, k, v, o, gate_up, gate, up, down, input_norm, post_norm, q_norm, k_norm)
+        self.pool = pool
+
+    cdef void _args(self, h3_qwen_layer_args *a, int64_t S):
+        memset(a, 0, sizeof(a[0]))
+        a.S = S; a.hidden = self.hidden; a.heads = self.heads; a.kv_heads = self.kv_heads
+        a.head_dim = self.head_dim; a.ffn = self.ffn
+
+    def workspace_bytes(self, int64_t S):
+        cdef h3_qwen_layer_args a
+        self._args(&a, S)
+        return h3_qwen_layer_workspace_bytes(&self.w, &a, self.pool.threads)
+
+    def forward(self, float[:, ::1] h, float eps, int round_bf16, str isa, ws, cos, sin):
+        """h: (S, hidden) updated in place; cos, sin: (S, head_dim/2) float32."""
+        cdef h3_qwen_layer_args a
+        cdef h3_err err
+        cdef h3_status rc
+        cdef int64_t S = h.shape[0]
+        cdef cnp.ndarray wsa = ws
+        cdef char *wp = <char *>cnp.PyArray_DATA(wsa)
+        cdef size_t wb = wsa.nbytes
+        cdef uintptr_t mis = (<uintptr_t>wp) & 63
+        if mis:
+            wp += 64 - mis
+            wb -= 64 - mis
+        if h.shape[1] != self.hidden:
+            raise H3ValueError(f"h has {h.shape[1]} columns, expected {self.hidden}")
+        self._args(&a, S)
+        a.eps = eps
+        a.round_bf16 = round_bf16
+        a.cos = _fptr(cos, "cos", S * (self.head_dim // 2))
+        a.sin = _fptr(sin, "sin", S * (self.head_dim // 2))
+        cdef h3_isa iid = isa_id(isa)
+        cdef float *hp = &h[0, 0] if S > 0 else NULL
+        with self.pool.lock:
+            with nogil:
+                rc = h3_qwen_layer_forward(&self.w, &a, hp, self.pool.c, wp, wb, iid, &err)
+        check(rc, &err)
