@@ -125,8 +125,8 @@ def model_options():
 def _assemble(name, comps):
     """A release-layout folder of symlinks for split components (rebuilt if they moved)."""
     h3cy = _h3.require()
-    from h3cy.demo import _cache_root
-    root = os.path.join(_cache_root(None), "comfyui-split", name.replace("/", "_"))
+    from h3cy._config import cache_root
+    root = os.path.join(cache_root(), "comfyui-split", name.replace("/", "_"))
     fl = os.path.join(root, "FL2VA")
     os.makedirs(fl, exist_ok=True)
     for comp, target in comps.items():

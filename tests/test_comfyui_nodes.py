@@ -247,6 +247,21 @@ def test_generate_node_equals_chain(nodes, reference):
     np.testing.assert_array_equal((images.numpy() * 255).round().astype(np.uint8), reference.frames)
 
 
+def test_text_encode_uses_prompt_cache(nodes, comfy_env):
+    import uuid
+    model = load(nodes)
+    prompt = f"a lighthouse at dusk {uuid.uuid4().hex}"          # new to the on-disk cache
+    seen = []
+    comfy_env["utils"].set_progress_bar_global_hook(lambda v, t, p, node_id=None: seen.append(v))
+    (first,) = run(nodes["H3cyTextEncode"], model=model, prompt=prompt)
+    n_first = len(seen)
+    seen.clear()
+    (second,) = run(nodes["H3cyTextEncode"], model=model, prompt=prompt)
+    assert n_first > 1 and seen == [1000]          # per-layer progress, then one cache hit
+    np.testing.assert_array_equal(first.embeds, second.embeds)
+    assert not np.shares_memory(first.embeds, second.embeds)
+
+
 def test_seconds_overrides_frames(nodes):
     kw = dict(SMALL, seconds=1.5, frames=22)
     images, audio = run(nodes["H3cyGenerate"], model=load(nodes), prompt="x", **kw)
