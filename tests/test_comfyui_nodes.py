@@ -10,7 +10,6 @@ import importlib.util
 import logging
 import os
 import sys
-import threading
 
 import numpy as np
 import pytest
