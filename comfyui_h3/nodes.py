@@ -1,0 +1,75 @@
+"""The five nodes, described once; ``__init__`` turns these descriptions into ComfyUI's v3
+schema classes (or, on a ComfyUI without ``comfy_api.latest``, classic node classes).
+
+Input tuple: ``(name, type, options)``; types are ComfyUI's (INT, FLOAT, STRING, COMBO,
+LATENT, ...) or the pack's own ``H3_MODEL`` / ``H3_CONDITIONING``.
+"""
+from . import nodes_decode, nodes_load, nodes_sample
+
+CATEGORY = "h3cy"
+SEED_MAX = 0xFFFFFFFFFFFFFFFF
+
+MODEL_IN = ("model", "H3_MODEL", {"tooltip": "From 'H3 Model Loader'."})
+SIZE_INPUTS = [
+    ("width", "INT", {"default": 512, "min": 64, "max": 1344, "step": 32,
+                      "tooltip": "Multiple of 32; width*height at most 768*1344."}),
+    ("height", "INT", {"default": 512, "min": 64, "max": 1344, "step": 32, "tooltip": "Multiple of 32."}),
+    ("frames", "INT", {"default": 22, "min": 1, "max": 362, "step": 1,
+                       "tooltip": "Video length in frames at 24 fps; rounded up to 17n + 5 (22, 39, 56, ...). "
+                                  "Ignored when seconds > 0."}),
+    ("seconds", "FLOAT", {"default": 0.0, "min": 0.0, "max": 15.08, "step": 0.01,
+                          "tooltip": "Video length in seconds; 0 = use frames."}),
+    ("steps", "INT", {"default": 20, "min": 1, "max": 200, "tooltip": "Denoiser evaluations."}),
+    ("seed", "INT", {"default": 42, "min": 0, "max": SEED_MAX, "control_after_generate": True}),
+    ("reuse", "INT", {"default": 1, "min": 1, "max": 32,
+                      "tooltip": "Speed-up: evaluate the transformer every N-th step only and extrapolate "
+                                 "between (1 = exact)."}),
+    ("layers", "INT", {"default": 0, "min": 0, "max": 1000,
+                       "tooltip": "Speed-up: run only this many transformer blocks, ranked by their gates "
+                                  "(0 = all)."}),
+]
+PROMPT_IN = ("prompt", "STRING", {"multiline": True, "default": "",
+                                  "tooltip": "What to generate: the scene, the camera, and the sound."})
+
+
+def _loader_inputs():
+    return [
+        ("model", "COMBO", {"options": nodes_load.model_options(),
+                            "tooltip": "A MiniMax-H3 folder from models/h3/ (release or diffusers layout), "
+                                       "or split components in diffusion_models/ text_encoders/ vae/."}),
+        ("weights", "COMBO", {"options": list(nodes_load.WEIGHT_MODES), "default": "int8",
+                              "tooltip": "Transformer and text-encoder weights in memory: int8 ~1 byte/param "
+                                         "(default, fastest), int4 ~half of that, bf16/fp16 2, fp32 4."}),
+        ("threads", "INT", {"default": 0, "min": 0, "max": 1024,
+                            "tooltip": "CPU threads for h3cy (0 = physical cores available)."}),
+        ("streaming", "COMBO", {"options": list(nodes_load.STREAMING), "default": "auto",
+                                "tooltip": "Read transformer blocks from disk as needed instead of keeping them "
+                                           "in memory; auto = only when the model does not fit."}),
+    ]
+
+
+NODES = [
+    {"node_id": "H3cyModelLoader", "display_name": "H3 Model Loader (h3cy, CPU)",
+     "description": "Opens a MiniMax-H3 model for h3cy, the CPU engine. Loaded once and reused across runs "
+                    "while the model and mode stay the same.",
+     "inputs": _loader_inputs, "outputs": [("H3_MODEL", "model")], "fn": nodes_load.load_model},
+    {"node_id": "H3cyTextEncode", "display_name": "H3 Text Encode (h3cy)",
+     "description": "Encodes a prompt with MiniMax-H3's text encoder (cached on disk per prompt).",
+     "inputs": lambda: [MODEL_IN, PROMPT_IN], "outputs": [("H3_CONDITIONING", "conditioning")],
+     "fn": nodes_sample.encode},
+    {"node_id": "H3cySampler", "display_name": "H3 Sampler (h3cy)",
+     "description": "Denoises video and audio latents with h3cy. LATENT = {samples [1,24,T,h,w], "
+                    "audio_samples [1,2,32,A], h3_geometry}; decode it with 'H3 Decode'.",
+     "inputs": lambda: [MODEL_IN, ("conditioning", "H3_CONDITIONING", {})] + SIZE_INPUTS,
+     "outputs": [("LATENT", "latent")], "fn": nodes_sample.sample},
+    {"node_id": "H3cyDecode", "display_name": "H3 Decode (h3cy)",
+     "description": "Decodes h3cy latents to frames (IMAGE, 24 fps) and stereo audio (AUDIO, 32 kHz) for "
+                    "Create Video / Save Video / Save Audio.",
+     "inputs": lambda: [MODEL_IN, ("latent", "LATENT", {})],
+     "outputs": [("IMAGE", "images"), ("AUDIO", "audio")], "fn": nodes_decode.decode},
+    {"node_id": "H3cyGenerate", "display_name": "H3 Generate (h3cy, one node)",
+     "description": "Prompt to frames (IMAGE, 24 fps) and stereo audio (AUDIO, 32 kHz) in one node: "
+                    "text encode, sample and decode.",
+     "inputs": lambda: [MODEL_IN, PROMPT_IN] + SIZE_INPUTS,
+     "outputs": [("IMAGE", "images"), ("AUDIO", "audio")], "fn": nodes_sample.generate},
+]

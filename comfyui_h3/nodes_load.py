@@ -1,0 +1,235 @@
+"""H3 Model Loader: find MiniMax-H3 models in ComfyUI's model folders, open them with h3cy,
+and keep one loaded pipeline cached by (paths, mode).
+
+Where models are looked for (each becomes one entry of the loader's ``model`` list):
+
+- ``models/h3/<name>/`` — a model folder in either layout h3cy reads: the official release
+  (``<name>/FL2VA/...`` or the ``FL2VA`` folder itself) or diffusers (``model_index.json`` +
+  ``transformer/ text_encoder/ tokenizer/ vae/ audio_vae/``).  Listed as ``<name>``.
+- the same whole-model folders placed in ``models/diffusion_models/``, listed as
+  ``diffusion_models/<name>``.
+- Comfy-style split components sharing one ``<name>``: ``models/diffusion_models/<name>/``
+  (the transformer folder: ``config.json`` + ``*.safetensors``), ``models/text_encoders/<name>/``
+  (the text encoder, with its tokenizer files inside or in a ``tokenizer/`` subfolder) and
+  ``models/vae/<name>/`` holding ``video_vae/`` and ``audio_vae/``.  Listed as
+  ``split/<name>``; h3cy opens them through a release-layout folder of symlinks that the
+  pack assembles under h3cy's cache directory.
+"""
+import json
+import os
+import threading
+
+import folder_paths
+
+from . import _h3
+
+H3_FOLDER = "h3"
+WEIGHT_MODES = ["int8", "int4", "bf16", "fp16", "fp32"]
+STREAMING = {"auto": "auto", "on": True, "off": False}
+NO_MODEL = "(no MiniMax-H3 model found: put one in models/h3/)"
+
+
+def register_folder():
+    """Register ``models/h3`` with ComfyUI (idempotent; extra_model_paths.yaml may add more)."""
+    folder_paths.add_model_folder_path(H3_FOLDER, os.path.join(folder_paths.models_dir, H3_FOLDER))
+
+
+def _paths(name):
+    try:
+        return [p for p in folder_paths.get_folder_paths(name) if os.path.isdir(p)]
+    except KeyError:
+        return []
+
+
+def _subdirs(base):
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return []
+    return [(n, os.path.join(base, n)) for n in names
+            if not n.startswith(".") and os.path.isdir(os.path.join(base, n))]
+
+
+def _is_model_folder(path):
+    """A whole model (either layout) with every component present."""
+    h3cy = _h3.h3cy
+    if h3cy is None:
+        return os.path.isdir(os.path.join(path, "FL2VA")) or os.path.isfile(os.path.join(path, "model_index.json"))
+    from h3cy.model_folder import find_model
+    try:
+        return not find_model(path).missing
+    except (h3cy.CheckpointError, OSError):
+        return False
+
+
+def _has_config(path):
+    return os.path.isfile(os.path.join(path, "config.json")) and any(
+        n.endswith(".safetensors") for n in os.listdir(path))
+
+
+def _looks_like_transformer(path):
+    if not _has_config(path):
+        return False
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and ("MiniMaxH3" in str(cfg.get("_class_name", ""))
+                                      or "audio_latents_dim" in cfg or "audio_in_channels" in cfg)
+
+
+def _split_components(name):
+    """The component folders of a Comfy-style split model ``name``, or None if incomplete."""
+    def first(kind, test):
+        for base in _paths(kind):
+            p = os.path.join(base, name)
+            if os.path.isdir(p) and test(p):
+                return p
+        return None
+    dit = first("diffusion_models", _looks_like_transformer)
+    te = first("text_encoders", _has_config)
+    vae = first("vae", lambda p: os.path.isdir(os.path.join(p, "video_vae")) and os.path.isdir(os.path.join(p, "audio_vae")))
+    if dit is None or te is None or vae is None:
+        return None
+    tok = os.path.join(te, "tokenizer") if os.path.isdir(os.path.join(te, "tokenizer")) else te
+    return {"transformer": dit, "text_encoder": te, "tokenizer": tok,
+            "video_vae": os.path.join(vae, "video_vae"), "audio_vae": os.path.join(vae, "audio_vae")}
+
+
+def list_models():
+    """``{label: source}`` where source is a folder path, or a dict of split components."""
+    found = {}
+    for base in _paths(H3_FOLDER):
+        if _is_model_folder(base):
+            found.setdefault(os.path.basename(os.path.normpath(base)), base)
+        for n, p in _subdirs(base):
+            if _is_model_folder(p):
+                found.setdefault(n, p)
+    for base in _paths("diffusion_models"):
+        for n, p in _subdirs(base):
+            if _is_model_folder(p):
+                found.setdefault(f"diffusion_models/{n}", p)
+            else:
+                comps = _split_components(n)
+                if comps is not None:
+                    found.setdefault(f"split/{n}", comps)
+    return found
+
+
+def model_options():
+    names = sorted(list_models())
+    return names if names else [NO_MODEL]
+
+
+def _assemble(name, comps):
+    """A release-layout folder of symlinks for split components (rebuilt if they moved)."""
+    h3cy = _h3.require()
+    from h3cy._config import cache_root
+    root = os.path.join(cache_root(), "comfyui-split", name.replace("/", "_"))
+    fl = os.path.join(root, "FL2VA")
+    os.makedirs(fl, exist_ok=True)
+    for comp, target in comps.items():
+        link = os.path.join(fl, comp)
+        if os.path.islink(link) and os.readlink(link) == target:
+            continue
+        if os.path.lexists(link):
+            os.remove(link)
+        os.symlink(target, link, target_is_directory=True)
+    h3cy.model_folder.find_model(root).require()
+    return root
+
+
+def resolve(model):
+    """The folder h3cy.load should open for a ``model`` list entry."""
+    if model == NO_MODEL:
+        raise FileNotFoundError(
+            "No MiniMax-H3 model was found. Put the model folder (the official release with FL2VA/, "
+            f"or a diffusers-layout folder) into one of {_paths(H3_FOLDER) or ['ComfyUI/models/h3']} "
+            "and refresh (press R) — see comfyui_h3/README.md.")
+    found = list_models()
+    if model not in found:
+        raise FileNotFoundError(f"MiniMax-H3 model {model!r} is no longer in ComfyUI's model folders "
+                                f"(found: {sorted(found) or 'none'}); refresh the page and pick another.")
+    src = found[model]
+    return _assemble(model, src) if isinstance(src, dict) else src
+
+
+class H3Model:
+    """What flows along an ``H3_MODEL`` link: the settings of one loaded pipeline.
+
+    ``pipeline()`` returns the cached h3cy pipeline, reopening it when another model was
+    loaded since (the cache holds one); ``lock`` serialises generations on this model.
+    """
+
+    def __init__(self, path, weights, threads, streaming):
+        self.path, self.weights, self.threads, self.streaming = path, weights, threads, streaming
+
+    @property
+    def key(self):
+        return (os.path.realpath(self.path), self.weights, self.threads, self.streaming)
+
+    def pipeline(self):
+        return _CACHE.get(self)
+
+    @property
+    def lock(self):
+        return _CACHE.lock_for(self.key)
+
+    def __repr__(self):
+        return f"<H3_MODEL {self.path} weights={self.weights} streaming={self.streaming}>"
+
+
+class _PipelineCache:
+    """One loaded pipeline at a time, keyed by (path, weights, threads, streaming)."""
+
+    def __init__(self):
+        self._mutex = threading.Lock()
+        self.key, self.pipe = None, None
+        self._locks = {}
+        self.loads = 0                 # how many times a pipeline was opened (tests read it)
+
+    def lock_for(self, key):
+        with self._mutex:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def get(self, model):
+        h3cy = _h3.require()
+        with self._mutex:
+            if self.pipe is not None and self.key == model.key:
+                return self.pipe
+            self._release_locked()
+            try:
+                pipe = h3cy.load(model.path, weights=model.weights, streaming=STREAMING[model.streaming],
+                                 threads=model.threads or None)
+            except MemoryError as e:
+                raise MemoryError(f"{e} — not enough memory to load {model.path} in weights={model.weights}: "
+                                  "pick weights int4 (about half of int8) or streaming 'on' in H3 Model "
+                                  "Loader") from e
+            self.key, self.pipe = model.key, pipe
+            self.loads += 1
+            return pipe
+
+    def _release_locked(self):
+        if self.pipe is not None:
+            self.pipe.release()
+        self.key, self.pipe = None, None
+
+    def release(self):
+        with self._mutex:
+            self._release_locked()
+
+
+_CACHE = _PipelineCache()
+
+
+def load_model(model, weights="int8", threads=0, streaming="auto"):
+    """H3 Model Loader's execute: resolve, open (or reuse) and return an H3Model."""
+    _h3.require()
+    if weights not in WEIGHT_MODES:
+        raise ValueError(f"weights must be one of {WEIGHT_MODES}, got {weights!r}")
+    if streaming not in STREAMING:
+        raise ValueError(f"streaming must be one of {sorted(STREAMING)}, got {streaming!r}")
+    handle = H3Model(resolve(model), weights, int(threads), streaming)
+    handle.pipeline()              # open now, so a missing file is reported by this node
+    return (handle,)

@@ -1,0 +1,80 @@
+"""H3 Text Encode, H3 Sampler and H3 Generate: h3cy's pipeline phases as nodes."""
+import numpy as np
+
+from . import _h3
+from .convert import audio_from_result, image_from_frames, latent_from_result
+from .progress import InterruptToken, PhaseProgress, run_interruptible
+
+DECODE_PHASES = ("decode_audio", "decode_video")
+
+
+def _expect_model(model):
+    from .nodes_load import H3Model
+    if not isinstance(model, H3Model):
+        raise TypeError(f"expected an H3_MODEL from 'H3 Model Loader', got {type(model).__name__}")
+    return model
+
+
+def _length(frames, seconds):
+    """``seconds`` > 0 wins over ``frames`` (the sampler widgets carry both)."""
+    return {"seconds": float(seconds)} if seconds and seconds > 0 else {"frames": int(frames)}
+
+
+class H3Conditioning:
+    """What flows along an ``H3_CONDITIONING`` link: the prompt and its text states
+    ``[L, text_dim]`` float32 (read-only; each sampler run copies what it needs)."""
+
+    def __init__(self, prompt, embeds, model_key):
+        self.prompt = prompt
+        self.embeds = embeds
+        self.model_key = model_key
+
+    def __repr__(self):
+        return f"<H3_CONDITIONING {self.embeds.shape} {self.prompt[:40]!r}>"
+
+
+def encode(model, prompt):
+    _h3.require()
+    model = _expect_model(model)
+    prog = PhaseProgress(["encode"])
+    with model.lock:
+        pipe = model.pipeline()
+        embeds = run_interruptible(pipe.encode, prompt, on_progress=prog, cancel=InterruptToken())
+    embeds = np.array(embeds, dtype=np.float32, copy=True)
+    embeds.setflags(write=False)
+    return (H3Conditioning(prompt, embeds, model.key),)
+
+
+def _sampler_kwargs(width, height, frames, seconds, steps, seed, reuse, layers):
+    return dict(width=int(width), height=int(height), steps=int(steps), seed=int(seed), reuse=int(reuse),
+                layers=int(layers) if layers else None, **_length(frames, seconds))
+
+
+def sample(model, conditioning, width, height, frames, seconds, steps, seed, reuse=1, layers=0):
+    _h3.require()
+    model = _expect_model(model)
+    if not isinstance(conditioning, H3Conditioning):
+        raise TypeError("H3 Sampler needs the H3_CONDITIONING of an 'H3 Text Encode' node")
+    prog = PhaseProgress(["denoise"])
+    with model.lock:
+        pipe = model.pipeline()
+        res = run_interruptible(
+            pipe.generate, prompt_embeds=np.array(conditioning.embeds, np.float32, copy=True),
+            output="latent", on_progress=prog, cancel=InterruptToken(),
+            **_sampler_kwargs(width, height, frames, seconds, steps, seed, reuse, layers))
+    return (latent_from_result(res.video_latent, res.audio_latent, res.geometry),)
+
+
+def _outputs(res):
+    return image_from_frames(res.frames), audio_from_result(res.audio_for_video(), res.sample_rate)
+
+
+def generate(model, prompt, width, height, frames, seconds, steps, seed, reuse=1, layers=0):
+    _h3.require()
+    model = _expect_model(model)
+    prog = PhaseProgress(["encode", "denoise", *DECODE_PHASES])
+    with model.lock:
+        pipe = model.pipeline()
+        res = run_interruptible(pipe.generate, prompt, output="video", on_progress=prog, cancel=InterruptToken(),
+                                **_sampler_kwargs(width, height, frames, seconds, steps, seed, reuse, layers))
+    return _outputs(res)

@@ -1,0 +1,72 @@
+"""h3cy's ``on_progress(done, total, phase)`` -> one ComfyUI progress bar, and cancel.
+
+The bar spans the phases a node runs (encode, denoise, decode_audio, decode_video), each an
+equal share; within a phase it moves per block.  Cancel needs no watcher thread:
+
+- ``ProgressBar.update_absolute`` calls ComfyUI's progress hook, which raises
+  ``InterruptProcessingException`` once the user pressed cancel; the callback also calls
+  ``throw_exception_if_processing_interrupted()`` itself (a bar without a hook, e.g. in a
+  script).  h3cy lets a callback's exception out unchanged.
+- h3cy checks its ``cancel`` token after every block, while ``on_progress`` is throttled to
+  ~20 calls a second; :class:`InterruptToken` answers that check from
+  ``processing_interrupted()``, so the stop comes within one block.  h3cy then raises
+  ``h3cy.Cancelled``, which :func:`run_interruptible` turns into ComfyUI's interrupt.
+"""
+import comfy.model_management
+import comfy.utils
+
+from . import _h3
+
+SHARE = 1000          # bar units per phase
+
+
+def _token_base():
+    h3cy = _h3.h3cy
+    return h3cy.CancelToken if h3cy is not None else object
+
+
+class InterruptToken(_token_base()):
+    """An h3cy.CancelToken that reads ComfyUI's interrupt flag (without clearing it)."""
+
+    def __init__(self):
+        pass
+
+    @property
+    def cancelled(self):
+        return comfy.model_management.processing_interrupted()
+
+    def cancel(self):
+        comfy.model_management.interrupt_current_processing(True)
+
+    def reset(self):
+        pass
+
+
+class PhaseProgress:
+    """``on_progress`` for h3cy: maps (done, total, phase) onto one ComfyUI ProgressBar."""
+
+    def __init__(self, phases):
+        self.phases = list(phases)
+        self.bar = comfy.utils.ProgressBar(SHARE * len(self.phases))
+        self.calls = 0
+
+    def __call__(self, done, total, phase):
+        self.calls += 1
+        i = self.phases.index(phase) if phase in self.phases else len(self.phases) - 1
+        frac = min(1.0, max(0.0, done / total)) if total else 1.0
+        self.bar.update_absolute(int(SHARE * i + SHARE * frac), SHARE * len(self.phases))
+        comfy.model_management.throw_exception_if_processing_interrupted()
+
+
+def run_interruptible(fn, *args, **kwargs):
+    """Call an h3cy phase; an h3cy.Cancelled caused by ComfyUI's interrupt becomes ComfyUI's
+    own InterruptProcessingException (and clears the flag, as ComfyUI does)."""
+    h3cy = _h3.require()
+    try:
+        return fn(*args, **kwargs)
+    except h3cy.Cancelled:
+        comfy.model_management.throw_exception_if_processing_interrupted()
+        raise
+    except MemoryError as e:
+        raise MemoryError(f"{e} -- h3cy ran out of memory: in 'H3 Model Loader' pick weights int4 (about half "
+                          "of int8's memory) or streaming 'on', or generate a smaller size") from e

@@ -1,0 +1,385 @@
+"""The ComfyUI node pack (comfyui_h3/) without a ComfyUI checkout.
+
+The pack is imported the way ComfyUI 0.3.64 imports a custom-node folder (spec from its
+``__init__.py``, so relative imports resolve), with the stand-ins of tests/comfy_stubs/ as
+``comfy`` / ``folder_paths`` / ``comfy_api``.  Nodes run through ``EXECUTE_NORMALIZED`` as
+ComfyUI calls them, on h3cy's tiny demo model (real h3cy, real weights files).
+"""
+import builtins
+import importlib.util
+import logging
+import os
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")   # the pack hands tensors to ComfyUI: torch is a test dependency
+
+import h3cy  # noqa: E402
+import h3cy.demo  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STUBS = os.path.join(HERE, "comfy_stubs")
+PACK = os.path.join(os.path.dirname(HERE), "comfyui_h3", "__init__.py")
+STUB_MODULES = ("comfy", "folder_paths", "comfy_api")
+NODE_IDS = ["H3cyModelLoader", "H3cyTextEncode", "H3cySampler", "H3cyDecode", "H3cyGenerate"]
+SMALL = dict(width=64, height=64, frames=22, seconds=0.0, steps=2, seed=7, reuse=1, layers=0)
+
+
+def _drop_modules(prefixes):
+    for name in list(sys.modules):
+        if any(name == p or name.startswith(p + ".") for p in prefixes):
+            del sys.modules[name]
+
+
+def _import_pack(name, block=()):
+    """Import the pack as ComfyUI does; ``block`` names modules whose import must fail."""
+    real_import = builtins.__import__
+
+    def guarded(n, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and any(n == b or n.startswith(b + ".") for b in block):
+            raise ImportError(f"No module named {n!r} (blocked by the test)")
+        return real_import(n, globals, locals, fromlist, level)
+
+    spec = importlib.util.spec_from_file_location(name, PACK)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    builtins.__import__ = guarded
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        builtins.__import__ = real_import
+    return mod
+
+
+@pytest.fixture(scope="module")
+def comfy_env(tmp_path_factory):
+    """Stand-in ComfyUI modules on sys.path with a fresh models/ folder."""
+    base = tmp_path_factory.mktemp("comfy")
+    os.environ["COMFY_STUB_BASE"] = str(base)
+    _drop_modules(STUB_MODULES)
+    sys.path.insert(0, STUBS)
+    import comfy.model_management
+    import comfy.utils
+    import folder_paths
+    assert folder_paths.__file__.startswith(STUBS)
+    yield {"base": base, "folder_paths": folder_paths, "mm": comfy.model_management, "utils": comfy.utils}
+    sys.path.remove(STUBS)
+    _drop_modules(STUB_MODULES + ("comfyui_h3_under_test", "comfyui_h3_classic", "comfyui_h3_noh3cy"))
+    os.environ.pop("COMFY_STUB_BASE", None)
+
+
+@pytest.fixture(scope="module")
+def pack(comfy_env):
+    mod = _import_pack("comfyui_h3_under_test")
+    yield mod
+    sys.modules[mod.__name__ + ".nodes_load"]._CACHE.release()
+
+
+@pytest.fixture(scope="module")
+def demo_root(tmp_path_factory, comfy_env):
+    """h3cy's tiny random model, placed in models/h3/demo."""
+    root = h3cy.demo.build_demo_model(str(tmp_path_factory.mktemp("h3cy-demo")))
+    h3dir = os.path.join(comfy_env["folder_paths"].models_dir, "h3")
+    os.makedirs(h3dir, exist_ok=True)
+    os.symlink(root, os.path.join(h3dir, "demo"))
+    return root
+
+
+@pytest.fixture
+def schemas(pack):
+    return {c.GET_SCHEMA().node_id: c for c in pack.NODE_CLASSES}
+
+
+@pytest.fixture
+def nodes(pack, comfy_env, demo_root):
+    comfy_env["utils"].set_progress_bar_global_hook(None)
+    comfy_env["mm"].interrupt_current_processing(False)
+    yield {c.GET_SCHEMA().node_id: c for c in pack.NODE_CLASSES}
+    comfy_env["utils"].set_progress_bar_global_hook(None)
+    comfy_env["mm"].interrupt_current_processing(False)
+
+
+def run(cls, **kw):
+    """What ComfyUI's executor does with a v3 node: normalise execute's return."""
+    return cls.EXECUTE_NORMALIZED(**kw).args
+
+
+def load(nodes, weights="fp32", model="demo"):
+    return run(nodes["H3cyModelLoader"], model=model, weights=weights, threads=0, streaming="off")[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# registration and schemas
+# ---------------------------------------------------------------------------------------------
+def test_v3_entrypoint_registers_five_prefixed_nodes(pack):
+    import asyncio
+    assert not hasattr(pack, "NODE_CLASS_MAPPINGS")     # else ComfyUI ignores comfy_entrypoint
+    ext = asyncio.run(pack.comfy_entrypoint())
+    from comfy_api.latest import ComfyExtension, io
+    assert isinstance(ext, ComfyExtension)
+    classes = asyncio.run(ext.get_node_list())
+    ids = [c.GET_SCHEMA().node_id for c in classes]
+    assert ids == NODE_IDS
+    assert all(issubclass(c, io.ComfyNode) for c in classes)
+    assert not any(i.startswith("MiniMaxH3") for i in ids)
+
+
+EXPECTED_INPUTS = {
+    "H3cyModelLoader": [("model", "COMBO", None), ("weights", "COMBO", "int8"), ("threads", "INT", 0),
+                        ("streaming", "COMBO", "auto")],
+    "H3cyTextEncode": [("model", "H3_MODEL", None), ("prompt", "STRING", "")],
+    "H3cySampler": [("model", "H3_MODEL", None), ("conditioning", "H3_CONDITIONING", None),
+                    ("width", "INT", 512), ("height", "INT", 512), ("frames", "INT", 22), ("seconds", "FLOAT", 0.0),
+                    ("steps", "INT", 20), ("seed", "INT", 42), ("reuse", "INT", 1), ("layers", "INT", 0)],
+    "H3cyDecode": [("model", "H3_MODEL", None), ("latent", "LATENT", None)],
+    "H3cyGenerate": [("model", "H3_MODEL", None), ("prompt", "STRING", ""), ("width", "INT", 512),
+                     ("height", "INT", 512), ("frames", "INT", 22), ("seconds", "FLOAT", 0.0), ("steps", "INT", 20),
+                     ("seed", "INT", 42), ("reuse", "INT", 1), ("layers", "INT", 0)],
+}
+EXPECTED_OUTPUTS = {"H3cyModelLoader": ["H3_MODEL"], "H3cyTextEncode": ["H3_CONDITIONING"],
+                    "H3cySampler": ["LATENT"], "H3cyDecode": ["IMAGE", "AUDIO"], "H3cyGenerate": ["IMAGE", "AUDIO"]}
+
+
+@pytest.mark.parametrize("node_id", NODE_IDS)
+def test_node_schema(schemas, node_id):
+    cls = schemas[node_id]
+    schema = cls.GET_SCHEMA()
+    got = [(i.id, i.get_io_type(), getattr(i, "default", None)) for i in schema.inputs]
+    assert got == EXPECTED_INPUTS[node_id]
+    assert list(cls.RETURN_TYPES) == EXPECTED_OUTPUTS[node_id]
+    assert schema.category == "h3cy" and schema.display_name.startswith("H3 ")
+    info = cls.INPUT_TYPES()["required"]                  # what /object_info sends the frontend
+    if "seed" in info:
+        assert info["seed"][1]["control_after_generate"] is True
+        assert info["seed"][1]["max"] == 0xFFFFFFFFFFFFFFFF
+        assert info["width"][1]["step"] == 32 and info["width"][1]["min"] == 64
+    if "prompt" in info:
+        assert info["prompt"][1]["multiline"] is True
+
+
+def test_loader_lists_models_and_registers_h3_folder(nodes, comfy_env):
+    fp = comfy_env["folder_paths"]
+    assert os.path.join(fp.models_dir, "h3") in fp.get_folder_paths("h3")
+    opts = nodes["H3cyModelLoader"].INPUT_TYPES()["required"]["model"][1]["options"]
+    assert "demo" in opts
+    assert set(nodes["H3cyModelLoader"].INPUT_TYPES()["required"]["weights"][1]["options"]) == \
+        {"int8", "int4", "bf16", "fp16", "fp32"}
+
+
+def test_classic_fallback_without_v3(comfy_env, pack):
+    mod = _import_pack("comfyui_h3_classic", block=("comfy_api",))
+    assert not hasattr(mod, "comfy_entrypoint")
+    assert sorted(mod.NODE_CLASS_MAPPINGS) == sorted(NODE_IDS)
+    for node_id, cls in mod.NODE_CLASS_MAPPINGS.items():
+        req = cls.INPUT_TYPES()["required"]
+        got = [(k, "COMBO" if isinstance(v[0], list) else v[0], v[1].get("default")) for k, v in req.items()]
+        assert got == EXPECTED_INPUTS[node_id]
+        assert list(cls.RETURN_TYPES) == EXPECTED_OUTPUTS[node_id]
+        assert callable(getattr(cls(), cls.FUNCTION))
+        assert mod.NODE_DISPLAY_NAME_MAPPINGS[node_id].startswith("H3 ")
+
+
+def test_missing_h3cy_loads_and_says_how_to_install(comfy_env, pack, caplog):
+    saved = {k: v for k, v in sys.modules.items() if k == "h3cy" or k.startswith("h3cy.")}
+    _drop_modules(("h3cy",))
+    try:
+        with caplog.at_level(logging.WARNING, logger="comfyui_h3"):
+            mod = _import_pack("comfyui_h3_noh3cy", block=("h3cy",))
+        msgs = [r.getMessage() for r in caplog.records if r.name == "comfyui_h3"]
+        assert len(msgs) == 1 and "pip install h3cy" in msgs[0]
+        assert [c.GET_SCHEMA().node_id for c in mod.NODE_CLASSES] == NODE_IDS      # workflows still open
+        missing = sys.modules["comfyui_h3_noh3cy._h3"].H3cyMissing
+        with pytest.raises(missing, match="pip install h3cy"):
+            run(mod.NODE_CLASSES[0], model="demo", weights="int8", threads=0, streaming="auto")
+        with pytest.raises(missing, match="pip install h3cy"):
+            run(mod.NODE_CLASSES[4], model=None, prompt="x", **SMALL)
+    finally:
+        _drop_modules(("h3cy",))
+        sys.modules.update(saved)
+
+
+# ---------------------------------------------------------------------------------------------
+# execute on the tiny model
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def reference(demo_root):
+    """The same request through h3cy's own API (what the nodes must reproduce)."""
+    pipe = h3cy.load(demo_root, weights="fp32", streaming=False)
+    res = pipe.generate("a fox in snow", width=64, height=64, frames=22, steps=2, seed=7)
+    return res
+
+
+def _check_image_audio(images, audio, frames, height, width):
+    assert isinstance(images, torch.Tensor) and images.dtype == torch.float32
+    assert tuple(images.shape) == (frames, height, width, 3)
+    assert float(images.min()) >= 0.0 and float(images.max()) <= 1.0
+    assert float(images.std()) > 0.0                       # not a blank frame stack
+    assert set(audio) == {"waveform", "sample_rate"} and audio["sample_rate"] == 32000
+    wave = audio["waveform"]
+    assert isinstance(wave, torch.Tensor) and wave.dtype == torch.float32
+    assert tuple(wave.shape) == (1, 2, round(frames * 32000 / 24))
+    assert float(wave.abs().max()) <= 1.0 and float(wave.abs().max()) > 0.0
+
+
+def test_four_node_chain_matches_h3cy(nodes, reference):
+    model = load(nodes)
+    (cond,) = run(nodes["H3cyTextEncode"], model=model, prompt="a fox in snow")
+    assert cond.embeds.dtype == np.float32 and cond.embeds.ndim == 2 and not cond.embeds.flags.writeable
+    (latent,) = run(nodes["H3cySampler"], model=model, conditioning=cond, **SMALL)
+    T, h, w = reference.video_latent.shape[1:]
+    assert tuple(latent["samples"].shape) == (1, 24, T, h, w) and latent["samples"].dtype == torch.float32
+    assert tuple(latent["audio_samples"].shape) == (1,) + reference.audio_latent.shape
+    assert latent["audio_samples"].dtype == torch.float32
+    assert latent["h3_geometry"] == {"width": 64, "height": 64, "frames": 22, "fps": 24}
+    np.testing.assert_array_equal(latent["samples"][0].numpy(), reference.video_latent)
+    images, audio = run(nodes["H3cyDecode"], model=model, latent=latent)
+    _check_image_audio(images, audio, 22, 64, 64)
+    np.testing.assert_array_equal((images.numpy() * 255).round().astype(np.uint8), reference.frames)
+    np.testing.assert_array_equal(audio["waveform"][0].numpy(), np.clip(reference.audio_for_video(), -1, 1))
+
+
+def test_generate_node_equals_chain(nodes, reference):
+    images, audio = run(nodes["H3cyGenerate"], model=load(nodes), prompt="a fox in snow", **SMALL)
+    _check_image_audio(images, audio, 22, 64, 64)
+    np.testing.assert_array_equal((images.numpy() * 255).round().astype(np.uint8), reference.frames)
+
+
+def test_text_encode_uses_prompt_cache(nodes, comfy_env):
+    import uuid
+    model = load(nodes)
+    prompt = f"a lighthouse at dusk {uuid.uuid4().hex}"          # new to the on-disk cache
+    seen = []
+    comfy_env["utils"].set_progress_bar_global_hook(lambda v, t, p, node_id=None: seen.append(v))
+    (first,) = run(nodes["H3cyTextEncode"], model=model, prompt=prompt)
+    n_first = len(seen)
+    seen.clear()
+    (second,) = run(nodes["H3cyTextEncode"], model=model, prompt=prompt)
+    assert n_first > 1 and seen == [1000]          # per-layer progress, then one cache hit
+    np.testing.assert_array_equal(first.embeds, second.embeds)
+    assert not np.shares_memory(first.embeds, second.embeds)
+
+
+def test_seconds_overrides_frames(nodes):
+    kw = dict(SMALL, seconds=1.5, frames=22)
+    images, audio = run(nodes["H3cyGenerate"], model=load(nodes), prompt="x", **kw)
+    assert images.shape[0] == h3cy.Geometry.from_seconds(1.5, 64, 64).frames == 39
+
+
+def test_two_runs_give_independent_objects(nodes):
+    model = load(nodes)
+    a_img, a_aud = run(nodes["H3cyGenerate"], model=model, prompt="rain on a roof", **SMALL)
+    b_img, b_aud = run(nodes["H3cyGenerate"], model=model, prompt="rain on a roof", **SMALL)
+    assert torch.equal(a_img, b_img) and torch.equal(a_aud["waveform"], b_aud["waveform"])
+    assert not np.shares_memory(a_img.numpy(), b_img.numpy())
+    assert not np.shares_memory(a_aud["waveform"].numpy(), b_aud["waveform"].numpy())
+    keep = b_img.clone()
+    a_img.fill_(0.5)
+    a_aud["waveform"].zero_()
+    assert torch.equal(b_img, keep) and float(b_aud["waveform"].abs().max()) > 0
+    (cond,) = run(nodes["H3cyTextEncode"], model=model, prompt="rain on a roof")
+    (l1,) = run(nodes["H3cySampler"], model=model, conditioning=cond, **SMALL)
+    (l2,) = run(nodes["H3cySampler"], model=model, conditioning=cond, **SMALL)
+    assert not np.shares_memory(l1["samples"].numpy(), l2["samples"].numpy())
+    l1["samples"].zero_()                                  # a downstream node mutating its input
+    i2, _ = run(nodes["H3cyDecode"], model=model, latent=l2)
+    assert torch.equal(i2, keep)
+
+
+def test_model_cache_reuses_and_reloads(nodes, pack):
+    cache = sys.modules[pack.__name__ + ".nodes_load"]._CACHE
+    m1 = load(nodes)
+    p1, n = m1.pipeline(), cache.loads
+    m2 = load(nodes)
+    assert m2.pipeline() is p1 and cache.loads == n               # same (path, mode): reused
+    m3 = load(nodes, weights="bf16")
+    p3 = m3.pipeline()
+    assert p3 is not p1 and p3.weights == "bf16" and cache.loads == n + 1
+    assert cache.pipe is p3                                       # only one pipeline kept
+    assert m1.pipeline() is not p1 and m1.pipeline().weights == "fp32"   # a stale handle reopens
+    assert cache.loads == n + 2
+
+
+def test_progress_moves_per_block_across_phases(nodes, comfy_env):
+    seen = []
+    comfy_env["utils"].set_progress_bar_global_hook(lambda v, t, p, node_id=None: seen.append((v, t)))
+    run(nodes["H3cyGenerate"], model=load(nodes), prompt="progress please", **SMALL)
+    values = [v for v, _ in seen]
+    assert values == sorted(values) and values[-1] == seen[-1][1] == 4000     # 4 phases x 1000
+    assert len(seen) >= 2 * 2 + 3                  # >= 2 blocks x 2 steps in denoise, plus other phases
+    assert len({v // 1000 for v in values}) >= 3   # the bar moved in several phases
+
+
+def test_lock_held_while_generating(nodes, comfy_env):
+    model = load(nodes)
+    held = []
+    comfy_env["utils"].set_progress_bar_global_hook(lambda v, t, p, node_id=None: held.append(model.lock.locked()))
+    run(nodes["H3cyGenerate"], model=model, prompt="lock", **SMALL)
+    assert held and all(held)
+    assert not model.lock.locked()
+
+
+@pytest.mark.parametrize("how", ["bar_raises", "interrupt_flag"])
+def test_cancel_mid_run_then_next_run_works(nodes, comfy_env, how):
+    mm, utils = comfy_env["mm"], comfy_env["utils"]
+    model = load(nodes)
+    calls = []
+
+    def hook(value, total, preview, node_id=None):
+        calls.append(value)
+        if len(calls) == 3:
+            if how == "bar_raises":          # ComfyUI's hook raises once the user pressed cancel
+                raise mm.InterruptProcessingException()
+            mm.interrupt_current_processing(True)      # only the flag: h3cy's cancel check sees it
+
+    utils.set_progress_bar_global_hook(hook)
+    with pytest.raises(mm.InterruptProcessingException):
+        run(nodes["H3cyGenerate"], model=model, prompt="cancel me", **SMALL)
+    assert 3 <= len(calls) <= 4 and calls[-1] < 4000      # stopped mid-run, within one block
+    assert not mm.processing_interrupted()                 # ComfyUI's flag is consumed, as it does
+    assert not model.lock.locked()
+    utils.set_progress_bar_global_hook(None)
+    images, audio = run(nodes["H3cyGenerate"], model=model, prompt="cancel me", **SMALL)
+    _check_image_audio(images, audio, 22, 64, 64)
+
+
+def test_clear_errors(nodes):
+    model = load(nodes)
+    with pytest.raises(h3cy.H3Error, match="nearest legal: 96"):
+        run(nodes["H3cyGenerate"], model=model, prompt="x", **dict(SMALL, width=100))
+    with pytest.raises(FileNotFoundError, match="models/h3"):
+        run(nodes["H3cyModelLoader"], model="(no MiniMax-H3 model found: put one in models/h3/)",
+            weights="int8", threads=0, streaming="auto")
+    with pytest.raises(FileNotFoundError, match="no longer"):
+        run(nodes["H3cyModelLoader"], model="gone", weights="int8", threads=0, streaming="auto")
+    with pytest.raises(ValueError, match="H3 Sampler"):
+        run(nodes["H3cyDecode"], model=model, latent={"samples": torch.zeros(1, 4, 8, 8)})
+
+
+def test_other_model_folders(nodes, comfy_env, demo_root, pack):
+    """A whole model in diffusion_models/, and Comfy-style split components."""
+    fp = comfy_env["folder_paths"]
+    dm = os.path.join(fp.models_dir, "diffusion_models")
+    os.makedirs(dm, exist_ok=True)
+    os.symlink(demo_root, os.path.join(dm, "whole"))
+    fl = os.path.join(demo_root, "FL2VA")
+    os.makedirs(os.path.join(fp.models_dir, "diffusion_models"), exist_ok=True)
+    os.symlink(os.path.join(fl, "transformer"), os.path.join(dm, "tiny"))
+    te = os.path.join(fp.models_dir, "text_encoders", "tiny")       # text encoder + tokenizer/ inside
+    os.makedirs(te)
+    for n in os.listdir(os.path.join(fl, "text_encoder")):
+        os.symlink(os.path.join(fl, "text_encoder", n), os.path.join(te, n))
+    os.symlink(os.path.join(fl, "tokenizer"), os.path.join(te, "tokenizer"))
+    vae = os.path.join(fp.models_dir, "vae", "tiny")
+    os.makedirs(vae)
+    for c in ("video_vae", "audio_vae"):
+        os.symlink(os.path.join(fl, c), os.path.join(vae, c))
+    opts = nodes["H3cyModelLoader"].INPUT_TYPES()["required"]["model"][1]["options"]
+    assert {"demo", "diffusion_models/whole", "split/tiny"} <= set(opts)
+    m = load(nodes, model="split/tiny")
+    assert m.pipeline().folder.layout == "release"
+    images, _ = run(nodes["H3cyGenerate"], model=m, prompt="a fox in snow", **SMALL)
+    ref = run(nodes["H3cyGenerate"], model=load(nodes, model="diffusion_models/whole"), prompt="a fox in snow",
+              **SMALL)[0]
+    assert torch.equal(images, ref)

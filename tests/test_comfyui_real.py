@@ -1,0 +1,210 @@
+"""The pack inside a real ComfyUI: only when COMFYUI_DIR points to a ComfyUI checkout.
+
+ComfyUI is not on PyPI, so CI cannot run this; run it by hand (comfyui_h3/README.md):
+
+    COMFYUI_DIR=/path/to/ComfyUI COMFYUI_PYTHON=/path/to/comfy-venv/bin/python \\
+        python -m pytest -v tests/test_comfyui_real.py
+
+It starts ComfyUI headless on the CPU on 127.0.0.1 with a throw-away ``--base-directory``
+(models/h3/h3cy-demo = h3cy's tiny demo model, custom_nodes/comfyui_h3 = this pack), submits
+the example workflow through the HTTP API, checks the saved MP4 and FLAC, checks that the same
+workflow resubmitted is served from ComfyUI's cache, cancels a longer run through /interrupt
+and checks that the next run still works.  ``COMFYUI_H3_LOG=path`` keeps the server's log.
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
+pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="COMFYUI_DIR is not set (needs a ComfyUI checkout)")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACK = os.path.join(ROOT, "comfyui_h3")
+WORKFLOW = os.path.join(PACK, "workflows", "h3cy_text_to_video.json")
+WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+SMALL = {"width": 64, "height": 64, "frames": 22, "seconds": 0.0, "steps": 2, "seed": 5}
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Comfy:
+    def __init__(self, url):
+        self.url = url
+
+    def get(self, path):
+        with urllib.request.urlopen(self.url + path, timeout=30) as r:
+            return json.loads(r.read())
+
+    def post(self, path, body=None):
+        data = json.dumps(body or {}).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            raw = r.read()
+        return json.loads(raw) if raw.strip() else None
+
+    def submit(self, prompt):
+        return self.post("/prompt", {"prompt": prompt, "client_id": uuid.uuid4().hex})["prompt_id"]
+
+    def wait(self, prompt_id, timeout=300):
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            h = self.get(f"/history/{prompt_id}")
+            if prompt_id in h and h[prompt_id].get("status", {}).get("completed") is not None \
+                    and h[prompt_id]["status"].get("status_str") in ("success", "error"):
+                return h[prompt_id]
+            time.sleep(0.2)
+        raise TimeoutError(f"prompt {prompt_id} did not finish in {timeout} s")
+
+    def running(self, prompt_id):
+        return any(item[1] == prompt_id for item in self.get("/queue")["queue_running"])
+
+
+@pytest.fixture(scope="module")
+def comfy(tmp_path_factory):
+    import h3cy.demo
+    base = tmp_path_factory.mktemp("comfy-base")
+    demo = h3cy.demo.build_demo_model(str(tmp_path_factory.mktemp("demo")))
+    os.makedirs(base / "models" / "h3")
+    os.symlink(demo, base / "models" / "h3" / "h3cy-demo")
+    os.makedirs(base / "custom_nodes")
+    os.symlink(PACK, base / "custom_nodes" / "comfyui_h3")
+    port = _free_port()
+    log_path = base / "comfyui.log"
+    python = os.environ.get("COMFYUI_PYTHON", sys.executable)
+    cmd = [python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port), "--base-directory", str(base),
+           "--disable-auto-launch", "--database-url", "sqlite:///:memory:"]
+    env = dict(os.environ, H3CY_CACHE_DIR=str(base / "h3cy-cache"), PYTHONUNBUFFERED="1")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=COMFYUI_DIR, stdout=log, stderr=subprocess.STDOUT, env=env)
+    c = Comfy(f"http://127.0.0.1:{port}")
+    try:
+        t0 = time.monotonic()
+        while True:
+            try:
+                c.get("/object_info/H3cyGenerate")
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() - t0 > 180:
+                    raise RuntimeError("ComfyUI did not start:\n" + log_path.read_text()[-4000:])
+                time.sleep(0.5)
+        c.base, c.log_path = base, log_path
+        yield c
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if os.environ.get("COMFYUI_H3_LOG"):
+            shutil.copy(log_path, os.environ["COMFYUI_H3_LOG"])
+
+
+def to_api(workflow, object_info, overrides):
+    """The frontend's UI-workflow -> API-prompt conversion: links by (node, slot), widget
+    values in input order, skipping the control_after_generate value after a seed."""
+    links = {l[0]: l for l in workflow["links"]}
+    prompt = {}
+    for n in workflow["nodes"]:
+        info = object_info[n["type"]]["input"]
+        specs = {**info.get("required", {}), **info.get("optional", {})}
+        linked = {i["name"]: i["link"] for i in n.get("inputs", []) if i.get("link") is not None}
+        inputs, values = {}, list(n.get("widgets_values") or [])
+        for name in [*info.get("required", {}), *info.get("optional", {})]:
+            typ, opts = specs[name][0], (specs[name][1] if len(specs[name]) > 1 else {})
+            if name in linked:
+                l = links[linked[name]]
+                inputs[name] = [str(l[1]), l[2]]
+            elif isinstance(typ, list) or typ in WIDGET_TYPES:
+                if not values:
+                    continue
+                inputs[name] = values.pop(0)
+                if opts.get("control_after_generate"):
+                    values.pop(0)
+        inputs.update(overrides.get(n["type"], {}))
+        prompt[str(n["id"])] = {"class_type": n["type"], "inputs": inputs}
+    return prompt
+
+
+def small_prompt(comfy, **sampler):
+    with open(WORKFLOW) as f:
+        wf = json.load(f)
+    oi = comfy.get("/object_info")
+    return to_api(wf, oi, {"H3cyModelLoader": {"model": "h3cy-demo", "weights": "fp32", "streaming": "off"},
+                           "H3cySampler": dict(SMALL, **sampler)})
+
+
+def test_nodes_registered(comfy):
+    oi = comfy.get("/object_info")
+    for n in ("H3cyModelLoader", "H3cyTextEncode", "H3cySampler", "H3cyDecode", "H3cyGenerate"):
+        assert oi[n]["category"] == "h3cy" and oi[n]["python_module"].startswith("custom_nodes.")
+    assert "h3cy-demo" in oi["H3cyModelLoader"]["input"]["required"]["model"][1]["options"]
+    assert oi["H3cySampler"]["input"]["required"]["seed"][1]["control_after_generate"] is True
+    assert oi["H3cyDecode"]["output"] == ["IMAGE", "AUDIO"]
+
+
+def _saved(comfy, outputs, key):
+    items = [it for out in outputs.values() for it in out.get(key, [])]
+    assert len(items) == 1, outputs
+    it = items[0]
+    return os.path.join(comfy.base, it.get("type", "output"), it["subfolder"], it["filename"])
+
+
+def test_example_workflow_saves_video_and_audio(comfy):
+    import av
+    pid = comfy.submit(small_prompt(comfy))
+    h = comfy.wait(pid)
+    assert h["status"]["status_str"] == "success", h["status"]
+    video = _saved(comfy, h["outputs"], "images")            # SaveVideo reports its file under "images"
+    audio = _saved(comfy, h["outputs"], "audio")
+    with av.open(video) as c:
+        vs = c.streams.video[0]
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(vs)]
+        assert (vs.codec_context.width, vs.codec_context.height) == (64, 64)
+        assert round(float(vs.average_rate)) == 24
+        assert len(frames) == 22 and max(f.std() for f in frames) > 0
+        assert len(c.streams.audio) == 1 and c.streams.audio[0].channels == 2
+    with av.open(audio) as c:
+        st = c.streams.audio[0]
+        assert st.rate == 32000 and st.channels == 2
+        n = sum(fr.samples for fr in c.decode(st))
+        assert n == round(22 * 32000 / 24)
+    # the identical workflow again: ComfyUI serves every node from its cache
+    pid2 = comfy.submit(small_prompt(comfy))
+    h2 = comfy.wait(pid2)
+    cached = [m[1]["nodes"] for m in h2["status"]["messages"] if m[0] == "execution_cached"]
+    assert h2["status"]["status_str"] == "success" and cached and "3" in cached[0]
+
+
+def test_interrupt_then_next_run_works(comfy):
+    # long enough on the tiny model (~4600 video tokens, 200 steps) to be inside the sampler
+    pid = comfy.submit(small_prompt(comfy, width=384, height=384, frames=107, steps=200, seed=11))
+    t0 = time.monotonic()
+    while not comfy.running(pid):
+        assert time.monotonic() - t0 < 60
+        time.sleep(0.05)
+    time.sleep(3.0)                                        # well inside the sampler
+    comfy.post("/interrupt")
+    t_int = time.monotonic()
+    h = comfy.wait(pid, timeout=120)
+    stop_s = time.monotonic() - t_int
+    kinds = [m[0] for m in h["status"]["messages"]]
+    assert h["status"]["status_str"] == "error" and "execution_interrupted" in kinds, kinds
+    assert not h["outputs"]
+    print(f"interrupt -> stopped in {stop_s:.2f} s")
+    assert stop_s < 10
+    pid2 = comfy.submit(small_prompt(comfy, seed=12))
+    h2 = comfy.wait(pid2)
+    assert h2["status"]["status_str"] == "success", h2["status"]
+    assert _saved(comfy, h2["outputs"], "images").endswith(".mp4")
