@@ -10,11 +10,11 @@
  * fused into the GEMM epilogues; with round_bf16 every step is a separate op rounded to
  * bf16 in torch's order (spec §4.6), so the result matches diffusers run in bf16. */
 #include "h3_internal.h"
+#include "block_rows.h"
 
 #include <math.h>
 #include <string.h>
 
-static inline float rb(float x) { return h3_bf16_to_f32(h3_f32_to_bf16(x)); }
 
 enum { EW_ROUND, EW_MODULATE, EW_GATE_ADD, EW_SWIGLU_BF16, EW_ROPE_BF16, EW_SPLIT_QKV };
 
@@ -61,39 +61,17 @@ static void ew_task(void *p, int ith, int nth) {
             }
             break;
         }
-        case EW_SWIGLU_BF16: { /* a: [rows, 2n] = [gate; value] -> x: [rows, n] */
-            const float *gv = c->a + i * 2 * n;
-            for (int64_t j = 0; j < n; j++) {
-                float g = gv[j];
-                float s = rb(g / (1.0f + expf(-g)));
-                x[j] = rb(s * gv[n + j]);
-            }
+        case EW_SWIGLU_BF16: /* a: [rows, 2n] = [gate; value] -> x: [rows, n] */
+            row_swiglu_bf16(x, c->a + i * 2 * n, n);
             break;
-        }
-        case EW_ROPE_BF16: { /* x: [rows, heads*head_dim]; tables [rows, rot_dim/2] */
-            const int half = c->rot_dim / 2;
-            const float *cs = c->cos + i * half, *sn = c->sin + i * half;
-            for (int h = 0; h < c->heads; h++) {
-                float *y = x + (int64_t)h * c->head_dim;
-                for (int j = 0; j < half; j++) {
-                    float co = rb(cs[j]), si = rb(sn[j]);
-                    float x1 = y[j], x2 = y[j + half];
-                    y[j] = rb(rb(x1 * co) + rb(-x2 * si));
-                    y[j + half] = rb(rb(x2 * co) + rb(x1 * si));
-                }
-            }
+        case EW_ROPE_BF16: /* x: [rows, heads*head_dim]; tables [rows, rot_dim/2] */
+            row_rope_bf16(x, c->cos + i * (c->rot_dim / 2), c->sin + i * (c->rot_dim / 2), c->heads,
+                          c->head_dim, c->rot_dim);
             break;
-        }
         case EW_SPLIT_QKV: { /* x: [rows, 3*inner] -> q, k, v [rows, inner] */
-            const int D = c->head_dim, H = c->heads;
-            const int64_t inner = (int64_t)H * D;
-            for (int h = 0; h < H; h++)
-                for (int part = 0; part < 3; part++) {
-                    const float *src = c->interleaved ? x + ((int64_t)h * 3 + part) * D
-                                                      : x + part * inner + (int64_t)h * D;
-                    float *dst = (part == 0 ? c->q : part == 1 ? c->k : c->v) + i * inner + (int64_t)h * D;
-                    memcpy(dst, src, (size_t)D * sizeof(float));
-                }
+            const int64_t inner = (int64_t)c->heads * c->head_dim;
+            row_split_qkv(x, c->q + i * inner, c->k + i * inner, c->v + i * inner, c->heads, c->head_dim,
+                          c->interleaved);
             break;
         }
         }
@@ -123,7 +101,6 @@ h3_status h3_round_bf16(float *x, int64_t n, h3_pool *pool, h3_err *err) {
  * o [S,inner] | br [S,hidden] | ff [S,2*ffn] | act [S,ffn] | then kernel workspaces */
 typedef struct { size_t n, qkv, q, k, v, o, br, ff, act, lin, attn, total; } ws_plan;
 
-static size_t al(size_t b) { return (b + 63) & ~(size_t)63; }
 
 static ws_plan plan(const h3_dit_block *w, const h3_dit_block_args *a, int nth) {
     ws_plan p;
