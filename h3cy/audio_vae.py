@@ -22,18 +22,17 @@ per input channel).  Only decoder tensors are read (memory-mapped), never the en
 import json
 import math
 import os
-import time
 
 import numpy as np
 
 from . import _kernels, ops
-from .errors import Cancelled, CheckpointError, H3ValueError
+from ._progress import Ticker
+from .errors import CheckpointError, H3ValueError
 from .safetensors import SafetensorsFile
 
 __all__ = ["AudioDecoder", "AUDIO_WEIGHT_MODES"]
 
 AUDIO_WEIGHT_MODES = ("fp32", "bf16", "fp16", "int8")
-PROGRESS_INTERVAL = 0.05   # seconds between on_progress reports (as h3cy.sampler)
 
 _FILES = ("diffusion_pytorch_model.safetensors", "model.safetensors")
 _ARCH = ("latent_dim", "latent_channels", "decoder_dim", "decoder_rates", "decoder_kernel_sizes",
@@ -353,20 +352,9 @@ class AudioDecoder:
         B, _, A = x.shape
         per_item = 2 + len(self.ups) * (1 + len(self.blocks[0]))
         total = B * per_item
-        state = {"done": 0, "last": 0.0}
-
-        def tick():
-            state["done"] += 1
-            if cancel is not None and cancel.cancelled:
-                raise Cancelled(f"audio decode cancelled after {state['done']} of {total} steps")
-            if on_progress is not None:
-                now = time.monotonic()
-                if state["done"] == total or now - state["last"] >= PROGRESS_INTERVAL:
-                    state["last"] = now
-                    on_progress(state["done"], total, "decode_audio")
-
-        if cancel is not None and cancel.cancelled:
-            raise Cancelled("audio decode cancelled before it started")
+        ticker = Ticker(total, "decode_audio", on_progress, cancel, what="audio decode")
+        tick = ticker.tick
+        ticker.check()
         ws = self._ws(A)
         out = np.empty((B, self.hop * A), np.float32)
         # the pipeline's de-normalisation, in its order: latents * std + mean (fp32)

@@ -5,15 +5,13 @@ This first version drives the loop from Python around the C block driver (each b
 with the GIL released); the steps' arithmetic is float32 and identical to diffusers'.
 """
 import threading
-import time
 
 import numpy as np
 
-from .errors import Busy, Cancelled, H3ValueError
+from ._progress import Ticker
+from .errors import Busy, H3ValueError
 from .layout import Geometry, Layout, pack_audio, patchify, unpack_audio, unpatchify
 from .schedule import Schedule, clean_estimate, euler_blend
-
-PROGRESS_INTERVAL = 0.05   # seconds between on_progress reports within a step
 
 STOP = type("Stop", (), {"__repr__": lambda self: "h3cy.STOP"})()
 
@@ -198,18 +196,12 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
         active = gate_ranked_blocks(dit, np.concatenate([tvs.reshape(-1), tas]), layers)
     n_active = len(dit.blocks) if active is None else sum(active)
     total = sum(evaluate) * n_active
-    state = {"done": 0, "step": 0, "last_report": 0.0}
+    state = {"step": 0}
+    ticker = Ticker(total, "denoise", on_progress, cancel, what="denoise", step=lambda: state["step"])
 
     def after_block(b, nb):
-        state["done"] += 1
-        if cancel is not None and cancel.cancelled:
-            raise Cancelled(f"denoise cancelled during step {state['step']}", step=state["step"])
-        if on_progress is not None:
-            # at most ~20 reports a second, but always at the end of a step
-            now = time.monotonic()
-            if b == nb or now - state["last_report"] >= PROGRESS_INTERVAL:
-                state["last_report"] = now
-                on_progress(state["done"], total, "denoise")
+        # at most ~20 reports a second, but always at the end of a step
+        ticker.tick(boundary=b == nb)
 
     lock = dit.generate_lock
     if not lock.acquire(blocking=blocking):

@@ -24,19 +24,18 @@ import json
 import logging
 import os
 import threading
-import time
 
 import numpy as np
 
 from . import _kernels, _pages, ops
 from ._bf16 import bf16_bits_to_f32, round_bf16
-from .errors import Cancelled, CheckpointError, H3ValueError
+from ._progress import Ticker
+from .errors import CheckpointError, H3ValueError
 from .safetensors import SafetensorsFile
 
 log = logging.getLogger("h3cy")
 
 OUTPUT_LAYER = 50           # hidden_states[50] = output of layers[49] (spec §3.2)
-PROGRESS_INTERVAL = 0.05    # seconds between on_progress reports (as the sampler)
 PREFIX = "model.language_model."
 SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
 _LAYER_TENSORS = ("input_layernorm", "post_attention_layernorm", "self_attn.q_proj",
@@ -483,25 +482,18 @@ class TextEncoder:
         S = h.shape[0]
         cos, sin = rope_tables(np.arange(S), self.inv_freq)
         total = self.num_layers
-        last = 0.0
         eps = self.config.rms_norm_eps
+        ticker = Ticker(total, "encode", on_progress, cancel, what="encode")
+        ticker.step = lambda: ticker.done
         with self._run_lock:
-            if cancel is not None and cancel.cancelled:
-                raise Cancelled("encode cancelled before layer 0", step=0)
+            ticker.check()
             for i, layer in enumerate(self._iter_layers()):
                 need = layer.core.workspace_bytes(S) + 64
                 if self._ws is None or self._ws.nbytes < need:
                     self._ws = None
                     self._ws = np.empty(need, np.uint8)
                 layer.core.forward(h, eps, int(self.round_bf16), self.isa, self._ws, cos, sin)
-                done = i + 1
-                if cancel is not None and cancel.cancelled and done < total:
-                    raise Cancelled(f"encode cancelled after layer {done} of {total}", step=done)
-                if on_progress is not None:
-                    now = time.monotonic()
-                    if done == total or now - last >= PROGRESS_INTERVAL:
-                        last = now
-                        on_progress(done, total, "encode")
+                ticker.tick()
             if total == 0 and on_progress is not None:
                 on_progress(0, 0, "encode")
         return h

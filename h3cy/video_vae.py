@@ -20,25 +20,23 @@ torch rounds them; norms, ``scale1``/``scale2`` and the residual stream float32)
 ``fp16`` / ``int8`` for the 36 blocks' projections (activations float32; the small
 ``post_quant_conv``/``proj_in``/``proj_out`` stay float32).
 """
-import json
 import math
 import os
 import threading
-import time
 
 import numpy as np
 
 from . import _kernels, _pages, ops
 from ._bf16 import bf16_bits_to_f32, round_bf16
 from .checkpoint import _load_json, _weight_files
-from .errors import Cancelled, CheckpointError, H3ValueError
+from ._progress import Ticker
+from .errors import CheckpointError, H3ValueError
 from .safetensors import SafetensorsFile
 
 __all__ = ["VideoDecoder", "to_uint8", "split_tiles", "blend", "PIXEL_MEAN", "PIXEL_STD"]
 
 PIXEL_MEAN = np.array([0.485, 0.456, 0.406], np.float32)   # the VAE's RGB space is ImageNet-normalised
 PIXEL_STD = np.array([0.229, 0.224, 0.225], np.float32)
-PROGRESS_INTERVAL = 0.05       # seconds between on_progress reports (always one at the end)
 WEIGHT_MODES = ("fp32", "bf16", "fp16", "int8")
 # ViT rope inv_freq for theta 100 and 8 frequencies (spec Appendix B), torch's float32 bits
 _VIT_INV_FREQ_8 = np.array([int(h, 16) for h in (
@@ -615,17 +613,8 @@ class VideoDecoder:
         total = n * n_tiles * len(self.blocks)
         F = cf * n + ov
         out = None if on_frames is not None else np.empty((F, H, W, c.out_channels), np.float32)
-        state = {"done": 0, "last": 0.0}
-
-        def tick():
-            state["done"] += 1
-            if cancel is not None and cancel.cancelled:
-                raise Cancelled(f"video decode cancelled after {state['done']} of {total} blocks")
-            if on_progress is not None:
-                now = time.monotonic()
-                if state["done"] == total or now - state["last"] >= PROGRESS_INTERVAL:
-                    state["last"] = now
-                    on_progress(state["done"], total, "decode_video")
+        ticker = Ticker(total, "decode_video", on_progress, cancel, what="video decode")
+        tick = ticker.tick
 
         def emit(raw, first):
             px = _pixels(raw, self.round_bf16)
@@ -634,8 +623,7 @@ class VideoDecoder:
             else:
                 out[first:first + px.shape[0]] = px
 
-        if cancel is not None and cancel.cancelled:
-            raise Cancelled("video decode cancelled before it started")
+        ticker.check()
         with self._lock:
             tail = None
             for ci in range(n):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import h3cy
+from h3cy import _progress
 from h3cy.errors import CheckpointError, H3ValueError
 
 from _compare import assert_nontrivial, max_rel, rel_l2
@@ -104,12 +105,12 @@ def test_cancel_stops_and_decoder_is_reusable(tiny):
             token.cancel()
 
     import h3cy.audio_vae as av
-    old, av.PROGRESS_INTERVAL = av.PROGRESS_INTERVAL, 0.0   # report every unit
+    old, _progress.PROGRESS_INTERVAL = _progress.PROGRESS_INTERVAL, 0.0   # report every unit
     try:
         with pytest.raises(h3cy.Cancelled):
             dec.decode(lat, on_progress=progress, cancel=token)
     finally:
-        av.PROGRESS_INTERVAL = old
+        _progress.PROGRESS_INTERVAL = old
     assert calls[-1] == 3          # stopped right after the unit that set the token
     with pytest.raises(h3cy.Cancelled):   # a set token stops before any work
         dec.decode(lat, cancel=token)

@@ -73,7 +73,7 @@ def test_progress_is_throttled_but_reaches_every_step_end(tiny_dit_factory):
 
 
 def test_hooks_progress_stop_and_edits(tiny_dit_factory, monkeypatch):
-    monkeypatch.setattr(h3cy.sampler, "PROGRESS_INTERVAL", 0.0)   # report every block
+    monkeypatch.setattr(h3cy._progress, "PROGRESS_INTERVAL", 0.0)   # report every block
     t = tiny_dit_factory("a")
     g, pe, video, audio = _inputs(t)
     dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
@@ -107,7 +107,7 @@ def test_hooks_progress_stop_and_edits(tiny_dit_factory, monkeypatch):
 
 
 def test_cancel_from_another_thread_then_reuse(tiny_dit_factory, monkeypatch):
-    monkeypatch.setattr(h3cy.sampler, "PROGRESS_INTERVAL", 0.0)
+    monkeypatch.setattr(h3cy._progress, "PROGRESS_INTERVAL", 0.0)
     t = tiny_dit_factory("b")
     g, pe, video, audio = _inputs(t)
     dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
@@ -240,7 +240,7 @@ def _numpy_loop(dit, pe, g, video, audio, steps, evaluate, active=None):
 
 
 def test_reuse_follows_the_documented_rule(tiny_dit_factory, monkeypatch):
-    monkeypatch.setattr(h3cy.sampler, "PROGRESS_INTERVAL", 0.0)
+    monkeypatch.setattr(h3cy._progress, "PROGRESS_INTERVAL", 0.0)
     t = tiny_dit_factory("a")
     g, pe, video, audio = _inputs(t)
     dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
