@@ -12,6 +12,7 @@ Errors in what the user gave (a bad path, an illegal size) print one line and ex
 Ctrl-C stops cleanly, writes nothing half-done and exits with 130.
 """
 import argparse
+import os
 import sys
 import time
 
@@ -123,31 +124,57 @@ def _streaming(text):
 
 
 def generate(args):
+    """Generate, streaming the decoded clips straight into the MP4 (and the PNG folder), so
+    a long video never sits in memory; files appear under their names only when complete."""
+    import shutil
+
     import h3cy
     from . import media
     pipe = h3cy.load(args.model, weights=args.weights, streaming=args.streaming, threads=args.threads,
                      cache_dir=args.cache_dir, vae_weights=args.vae_weights, isa=args.isa)
+    g = (h3cy.Geometry.from_seconds(args.seconds, args.width, args.height) if args.seconds is not None
+         else h3cy.Geometry(args.width, args.height, 22 if args.frames is None else args.frames))
+    decode = args.output is not None or args.frames_dir is not None
+    sinks = {}
+    frames_tmp = None if args.frames_dir is None else args.frames_dir.rstrip("/") + f".partial-{os.getpid()}"
+
+    def on_audio(audio, sample_rate):
+        if args.output:
+            sinks["mp4"] = media.Mp4Writer(args.output, g.width, g.height, fps=g.fps,
+                                           audio=media.fit_audio(audio, g.frames, g.fps, sample_rate),
+                                           sample_rate=sample_rate)
+
+    def on_frames(frames, first):
+        if "mp4" in sinks:
+            sinks["mp4"].add_frames(frames)
+        if frames_tmp is not None:
+            media.write_frames(frames_tmp, frames, first_index=first)
+
     bars = _PhaseBars(not args.quiet)
     t0 = time.perf_counter()
     try:
-        res = pipe.generate(args.prompt, width=args.width, height=args.height, frames=args.frames,
-                            seconds=args.seconds, steps=args.steps, seed=args.seed, reuse=args.reuse,
-                            layers=args.layers, on_progress=bars,
-                            output="latent" if args.output is None and args.frames_dir is None
-                            else "video")
+        res = pipe.generate(args.prompt, width=g.width, height=g.height, frames=g.frames, steps=args.steps,
+                            seed=args.seed, reuse=args.reuse, layers=args.layers, on_progress=bars,
+                            output="video" if decode else "latent", on_frames=on_frames, on_audio=on_audio)
+        bars.close()
+        if "mp4" in sinks:
+            sinks.pop("mp4").close()
+            print(f"video -> {args.output} ({g.frames} frames {g.width}x{g.height} @ {g.fps} fps, "
+                  f"stereo audio {res.sample_rate} Hz)")
+        if frames_tmp is not None:
+            if os.path.isdir(args.frames_dir):
+                shutil.rmtree(args.frames_dir)
+            os.replace(frames_tmp, args.frames_dir)
+            print(f"frames -> {args.frames_dir}/")
+        if args.latent_out:
+            res.save_latents(args.latent_out)
+            print(f"latents -> {args.latent_out}")
     finally:
         bars.close()
-    # everything is in memory now; each file is written under a temporary name and renamed
-    if args.latent_out:
-        res.save_latents(args.latent_out)
-        print(f"latents -> {args.latent_out}")
-    if args.output:
-        res.save(args.output)
-        print(f"video -> {args.output} ({res.frames.shape[0]} frames {res.frames.shape[2]}x"
-              f"{res.frames.shape[1]} @ {res.fps} fps, stereo audio {res.sample_rate} Hz)")
-    if args.frames_dir:
-        media.write_frames(args.frames_dir, res.frames)
-        print(f"frames -> {args.frames_dir}/")
+        if "mp4" in sinks:
+            sinks.pop("mp4").abort()
+        if frames_tmp is not None and os.path.isdir(frames_tmp):
+            shutil.rmtree(frames_tmp, ignore_errors=True)
     _summary(res, time.perf_counter() - t0)
     return 0
 

@@ -20,7 +20,16 @@ import numpy as np
 from .errors import H3ValueError
 from .video_vae import to_uint8  # noqa: F401  (re-exported: frames -> uint8 for the writers)
 
-__all__ = ["Mp4Writer", "write_mp4", "write_wav", "write_png", "write_frames", "to_uint8"]
+__all__ = ["Mp4Writer", "write_mp4", "write_wav", "write_png", "write_frames", "to_uint8", "fit_audio"]
+
+
+def fit_audio(audio, n_frames, fps, sample_rate):
+    """The audio cut (or zero-padded) to the duration of ``n_frames`` at ``fps``."""
+    n = int(round(n_frames * sample_rate / fps))
+    a = np.asarray(audio)[:, :n]
+    if a.shape[1] < n:
+        a = np.pad(a, ((0, 0), (0, n - a.shape[1])))
+    return a
 
 
 def _check_frames(frames):

@@ -209,16 +209,20 @@ class Pipeline:
             return denoise(dit, prompt_embeds, geometry, **kw)
 
     def decode(self, video_latent, audio_latent, on_progress=None, cancel=None, on_frames=None,
-               fps=24):
+               on_audio=None, fps=24):
         """Decode latents to a :class:`Result` with uint8 frames and float32 stereo audio.
 
-        ``on_frames(frames_uint8, first_index)``, when given, receives the video clip by clip
-        as it is decoded (for writing long videos); the result's ``frames`` is then None.
+        The audio is decoded first.  ``on_audio(audio, sample_rate)``, when given, receives it
+        before any frame is decoded; ``on_frames(frames_uint8, first_index)`` receives the video
+        clip by clip as it is decoded, and the result's ``frames`` is then None — together
+        they let a writer stream a long video to disk (``h3cy generate`` does).  Without
+        ``on_frames`` the frames are assembled as uint8 clip by clip, never as a float video.
         """
-        t = {}
-        return self._decode(video_latent, audio_latent, on_progress, cancel, on_frames, t, fps=fps)
+        return self._decode(video_latent, audio_latent, on_progress, cancel, on_frames, on_audio, {},
+                            fps=fps)
 
-    def _decode(self, video_latent, audio_latent, on_progress, cancel, on_frames, timings, fps=24):
+    def _decode(self, video_latent, audio_latent, on_progress, cancel, on_frames, on_audio, timings,
+                fps=24):
         from .media import to_uint8
         video_latent = np.asarray(video_latent, np.float32)
         audio_latent = np.asarray(audio_latent, np.float32)
@@ -233,24 +237,29 @@ class Pipeline:
             audio = adec.decode(audio_latent, on_progress=on_progress, cancel=cancel)
             sample_rate = adec.sample_rate
         timings["decode_audio"] = time.perf_counter() - t0
+        if on_audio is not None:
+            on_audio(audio, sample_rate)
         t0 = time.perf_counter()
         _check_cancel(cancel, "decode_video")
-        cb = None
-        if on_frames is not None:
-            def cb(chunk, first):
-                on_frames(to_uint8(chunk), first)
+        frames = []
+
+        def clip(chunk, first):
+            u8 = to_uint8(chunk)
+            if on_frames is not None:
+                on_frames(u8, first)
+            else:
+                frames.append(u8)
         with self._component("video_vae") as vdec:
-            pixels = vdec.decode(video_latent, on_frames=cb, on_progress=on_progress, cancel=cancel)
+            vdec.decode(video_latent, on_frames=clip, on_progress=on_progress, cancel=cancel)
         timings["decode_video"] = time.perf_counter() - t0
-        frames = None if pixels is None else to_uint8(pixels)
-        return Result(frames=frames, audio=audio, fps=fps, sample_rate=sample_rate,
-                      video_latent=video_latent, audio_latent=audio_latent, timings=timings,
-                      peak_rss=peak_rss())
+        return Result(frames=np.concatenate(frames) if frames else None, audio=audio, fps=fps,
+                      sample_rate=sample_rate, video_latent=video_latent, audio_latent=audio_latent,
+                      timings=timings, peak_rss=peak_rss())
 
     def generate(self, prompt=None, *, prompt_embeds=None, width=512, height=512, frames=None,
                  seconds=None, steps=20, seed=42, noise=None, schedule=None, reuse=1, layers=None,
                  precision=None, on_step=None, on_progress=None, cancel=None, output="video",
-                 on_frames=None, blocking=True):
+                 on_frames=None, on_audio=None, blocking=True):
         """Generate a video with sound.
 
         Parameters
@@ -264,6 +273,8 @@ class Pipeline:
         output : "video" (decode) or "latent" (skip the decoders)
         on_frames : callable(frames_uint8, first_index) — stream decoded clips (``frames`` of
             the result is then None)
+        on_audio : callable(audio, sample_rate) — the decoded audio, before any frame (see
+            :meth:`decode`)
         blocking : wait for another generation on this pipeline (True) or raise Busy (False)
 
         Returns
@@ -296,8 +307,8 @@ class Pipeline:
             if output == "latent":
                 return Result(video_latent=video_latent, audio_latent=audio_latent, geometry=geometry,
                               fps=geometry.fps, timings=timings, peak_rss=peak_rss())
-            res = self._decode(video_latent, audio_latent, on_progress, cancel, on_frames, timings,
-                               fps=geometry.fps)
+            res = self._decode(video_latent, audio_latent, on_progress, cancel, on_frames, on_audio,
+                               timings, fps=geometry.fps)
             res.geometry = geometry
             return res
 

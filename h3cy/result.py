@@ -46,12 +46,9 @@ class Result:
         """The audio cut (or zero-padded) to the video's duration, ``F / fps`` seconds."""
         if self.audio is None:
             return None
-        n = int(round(self.frames.shape[0] * self.sample_rate / self.fps)) if self.frames is not None \
-            else self.audio.shape[1]
-        a = self.audio[:, :n]
-        if a.shape[1] < n:
-            a = np.pad(a, ((0, 0), (0, n - a.shape[1])))
-        return a
+        if self.frames is None:
+            return self.audio
+        return media.fit_audio(self.audio, self.frames.shape[0], self.fps, self.sample_rate)
 
     def save(self, path, crf=18):
         """Write an MP4 (H.264 video, AAC stereo audio at ``sample_rate``; the audio track is

@@ -93,9 +93,12 @@ def test_latent_output_then_decode_equals_generate(tiny_pipeline, references):  
     full = pipe.decode(lat.video_latent, lat.audio_latent)
     want = references["diffusers"]
     assert max_rel(full.audio, want["audio"]) <= 1e-4
-    streamed = []
-    part = pipe.decode(lat.video_latent, lat.audio_latent, on_frames=lambda fr, i: streamed.append((i, fr)))
+    streamed, order = [], []
+    part = pipe.decode(lat.video_latent, lat.audio_latent,
+                       on_frames=lambda fr, i: (order.append("frames"), streamed.append((i, fr))),
+                       on_audio=lambda a, sr: order.append(("audio", a.shape, sr)))
     assert part.frames is None
+    assert order[0] == ("audio", full.audio.shape, full.sample_rate) and order[1:] == ["frames"] * 3
     assert [i for i, _ in streamed] == [0, 17, 34]
     np.testing.assert_array_equal(np.concatenate([fr for _, fr in streamed]), full.frames)
 
