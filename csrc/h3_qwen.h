@@ -39,10 +39,14 @@ h3_status h3_swiglu_bf16(const float *g, const float *u, float *out, int64_t n, 
                          h3_isa isa, h3_isa *ran, h3_err *err);
 
 /* Attention as torch's CPU flash attention computes it for bf16 inputs (transformers'
- * sdpa path in bf16): as h3_attention (same args, GQA, causal), but with the softmax
- * numerators rounded to bf16 before they weight v, per block of 512 keys:
- *   m' = max(m, max_j s_j), s_j = scale q.k_j;  l = l e^(m-m') + sum_j e^(s_j-m')  (float32)
- *   acc = acc e^(m-m') + sum_j bf16(e^(s_j-m')) v_j;  out = acc / l   (not rounded)
+ * sdpa path in bf16; torch 2.13, AVX-512 build): as h3_attention (same args, GQA,
+ * causal), but with torch's query blocks (32/64/256 rows by length) and key blocks of
+ * 512, the softmax numerators E(s_j - m') rounded to bf16 before they weight v:
+ *   m' = max(m, max_j s_j), s_j = scale q.k_j;  l = sum_j E(s_j - m') + e^(m-m') l
+ *   acc = e^(m-m') acc + sum_j bf16(E(s_j - m')) v_j (key order);  out = acc * (1/l)
+ * E is torch's vector fexp_u20 for the keys in whole 16-key chunks of a block (the
+ * block width, masked keys included, decides) and expf for the rest; l sums them in
+ * torch's lane order (qwen_elem_impl.h: exp_sum_bf16p).  out is not rounded.
  * ws: >= h3_attention_bf16p_workspace_bytes (NULL: allocated inside). */
 size_t h3_attention_bf16p_workspace_bytes(const h3_attn_args *a, int n_threads);
 h3_status h3_attention_bf16p(const h3_attn_args *a, const float *q, const float *k,

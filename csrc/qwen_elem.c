@@ -4,6 +4,7 @@
 #include "qwen_elem_impl.h"
 
 #include <math.h>
+#include <string.h>
 
 static inline float rb(float x) { return h3_bf16_to_f32(h3_f32_to_bf16(x)); }
 
@@ -57,8 +58,55 @@ static void scale_axpy_ref(float *y, float c, float p, const float *x, int64_t n
     for (int64_t i = 0; i < n; i++) y[i] = y[i] * c + p * x[i];
 }
 
+static inline float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float h3_fexp_u20(float x) {
+    if (x < from_bits(H3_FEXP_LO)) return 0.0f;
+    if (x > from_bits(H3_FEXP_HI)) return INFINITY;
+    if (x != x) return -0.0f;                     /* the vector code's trunc(NaN) bits */
+    const float t = x * from_bits(H3_FEXP_LOG2E);
+    const float f = t - floorf(t);
+    float p = fmaf(f, H3_FEXP_C3, H3_FEXP_C2);
+    p = fmaf(f, p, H3_FEXP_C1);
+    p = fmaf(f, p, H3_FEXP_C0);
+    const float y = fmaf(8388608.0f, t - p, 1065353216.0f);  /* 2^23 (t - p) + 127 2^23 */
+    return from_bits((uint32_t)(int32_t)y);                  /* y in (0, 2^31): trunc */
+}
+
+static float exp_sum_bf16p_ref(float *s, int64_t nv, int64_t nb, float m) {
+    float a[16] = {0}, b[16] = {0}, c[16] = {0};
+    const int64_t n32 = nb / 32 * 32, n16 = nb / 16 * 16;
+    int64_t t = 0;
+    for (; t < H3_MIN(nv, n32); t++) {
+        const float e = h3_fexp_u20(s[t] - m);
+        if (t & 16) b[t & 15] += e;
+        else a[t & 15] += e;
+        s[t] = rb(e);
+    }
+    for (; t < H3_MIN(nv, n16); t++) {
+        const float e = h3_fexp_u20(s[t] - m);
+        c[t & 15] += e;
+        s[t] = rb(e);
+    }
+    for (int l = 0; l < 16; l++) a[l] = (a[l] + c[l]) + b[l];
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) a[l] += a[l + w];
+    float sum = a[0];
+    for (t = n16; t < nv; t++) {
+        const float e = expf(s[t] - m);
+        sum += e;
+        s[t] = rb(e);
+    }
+    return sum;
+}
+
 const h3_qwen_elem_kernels h3_qwen_elem_ref = {H3_ISA_REF, rms_bf16_ref, rope_bf16_ref,
-                                               swiglu_bf16_ref, dot_ref, scale_axpy_ref};
+                                               swiglu_bf16_ref, dot_ref, scale_axpy_ref,
+                                               exp_sum_bf16p_ref};
 
 /* ---- dispatch and threading ------------------------------------------------------- */
 static h3_status get_table(const char *op, h3_isa isa, const h3_qwen_elem_kernels **k,
@@ -174,64 +222,70 @@ h3_status h3_swiglu_bf16(const float *g, const float *u, float *out, int64_t n, 
 }
 
 /* ---- attention with bf16 probabilities (torch CPU flash attention, bf16 inputs) ------ */
-/* Per (row i, head h): keys in blocks of 512 (torch's kv split); per block
- *   m' = max(m, max_j s_j), s_j = scale * q.k_j ; l = l e^(m-m') + sum_j e^(s_j-m')  (float32)
- *   acc = acc e^(m-m') + sum_j bf16(e^(s_j-m')) v_j ;  out = acc / l. */
+/* torch blocks the queries by QS (32, 64 or 256 by sequence length) and the keys by 512.
+ * Row i of query block [m0, m0 + qb) visits key blocks n0 = 0, 512, .. below
+ * min(m0 + qb, S) (causal; S otherwise), each min(512, S - n0) keys wide with the keys
+ * after i masked; the block width (not the count of valid keys) decides which keys get
+ * the vector exp (exp_sum_bf16p).  Per block:
+ *   m' = max(m, max_j s_j), s_j = scale q.k_j;  c = expf(m - m')
+ *   l = sum_j E(s_j - m') + c l;  acc = c acc + sum_j bf16(E(s_j - m')) v_j  (in key order)
+ * and out = acc * (1/l). */
 #define QATTN_KV_BLOCK 512
+
+static int64_t qattn_q_split(int64_t S) {
+    const int64_t qs = S >= 768 ? 256 : S >= 192 ? 64 : 32;
+    return H3_MIN(qs, S);
+}
 
 typedef struct {
     const h3_qwen_elem_kernels *k;
     const h3_attn_args *a;
     const float *q, *kk, *v;
     float *out;
-    float *scratch; /* per thread: S scores + head_dim accumulators (+16 slack) */
+    float *scratch; /* per thread: 512 scores + head_dim accumulators (+16 slack) */
     int64_t per_thread;
 } qattn_job;
 
 static void qattn_task(void *ctx, int ith, int nth) {
     const qattn_job *j = (const qattn_job *)ctx;
     const h3_attn_args *a = j->a;
-    const int64_t S = a->S, units = S * a->Hq;
+    const int64_t S = a->S, units = S * a->Hq, qs = qattn_q_split(S);
     const int D = a->D, group = a->Hq / a->Hkv;
-    float *sc = j->scratch + (int64_t)ith * j->per_thread, *acc = sc + S;
+    float *sc = j->scratch + (int64_t)ith * j->per_thread, *acc = sc + QATTN_KV_BLOCK;
     for (int64_t u = units * ith / nth; u < units * (ith + 1) / nth; u++) {
         const int h = (int)(u / S);
-        const int64_t i = u % S, nk = a->causal ? i + 1 : S;
+        const int64_t i = u % S, m0 = i / qs * qs;
+        const int64_t nk = a->causal ? H3_MIN(m0 + qs, S) : S;    /* keys visited */
+        const int64_t last = a->causal ? i : S - 1;                 /* last unmasked key */
         const float *qi = j->q + i * a->ldq + (int64_t)h * D;
         const int g = h / group;
         float m = -INFINITY, l = 0.0f;
         for (int d = 0; d < D; d++) acc[d] = 0.0f;
         for (int64_t b0 = 0; b0 < nk; b0 += QATTN_KV_BLOCK) {
-            const int64_t b1 = H3_MIN(nk, b0 + QATTN_KV_BLOCK);
+            const int64_t nb = H3_MIN(QATTN_KV_BLOCK, S - b0);       /* block width */
+            const int64_t nv = H3_MIN(nb, last - b0 + 1);            /* valid keys (>= 1) */
             float bm = -INFINITY;
-            for (int64_t t = b0; t < b1; t++) {
-                sc[t] = j->k->dot(qi, j->kk + t * a->ldk + (int64_t)g * D, D) * a->scale;
+            for (int64_t t = 0; t < nv; t++) {
+                sc[t] = j->k->dot(qi, j->kk + (b0 + t) * a->ldk + (int64_t)g * D, D) * a->scale;
                 if (sc[t] > bm) bm = sc[t];
             }
             const float mn = bm > m ? bm : m;
-            const float c = m == -INFINITY ? 0.0f : expf(m - mn);
-            float bl = 0.0f;
-            for (int64_t t = b0; t < b1; t++) {
-                float p = expf(sc[t] - mn);
-                bl += p;
-                sc[t] = rb(p);
-            }
-            l = l * c + bl;
-            int first = 1;
-            for (int64_t t = b0; t < b1; t++) {
-                j->k->scale_axpy(acc, first ? c : 1.0f, sc[t], j->v + t * a->ldv + (int64_t)g * D, D);
-                first = 0;
-            }
+            const float c = expf(m - mn);                            /* 0 for the first block */
+            const float bl = j->k->exp_sum_bf16p(sc, nv, nb, mn);
+            l = bl + c * l;
+            for (int64_t t = 0; t < nv; t++)
+                j->k->scale_axpy(acc, t == 0 ? c : 1.0f, sc[t], j->v + (b0 + t) * a->ldv + (int64_t)g * D, D);
             m = mn;
         }
         float *o = j->out + i * a->ldo + (int64_t)h * D;
-        for (int d = 0; d < D; d++) o[d] = acc[d] / l;
+        const float r = 1.0f / l;
+        for (int d = 0; d < D; d++) o[d] = acc[d] * r;
     }
 }
 
 size_t h3_attention_bf16p_workspace_bytes(const h3_attn_args *a, int n_threads) {
     if (!a || a->S < 0) return 0;
-    return (size_t)(n_threads < 1 ? 1 : n_threads) * (size_t)(a->S + a->D + 16) * sizeof(float);
+    return (size_t)(n_threads < 1 ? 1 : n_threads) * (size_t)(QATTN_KV_BLOCK + a->D + 16) * sizeof(float);
 }
 
 h3_status h3_attention_bf16p(const h3_attn_args *a, const float *q, const float *k,
@@ -255,7 +309,7 @@ h3_status h3_attention_bf16p(const h3_attn_args *a, const float *q, const float 
     } else if (ws_bytes < need) {
         return h3_fail(err, H3_EINVAL, "attention_bf16p: workspace too small (%zu < %zu)", ws_bytes, need);
     }
-    qattn_job j = {kt, a, q, k, v, out, (float *)ws, a->S + a->D + 16};
+    qattn_job j = {kt, a, q, k, v, out, (float *)ws, QATTN_KV_BLOCK + a->D + 16};
     if (nth <= 1 || a->S * a->Hq < 2) qattn_task(&j, 0, 1);
     else h3_pool_run(pool, qattn_task, &j);
     h3_free(own);

@@ -98,6 +98,52 @@ static void scale_axpy_avx512(float *y, float c, float p, const float *x, int64_
     }
 }
 
+/* h3_fexp_u20 on 16 lanes: the same operations, so the same bits */
+static inline __m512 fexp_u20_v(__m512 x) {
+    const __m512 lo = _mm512_castsi512_ps(_mm512_set1_epi32((int)H3_FEXP_LO));
+    const __m512 hi = _mm512_castsi512_ps(_mm512_set1_epi32((int)H3_FEXP_HI));
+    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OS), over = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OS);
+    const __m512 t = _mm512_mul_ps(x, _mm512_castsi512_ps(_mm512_set1_epi32((int)H3_FEXP_LOG2E)));
+    const __m512 f = _mm512_sub_ps(t, _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+    __m512 p = _mm512_fmadd_ps(f, _mm512_set1_ps(H3_FEXP_C3), _mm512_set1_ps(H3_FEXP_C2));
+    p = _mm512_fmadd_ps(f, p, _mm512_set1_ps(H3_FEXP_C1));
+    p = _mm512_fmadd_ps(f, p, _mm512_set1_ps(H3_FEXP_C0));
+    const __m512 y = _mm512_fmadd_ps(_mm512_set1_ps(8388608.0f), _mm512_sub_ps(t, p), _mm512_set1_ps(1065353216.0f));
+    __m512i bits = _mm512_cvttps_epi32(y);
+    bits = _mm512_mask_mov_epi32(bits, under, _mm512_setzero_si512());
+    bits = _mm512_mask_mov_epi32(bits, over, _mm512_set1_epi32(0x7f800000));
+    return _mm512_castsi512_ps(bits);
+}
+
+/* the lanes of the scalar reference (qwen_elem.c) are this code's lanes; a masked chunk
+ * (fewer than 16 valid keys) adds zeros in its invalid lanes, which leaves the sums as is */
+static float exp_sum_bf16p_avx512(float *s, int64_t nv, int64_t nb, float m) {
+    const int64_t n32 = nb / 32 * 32, n16 = nb / 16 * 16, nvec = H3_MIN(nv, n16);
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps(), c = _mm512_setzero_ps();
+    for (int64_t t = 0; t < nvec; t += 16) {
+        const __mmask16 k = tailmask(H3_MIN(16, nvec - t));
+        const __m512 e = _mm512_maskz_mov_ps(k, fexp_u20_v(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + t), vm)));
+        if (t >= n32) c = _mm512_add_ps(c, e);
+        else if (t & 16) b = _mm512_add_ps(b, e);
+        else a = _mm512_add_ps(a, e);
+        _mm512_mask_storeu_ps(s + t, k, rbv(e));
+    }
+    a = _mm512_add_ps(_mm512_add_ps(a, c), b);
+    a = _mm512_add_ps(a, _mm512_shuffle_f32x4(a, a, 0x4E));   /* lanes l, l^8 */
+    a = _mm512_add_ps(a, _mm512_shuffle_f32x4(a, a, 0xB1));   /* l, l^4 */
+    a = _mm512_add_ps(a, _mm512_shuffle_ps(a, a, 0x4E));      /* l, l^2 */
+    a = _mm512_add_ps(a, _mm512_shuffle_ps(a, a, 0xB1));      /* l, l^1 */
+    float sum = _mm512_cvtss_f32(a);
+    for (int64_t t = n16; t < nv; t++) {
+        const float e = expf(s[t] - m);
+        sum += e;
+        s[t] = h3_bf16_to_f32(h3_f32_to_bf16(e));
+    }
+    return sum;
+}
+
 const h3_qwen_elem_kernels h3_qwen_elem_avx512 = {H3_ISA_AVX512, rms_bf16_avx512,
                                                   rope_bf16_avx512, swiglu_bf16_avx512,
-                                                  dot_avx512, scale_axpy_avx512};
+                                                  dot_avx512, scale_axpy_avx512,
+                                                  exp_sum_bf16p_avx512};

@@ -20,7 +20,29 @@ typedef struct {
     float (*dot)(const float *a, const float *b, int64_t n);
     /* y[i] = y[i] * c + p * x[i] over n floats (c = 1: plain axpy) */
     void (*scale_axpy)(float *y, float c, float p, const float *x, int64_t n);
+    /* torch's bf16 flash-attention softmax numerators for one row of one key block of
+     * nb keys, of which the first nv are valid (the rest are masked: they hold nothing
+     * and are neither read nor written): s[t] <- bf16(E(s[t] - m)) for t < nv, returns
+     * the float32 sum of the unrounded E in torch's order.  E is the fexp_u20 polynomial
+     * (h3_fexp_u20) for t < 16 floor(nb/16) and expf beyond; the vector part is summed
+     * in two 16-lane accumulators over 32-key chunks (keys c..c+15 and c+16..c+31), a
+     * third for a final 16-key chunk, added lane-wise (first + third) + second, then
+     * pairwise lanes (l, l^8), (l, l^4), (l, l^2), (l, l^1); the expf tail is added
+     * sequentially after.  Bit-identical on every ISA. */
+    float (*exp_sum_bf16p)(float *s, int64_t nv, int64_t nb, float m);
 } h3_qwen_elem_kernels;
+
+/* torch's Vectorized<float>::fexp_u20 (Malossi et al.): t = x log2(e); f = t - floor(t);
+ * p = ((c3 f + c2) f + c1) f + c0 (fused); bits = trunc(2^23 (t - p) + 127 2^23) (fused);
+ * 0 below ln(FLT_MIN), +inf above ln(FLT_MAX).  Scalar reference, explicit fmaf. */
+float h3_fexp_u20(float x);
+#define H3_FEXP_LO 0xc2aeac50u  /* bits of the float ln(FLT_MIN) */
+#define H3_FEXP_HI 0x42b17218u  /* bits of the float ln(FLT_MAX) */
+#define H3_FEXP_LOG2E 0x3fb8aa3bu
+#define H3_FEXP_C0 0.00010703434948458272f
+#define H3_FEXP_C1 0.30354260500649682f
+#define H3_FEXP_C2 ((float)-0.22433836478672356)  /* double literals rounded to float, */
+#define H3_FEXP_C3 ((float)-0.079204240219773236) /* as torch's _mm512_set1_ps does */
 
 extern const h3_qwen_elem_kernels h3_qwen_elem_ref;
 #if H3_X86

@@ -44,6 +44,39 @@ def qwen_rope_bf16(float[:, :, ::1] x, const float[:, ::1] cos, const float[:, :
     return h3_isa_name(ran).decode()
 
 
+def qwen_attention_bf16p(const float[:, :, ::1] q, const float[:, :, ::1] k,
+                          const float[:, :, ::1] v, float[:, :, ::1] out, float scale, bint causal,
+                          str isa, ThreadPool pool):
+    """torch's bf16 CPU flash attention (h3_attention_bf16p): q/out (S, Hq, D), k/v (S, Hkv, D),
+    float32 holding bf16 values; out is not rounded.  Returns the ISA asked for."""
+    cdef h3_attn_args a
+    cdef h3_err err
+    cdef h3_status rc
+    cdef h3_isa isa_c = isa_id(isa)
+    memset(&a, 0, sizeof(a))
+    a.S = q.shape[0]
+    a.Hq = <int>q.shape[1]
+    a.Hkv = <int>k.shape[1]
+    a.D = <int>q.shape[2]
+    a.ldq = a.ldo = <int64_t>a.Hq * a.D
+    a.ldk = a.ldv = <int64_t>a.Hkv * a.D
+    a.scale = scale
+    a.causal = causal
+    _same("k", (k.shape[0], k.shape[2]), (a.S, a.D))
+    _same("v", (v.shape[0], v.shape[1], v.shape[2]), (a.S, a.Hkv, a.D))
+    _same("out", (out.shape[0], out.shape[1], out.shape[2]), (a.S, a.Hq, a.D))
+    cdef bint some = a.S > 0 and a.Hq > 0 and a.Hkv > 0 and a.D > 0
+    cdef const float *qp = &q[0, 0, 0] if some else NULL
+    cdef const float *kp = &k[0, 0, 0] if some else NULL
+    cdef const float *vp = &v[0, 0, 0] if some else NULL
+    cdef float *op = &out[0, 0, 0] if some else NULL
+    with pool.lock:
+        with nogil:
+            rc = h3_attention_bf16p(&a, qp, kp, vp, op, pool.c, NULL, 0, isa_c, &err)
+    check(rc, &err)
+    return h3_isa_name(isa_c).decode()
+
+
 def qwen_swiglu_bf16(const float[::1] g, const float[::1] u, float[::1] out, str isa,
                      ThreadPool pool):
     """out[n] = bf16(bf16(silu(g)) * u); returns the ISA that ran."""

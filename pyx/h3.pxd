@@ -178,6 +178,9 @@ cdef extern from "h3.h" nogil:
                            int head_dim, h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err)
     h3_status h3_swiglu_bf16(const float *g, const float *u, float *out, int64_t n,
                              h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err)
+    h3_status h3_attention_bf16p(const h3_attn_args *a, const float *q, const float *k,
+                                 const float *v, float *out, h3_pool *pool, void *ws,
+                                 size_t ws_bytes, h3_isa isa, h3_err *err)
     ctypedef struct h3_qwen_layer:
         const h3_linear *q
         const h3_linear *k
