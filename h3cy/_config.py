@@ -5,6 +5,8 @@ H3CY_ISA      default kernel path: ref | avx2 | avx512 | amx | neon (default: th
 H3CY_THREADS  default thread count for objects created with ``threads=None``.
 H3CY_DIT_PYTHON=1  run DiT blocks op by op from Python instead of the C block driver
               (same arithmetic; for A/B diagnosis).
+H3CY_LOOP_PYTHON=1 run h3cy.denoise's step loop in Python around DiT.forward instead of
+              the Cython loop (same bits; for A/B diagnosis and benchmarks).
 """
 import os
 
@@ -13,7 +15,15 @@ _ENV_THREADS = os.environ.get("H3CY_THREADS", "").strip() or None
 
 _ENV_DIT_PYTHON = os.environ.get("H3CY_DIT_PYTHON", "").strip() == "1"
 
+_ENV_LOOP_PYTHON = os.environ.get("H3CY_LOOP_PYTHON", "").strip() == "1"
+
 _state = {"threads": None}
+
+
+def loop_python():
+    """H3CY_LOOP_PYTHON=1: denoise runs its Python step loop (A/B reference of the Cython
+    loop).  Read at each call of denoise from this module's variable (tests patch it)."""
+    return _ENV_LOOP_PYTHON
 
 
 def dit_python_blocks():

@@ -498,6 +498,30 @@ class DiT:
                          int(self.round_bf16), self.isa, self._ws, rows, tables, cos, sin)
 
     # ---- forward -----------------------------------------------------------------------------
+    def _rope_tables(self, position_ids):
+        """cos, sin (S, rot_dim/2) float32 of the (t, h, w) positions (S, 3): [t | h | w]."""
+        pos = np.asarray(position_ids)
+        p32 = pos.astype(np.float32)
+        ang = (p32[:, :, None] * self.inv_freq[None, None, :]).astype(np.float32).reshape(pos.shape[0], -1)
+        return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+    def _text_rows(self, xt):
+        """The text rows of the packed sequence: context_embedder, the token refiner and its
+        final norm; (L, text_dim) float32 -> (L, hidden).  Independent of the timestep."""
+        cfg = self.config
+        xt = np.ascontiguousarray(xt, dtype=np.float32)
+        xt_in = round_bf16(xt) if self.round_bf16 else xt
+        x_txt = self._r(self.context_embedder(np.ascontiguousarray(xt_in)))
+        eps, feps = cfg["norm_eps"], cfg["final_norm_eps"]
+        for blk in self.refiner:
+            if self._python_blocks:
+                att = self._r(blk.out(self._attention(blk, self._rms(x_txt, blk.norm1, eps))))
+                x_txt = self._r(x_txt + att)
+                x_txt = self._r(x_txt + self._ffn(blk, self._rms(x_txt, blk.norm2, eps)))
+            else:
+                self._run_core(blk, x_txt)
+        return self._rms(x_txt, self.refiner_norm, feps)
+
     def forward(self, hidden_states, audio_hidden_states, encoder_hidden_states, timestep,
                 timestep_indices, token_tags, position_ids, video_indices, audio_indices,
                 text_indices, after_block=None, active_blocks=None):
@@ -557,24 +581,12 @@ class DiT:
                 raise H3ValueError(f"{name} has {x.shape[1]} channels, expected {want}")
         Hd = self.hidden
         # 1. RoPE tables (float32): angles per axis, [t | h | w]
-        p32 = pos.astype(np.float32)
-        ang = (p32[:, :, None] * self.inv_freq[None, None, :]).astype(np.float32).reshape(S, -1)
-        cos = np.cos(ang).astype(np.float32)
-        sin = np.sin(ang).astype(np.float32)
+        cos, sin = self._rope_tables(pos)
         # 2. input projections; text through the refiner
         v = self.proj_in(xv)
         a = self.audio_proj_in(xa)
-        xt_in = round_bf16(xt) if self.round_bf16 else xt
-        x_txt = self._r(self.context_embedder(np.ascontiguousarray(xt_in)))
+        x_txt = self._text_rows(xt)
         eps, feps = cfg["norm_eps"], cfg["final_norm_eps"]
-        for blk in self.refiner:
-            if self._python_blocks:
-                att = self._r(blk.out(self._attention(blk, self._rms(x_txt, blk.norm1, eps))))
-                x_txt = self._r(x_txt + att)
-                x_txt = self._r(x_txt + self._ffn(blk, self._rms(x_txt, blk.norm2, eps)))
-            else:
-                self._run_core(blk, x_txt)
-        x_txt = self._rms(x_txt, self.refiner_norm, feps)
         h = np.zeros((S, Hd), np.float32)
         h[xi] = x_txt
         h[vi] = self._r(v)

@@ -1,13 +1,20 @@
 """The denoising loop: MiniMax-H3's two-schedule Euler sampler (spec §5), with step hooks,
 block-level progress and cancellation.
 
-This first version drives the loop from Python around the C block driver (each block runs
-with the GIL released); the steps' arithmetic is float32 and identical to diffusers'.
+Two drivers with bit-identical results (docs/sampler.md):
+
+- the Cython loop (``_kernels.DenoiseLoop``, pyx/_loop.pxi): the steps, every denoiser
+  evaluation and the Euler updates run without the GIL; Python is entered between blocks
+  only for due progress reports, a set cancel flag or (main thread) Ctrl-C, and at step
+  ends for ``on_step``.  Used for resident DiTs (``streaming=False``);
+- the Python loop below, around ``DiT.forward``: streaming DiTs, ``H3CY_DIT_PYTHON=1``,
+  a DiT whose ``forward`` was replaced, and ``H3CY_LOOP_PYTHON=1`` (A/B switch).
 """
 import threading
 
 import numpy as np
 
+from . import _config, _kernels, _progress
 from ._progress import Ticker
 from .errors import Busy, H3ValueError
 from .layout import Geometry, Layout, pack_audio, patchify, unpack_audio, unpatchify
@@ -22,9 +29,11 @@ class CancelToken:
 
     def __init__(self):
         self._event = threading.Event()
+        self._flag = _kernels.CancelFlag()    # polled by the Cython loop without the GIL
 
     def cancel(self):
         self._event.set()
+        self._flag.set()
 
     @property
     def cancelled(self):
@@ -32,6 +41,7 @@ class CancelToken:
 
     def reset(self):
         self._event.clear()
+        self._flag.clear()
 
 
 class StepState:
@@ -214,6 +224,10 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
         distinct = np.unique(np.concatenate([tvs.reshape(-1), tas]))
         if not getattr(dit, "_adaln_released", False):
             dit.prepare_timesteps(distinct)
+        if _cython_loop_usable(dit):
+            return _run_cython(dit, pe, g, lay, sv, sa, tvs, tas, per_frame, video, audio, evaluate,
+                               plan, active, on_step, on_progress, cancel)
+        dit._loop_stats = {"loop": "python"}
         override = None
         last = prev = None          # (step, video velocity, audio velocity) of evaluations
         for i in range(n):
@@ -266,4 +280,96 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
                     override = st._next_weights
     finally:
         lock.release()
+    return video, audio
+
+
+def _cython_loop_usable(dit):
+    """The Cython loop runs resident DiTs with the C block driver; the rest (streaming,
+    H3CY_DIT_PYTHON=1, a replaced forward, H3CY_LOOP_PYTHON=1) take the Python loop."""
+    from .model import DiT
+    return (not _config.loop_python() and isinstance(dit, DiT) and not dit.streaming
+            and not dit._python_blocks and "forward" not in vars(dit))
+
+
+def _run_cython(dit, pe, g, lay, sv, sa, tvs, tas, per_frame, video, audio, evaluate, plan,
+                active, on_step, on_progress, cancel):
+    """Prepare the per-step tables in numpy (exactly as the Python loop builds its forward
+    arguments) and run _kernels.DenoiseLoop.  Returns (video, audio) or the clean
+    estimates when on_step returned STOP."""
+    n, S, T = len(evaluate), lay.S, g.T
+    L, Na = lay.L, 2 * g.A
+    for name, idx, start in (("text", lay.text_indices, 0), ("audio", lay.audio_indices, L),
+                             ("video", lay.video_indices, L + Na)):
+        if not np.array_equal(idx, np.arange(start, start + idx.shape[0])):
+            raise H3ValueError(f"the packed layout's {name} rows are not contiguous")
+    rows_per_frame = (g.h // 2) * (g.w // 2)
+    vrow_frame = np.repeat(np.arange(g.T), rows_per_frame)
+    rows = np.empty((n, S), np.int32)
+    tidx = np.empty((n, S), np.int32)
+    step_vals = []
+    for i in range(n):
+        if per_frame:
+            row_t = np.empty(S, np.float32)
+            row_t[lay.text_indices] = tvs[i][0]
+            row_t[lay.video_indices] = tvs[i][vrow_frame]
+            row_t[lay.audio_indices] = tas[i]
+            timestep, ti = np.unique(row_t, return_inverse=True)
+        else:
+            timestep, ti = lay.step_timesteps(tvs[i], tas[i])
+        tidx[i] = ti
+        rows[i] = ti * 3 + lay.token_tags
+        step_vals.append(np.asarray(timestep, np.float32))
+    keys = np.unique(np.concatenate(step_vals)).astype(np.float32)
+    step_keys = np.concatenate([np.searchsorted(keys, v) for v in step_vals]).astype(np.int32)
+    key_off = np.concatenate([[0], np.cumsum([v.shape[0] for v in step_vals])]).astype(np.int32)
+    ratio_v = np.full(n, np.nan, np.float32)
+    ratio_a = np.full(n, np.nan, np.float32)
+    last = prev = None
+    for i in range(n):
+        if evaluate[i]:
+            prev, last = last, i
+        elif prev is not None:
+            ratio_v[i] = extrapolation_ratio(sv[i], sv[last], sv[prev])
+            ratio_a[i] = extrapolation_ratio(sa[i], sa[last], sa[prev])
+    if per_frame:
+        tv_f, sv_f = np.ascontiguousarray(tvs, np.float32), np.ascontiguousarray(sv, np.float32)
+    else:
+        tv_f = np.ascontiguousarray(np.repeat(tvs[:, None], T, axis=1), np.float32)
+        sv_f = np.ascontiguousarray(np.repeat(sv[:, None], T, axis=1), np.float32)
+    nb = len(dit.blocks)
+    act = np.ones(nb, np.uint8) if active is None else np.asarray(active, np.uint8)
+    loop = _kernels.DenoiseLoop(
+        video, audio, pe, lay.position_ids, L, rows, tidx, key_off, step_keys, keys,
+        np.asarray(evaluate, np.uint8), ratio_v, ratio_a, tv_f, sv_f,
+        np.ascontiguousarray(tas, np.float32), np.ascontiguousarray(sa, np.float32), act, dit.hidden)
+
+    st = {"override": None, "mode": None}
+
+    def select_model(i):
+        mode = st["override"] if st["override"] is not None else plan[i]
+        st["mode"] = mode
+        model = dit.with_weights(mode) if mode != dit.weights else dit
+        if not _cython_loop_usable(model):
+            raise H3ValueError(f"the {mode} DiT cannot run in the Cython loop (streaming?)")
+        return model
+
+    def step_hook(i, vel_v, vel_a, x0_v, x0_a):
+        state = StepState(step=i, steps=n, sigma_video=sv[i + 1].copy() if per_frame else float(sv[i + 1]),
+                          sigma_audio=float(sa[i + 1]), video_latent=video, audio_latent=audio,
+                          video_velocity=vel_v, audio_velocity=vel_a, video_x0=x0_v, audio_x0=x0_a,
+                          weights=st["mode"])
+        if on_step(state) is STOP:
+            return True
+        if state._next_weights is not None:
+            st["override"] = state._next_weights
+        return False
+
+    select = np.array([i == 0 or plan[i] != plan[i - 1] for i in range(n)], np.uint8)
+    stopped, x0 = loop.run(select_model, select, step_hook if on_step is not None else None,
+                           on_progress, cancel, float(_progress.PROGRESS_INTERVAL),
+                           threading.current_thread() is threading.main_thread())
+    dit._loop_stats = {"loop": "cython", "eval_seconds": loop.eval_seconds,
+                       "evaluations": loop.evaluations}
+    if stopped:
+        return x0
     return video, audio

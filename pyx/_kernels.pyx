@@ -6,6 +6,8 @@
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
+from cpython.pythread cimport (PyThread_type_lock, PyThread_allocate_lock, PyThread_free_lock,
+                               PyThread_acquire_lock, PyThread_release_lock, WAIT_LOCK)
 
 cimport numpy as cnp
 import numpy as np
@@ -77,18 +79,42 @@ def cpu_features():
     return out
 
 
+cdef class PoolLock:
+    """ThreadPool.lock: ``with lock:`` from Python (waits with the GIL released), and
+    acquire/release from nogil code (the denoising loop releases it between blocks)."""
+    cdef PyThread_type_lock c
+
+    def __cinit__(self):
+        self.c = PyThread_allocate_lock()
+        if self.c == NULL:
+            raise MemoryError("cannot allocate a lock")
+
+    def __dealloc__(self):
+        if self.c != NULL:
+            PyThread_free_lock(self.c)
+
+    def __enter__(self):
+        with nogil:
+            PyThread_acquire_lock(self.c, WAIT_LOCK)
+        return self
+
+    def __exit__(self, *exc):
+        PyThread_release_lock(self.c)
+        return False
+
+
 cdef class ThreadPool:
     """A pthread pool owned by one model or op (never global).  Calls on one pool are
     serialised by a lock, so two Python threads can share it safely."""
     cdef h3_pool *c
     cdef readonly int threads
-    cdef object lock
+    cdef PoolLock lock
 
     def __cinit__(self, int threads):
         cdef h3_err err
         check(h3_pool_create(threads, &self.c, &err), &err)
         self.threads = threads
-        self.lock = threading.Lock()
+        self.lock = PoolLock()
 
     def __dealloc__(self):
         h3_pool_free(self.c)
@@ -261,3 +287,4 @@ include "_dit.pxi"
 include "_qwen.pxi"
 include "_vit.pxi"
 include "_audio.pxi"
+include "_loop.pxi"

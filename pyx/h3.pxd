@@ -257,3 +257,18 @@ cdef extern from "h3.h" nogil:
     h3_status h3_snake_aa(const float *x, float *y, int64_t T, int64_t C, const float *alpha,
                           const float *beta, const float *fu, const float *fd, h3_pool *pool,
                           h3_isa isa, h3_isa *ran, h3_err *err)
+
+cdef extern from "h3_loop.h" nogil:
+    void h3_patchify(const float *lat, int64_t C, int64_t T, int64_t h, int64_t w, float *rows)
+    void h3_unpatchify(const float *rows, int64_t C, int64_t T, int64_t h, int64_t w, float *lat)
+    void h3_pack_audio(const float *lat, int64_t ch, int64_t Ca, int64_t A, float *rows)
+    void h3_unpack_audio(const float *rows, int64_t ch, int64_t Ca, int64_t A, float *lat)
+    void h3_euler_update(float *x, const float *v, float *x0, int64_t outer, int64_t frames,
+                         int64_t inner, const float *t, const float *sigma,
+                         const float *sigma_next)
+    void h3_extrapolate(const float *last, const float *prev, float r, float *out, int64_t n)
+    void h3_modulate_rows(float *x, const float *s1p, const float *shift, const int32_t *rows,
+                          int64_t n_rows, int64_t n, int round_bf16)
+    double h3_monotonic()
+    int h3_flag_get(const int *f)
+    void h3_flag_set(int *f, int v)

@@ -1,0 +1,270 @@
+"""The Cython step loop (pyx/_loop.pxi) against the Python loop (H3CY_LOOP_PYTHON=1):
+bit-identical latents for every weights mode and option, the same hook calls, and the
+same behaviour on cancel, callback exceptions and Ctrl-C."""
+import shutil
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import h3cy
+from h3cy import _config
+from _tiny_dit import TINY_CONFIGS, tiny_dit_factory  # noqa: F401  (fixture)
+
+GEOM = dict(width=64, height=64, frames=22)    # T=7, h=w=4, A=37
+
+
+@pytest.fixture(scope="module")
+def six_blocks(tmp_path_factory):
+    """A released-dtype-mix (bf16 + fp32 heads) tiny model with 6 blocks, so `layers=`
+    can drop blocks, in its own folder (the fp16/int8/int4 caches go next to it)."""
+    from diffusers import MiniMaxH3Transformer3DModel
+    cfg = dict(TINY_CONFIGS["b"], num_layers=6)
+    torch.manual_seed(11)
+    m = MiniMaxH3Transformer3DModel(**cfg).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn_like(p) * 0.5)
+    keep = ("proj_in", "audio_proj_in", "time_embedder", "proj_out", "audio_proj_out")
+    for name, p in m.named_parameters():
+        if not any(k in name.split(".") for k in keep):
+            p.data = p.data.to(torch.bfloat16)
+    folder = str(tmp_path_factory.mktemp("six") / "transformer")
+    m.save_pretrained(folder)
+    return folder, cfg
+
+
+def _inputs(cfg, seed=0, L=5):
+    g = h3cy.Geometry(**GEOM)
+    rng = np.random.default_rng(seed)
+    pe = rng.standard_normal((L, cfg["text_dim"])).astype(np.float32)
+    video = rng.standard_normal((cfg["in_channels"], g.T, g.h, g.w)).astype(np.float32)
+    audio = rng.standard_normal((2, cfg["audio_in_channels"], g.A)).astype(np.float32)
+    return g, pe, video, audio
+
+
+def _both(monkeypatch, dit, run):
+    """run() under the Python loop, then under the Cython loop; checks which one ran."""
+    out = {}
+    for name, flag in (("python", True), ("cython", False)):
+        monkeypatch.setattr(_config, "_ENV_LOOP_PYTHON", flag)
+        out[name] = run()
+        assert dit._loop_stats["loop"] == name
+    return out["python"], out["cython"]
+
+
+def _equal(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert np.array_equal(x, y), f"max |diff| {np.abs(x - y).max()}"
+
+
+@pytest.mark.parametrize("weights", ["fp32", "bf16", "fp16", "int8", "int4"])
+def test_every_weights_mode_bit_identical(six_blocks, monkeypatch, weights):
+    folder, cfg = six_blocks
+    g, pe, video, audio = _inputs(cfg)
+    dit = h3cy.DiT.from_pretrained(folder, weights=weights, threads=2)
+    for kw in (dict(seed=3), dict(noise=(video, audio), reuse=2), dict(seed=5, layers=4),
+               dict(seed=7, reuse=3, layers=5)):
+        py, cy = _both(monkeypatch, dit, lambda: h3cy.denoise(dit, pe, g, steps=5, **kw))
+        _equal(py, cy)
+        assert np.isfinite(cy[0]).all() and not np.array_equal(cy[0], video)
+
+
+def test_threads_and_seeds_bit_identical(tiny_dit_factory, monkeypatch):
+    t = tiny_dit_factory("c")
+    g, pe, _, _ = _inputs(t.config)
+    results = []
+    for threads in (1, 2):
+        dit = h3cy.DiT.from_pretrained(t.diffusers_bf16, weights="bf16", threads=threads)
+        for seed in (0, 1):
+            py, cy = _both(monkeypatch, dit, lambda: h3cy.denoise(dit, pe, g, steps=3, seed=seed))
+            _equal(py, cy)
+            results.append(cy)
+    _equal(results[0], results[2])           # thread count does not change the bits
+    assert not np.array_equal(results[0][0], results[1][0])
+
+
+def test_precision_plan_and_set_weights_bit_identical(six_blocks, monkeypatch):
+    folder, cfg = six_blocks
+    g, pe, video, audio = _inputs(cfg, seed=1)
+    dit = h3cy.DiT.from_pretrained(folder, weights="int8")
+    plan = [("int4", 0, 2), ("int8", 2, 3), ("bf16", 3, 5)]
+    py, cy = _both(monkeypatch, dit, lambda: h3cy.denoise(dit, pe, g, steps=5, seed=2, precision=plan))
+    _equal(py, cy)
+    seen = {"python": [], "cython": []}
+
+    def switcher(name):
+        def hook(st):
+            seen[name].append(st.weights)
+            if st.step == 0:
+                st.set_weights("fp16")
+            if st.step == 2:
+                st.set_weights("int8")
+        return hook
+    monkeypatch.setattr(_config, "_ENV_LOOP_PYTHON", True)
+    py = h3cy.denoise(dit, pe, g, steps=5, seed=2, on_step=switcher("python"))
+    monkeypatch.setattr(_config, "_ENV_LOOP_PYTHON", False)
+    cy = h3cy.denoise(dit, pe, g, steps=5, seed=2, on_step=switcher("cython"))
+    _equal(py, cy)
+    assert seen["python"] == seen["cython"] == ["int8", "fp16", "fp16", "int8", "int8"]
+
+
+def test_per_frame_schedule_bit_identical(tiny_dit_factory, monkeypatch):
+    from h3cy.schedule import shifted_sigmas
+    t = tiny_dit_factory("a")
+    g, pe, video, audio = _inputs(t.config)
+    dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
+    base = h3cy.Schedule.shifted(3)
+    cols = np.stack([shifted_sigmas(4, 6.0 + 2 * f) for f in range(g.T)], axis=1)
+    sched = h3cy.Schedule(cols, base.audio_sigmas)
+    py, cy = _both(monkeypatch, dit, lambda: h3cy.denoise(dit, pe, g, noise=(video, audio), schedule=sched))
+    _equal(py, cy)
+
+
+def test_hooks_see_the_same_states(tiny_dit_factory, monkeypatch):
+    """Same on_step states (latents, velocities, x0, sigmas), the same on_progress calls,
+    arrays a hook keeps are never overwritten later, in-place edits count, STOP returns x0."""
+    monkeypatch.setattr(h3cy._progress, "PROGRESS_INTERVAL", 0.0)
+    t = tiny_dit_factory("b")
+    g, pe, video, audio = _inputs(t.config)
+    dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
+    logs = {}
+
+    def run(reuse):
+        log = {"states": [], "kept": [], "progress": []}
+
+        def on_step(st):
+            log["states"].append((st.step, st.steps, st.sigma_video, st.sigma_audio, st.weights,
+                                  st.video_latent.copy(), st.audio_latent.copy(),
+                                  st.video_velocity.copy(), st.audio_velocity.copy(),
+                                  st.video_x0.copy(), st.audio_x0.copy()))
+            log["kept"].append((st.video_velocity, st.video_x0, st.audio_velocity.copy(), st.audio_velocity))
+            if st.step == 1:
+                st.video_latent *= np.float32(0.75)
+            if st.step == 4:
+                return h3cy.STOP
+        out = h3cy.denoise(dit, pe, g, steps=6, noise=(video, audio), reuse=reuse, on_step=on_step,
+                           on_progress=lambda d, tot, ph: log["progress"].append((d, tot, ph)))
+        return out, log
+    for reuse in (1, 2):
+        (py, lp), (cy, lc) = _both(monkeypatch, dit, lambda: run(reuse))
+        _equal(py, cy)
+        assert lp["progress"] == lc["progress"] and len(lc["progress"]) > 0
+        assert len(lp["states"]) == len(lc["states"]) == 5
+        for sp, sc in zip(lp["states"], lc["states"]):
+            assert sp[:5] == sc[:5]
+            _equal(sp[5:], sc[5:])
+        for (vv, x0, a_copy, a_now), st in zip(lc["kept"], lc["states"]):
+            assert np.array_equal(vv, st[7]) and np.array_equal(x0, st[9])  # not overwritten
+            assert np.array_equal(a_copy, a_now)
+        assert np.array_equal(cy[0], lc["states"][-1][9])                    # STOP -> x0
+
+
+def test_cancel_and_callback_errors_then_reuse(tiny_dit_factory, monkeypatch):
+    monkeypatch.setattr(h3cy._progress, "PROGRESS_INTERVAL", 0.0)
+    monkeypatch.setattr(_config, "_ENV_LOOP_PYTHON", False)
+    t = tiny_dit_factory("b")
+    g, pe, video, audio = _inputs(t.config)
+    dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
+    want = h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio))
+    assert dit._loop_stats["loop"] == "cython"
+    nb = len(dit.blocks)
+    # a token cancelled from another thread during block 5 stops after block 6 (step 1)
+    for tok_cls in (h3cy.CancelToken, None):
+        tok = h3cy.CancelToken()
+        if tok_cls is None:     # a duck-typed token (no C flag): polled with the GIL
+            class Duck:
+                cancelled = property(lambda self: tok.cancelled)
+            token = Duck()
+        else:
+            token = tok
+        done = []
+
+        def progress(d, total, phase):
+            done.append(d)
+            if d == 5:
+                th = threading.Thread(target=tok.cancel)
+                th.start()
+                th.join()
+        with pytest.raises(h3cy.Cancelled) as ei:
+            h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio), on_progress=progress, cancel=token)
+        assert ei.value.step == 1 and done == [1, 2, 3, 4, 5]
+        assert "after 6 of 12" in str(ei.value)
+        _equal(h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio)), want)
+    # a cancelled-before-start token stops after the first block
+    tok = h3cy.CancelToken()
+    tok.cancel()
+    with pytest.raises(h3cy.Cancelled) as ei:
+        h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio), cancel=tok)
+    assert ei.value.step == 0 and "after 1 of" in str(ei.value)
+    tok.reset()
+    _equal(h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio), cancel=tok), want)
+    # exceptions from on_progress (mid-step) and on_step come out as the same object
+    class Interrupt(Exception):
+        pass
+    boom = Interrupt("processing interrupted")
+
+    def bad_progress(d, total, phase):
+        if d == 2:
+            raise boom
+    with pytest.raises(Interrupt) as ei:
+        h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio), on_progress=bad_progress)
+    assert ei.value is boom
+    with pytest.raises(Interrupt) as ei:
+        h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio), on_step=lambda st: (_ for _ in ()).throw(boom))
+    assert ei.value is boom
+    _equal(h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio)), want)
+    # the pool is free again: another op on the same pool runs
+    h3cy.ops.rms_norm(np.ones((4, 8), np.float32), threads=dit.threads)
+    assert dit.generate_lock.acquire(blocking=False)
+    dit.generate_lock.release()
+    assert len(dit.blocks) == nb
+
+
+def test_streaming_and_python_blocks_take_the_python_loop(tiny_dit_factory, monkeypatch):
+    monkeypatch.setattr(_config, "_ENV_LOOP_PYTHON", False)
+    t = tiny_dit_factory("a")
+    g, pe, video, audio = _inputs(t.config)
+    resident = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
+    want = h3cy.denoise(resident, pe, g, steps=3, noise=(video, audio))
+    assert resident._loop_stats["loop"] == "cython"
+    streaming = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32", streaming=True)
+    try:
+        got = h3cy.denoise(streaming, pe, g, steps=3, noise=(video, audio))
+        assert streaming._loop_stats["loop"] == "python"
+    finally:
+        streaming.close()
+    _equal(got, want)
+
+
+def test_ctrl_c_in_the_cython_loop(tiny_dit_factory):
+    """SIGINT from another thread while the main thread is inside the nogil loop (no
+    Python callbacks at all): KeyboardInterrupt within one block, the DiT runs again."""
+    import os
+    import subprocess
+    import sys
+    t = tiny_dit_factory("b")
+    code = f"""
+import os, signal, sys, threading, time, numpy as np
+import h3cy
+dit = h3cy.DiT.from_pretrained({t.diffusers_fp32!r}, weights="fp32")
+g = h3cy.Geometry(64, 64, 22)
+pe = np.ones((4, {t.config['text_dim']}), np.float32)
+h3cy.denoise(dit, pe, g, steps=1, seed=0)
+t0 = time.monotonic()
+threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    h3cy.denoise(dit, pe, g, steps=100000, seed=0)
+    print("NOT INTERRUPTED")
+except KeyboardInterrupt:
+    print("interrupted", dit._loop_stats)
+v, a = h3cy.denoise(dit, pe, g, steps=2, seed=0)
+print("again", bool(np.isfinite(v).all()), dit._loop_stats["loop"])
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "interrupted" in r.stdout and "again True cython" in r.stdout, r.stdout
