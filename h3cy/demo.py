@@ -37,10 +37,8 @@ at the camera. Music plays softly in the background: piano, drums, a warm bass l
 
 
 def _cache_root(cache_dir=None):
-    if cache_dir is not None:
-        return os.fspath(cache_dir)
-    base = os.environ.get("H3CY_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "h3cy")
-    return base
+    from . import _config
+    return os.fspath(cache_dir) if cache_dir is not None else _config.cache_root()
 
 
 def _rand(rng, shape, fan_in, gain=1.0):

@@ -43,10 +43,11 @@ def source_key(files, extra):
 
 def cache_file(folder, cache_dir, mode, key):
     """Where the cache lives: cache_dir if given, else next to the checkpoint when that
-    folder is writable, else ~/.cache/h3cy."""
+    folder is writable, else $H3CY_CACHE_DIR or ~/.cache/h3cy."""
     d = cache_dir
     if d is None:
-        d = folder if os.access(folder, os.W_OK) else os.path.join(os.path.expanduser("~"), ".cache", "h3cy")
+        from . import _config
+        d = folder if os.access(folder, os.W_OK) else _config.cache_root()
     os.makedirs(d, exist_ok=True)
     return os.path.join(d, f"h3cy-{mode}-{key[:20]}.h3w")
 
