@@ -5,9 +5,11 @@
  * op rounds (round to nearest even, h3_f32_to_bf16) exactly where torch's bf16 tensors
  * round, so the layer reproduces transformers run in bf16 up to GEMM summation order.
  * Every op has a scalar reference (H3_ISA_REF); AVX-512 (and AMX, which runs it) has
- * vector kernels that give the same bits except the RMS sum of squares, which is summed
- * in another order; AVX2 and NEON run the scalar reference (these ops are a few passes
- * over [L, hidden] against the layer's ~2*L*hidden*(q+kv+o+3*ffn) GEMM flops). */
+ * vector kernels that give the same bits except the RMS sum of squares and attention's
+ * q.k dot products, which are summed in another order (this said only the RMS sum; the C
+ * test driver saw AVX-512 attention_bf16p differ from ref by an ulp at S=530); AVX2 and
+ * NEON run the scalar reference (these ops are a few passes over [L, hidden] against the
+ * layer's ~2*L*hidden*(q+kv+o+3*ffn) GEMM flops). */
 #ifndef H3_QWEN_H
 #define H3_QWEN_H
 

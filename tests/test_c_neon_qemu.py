@@ -46,6 +46,6 @@ def test_neon_paths_match_ref_under_qemu():
         assert "neon" in tested, f"the NEON path was not exercised: {tested}"
         assert not any(i in tested for i in ("avx2", "avx512", "amx")), tested
         assert f"aarch64 asimddp: {dotprod}" in r.stdout, f"-cpu {cpu}: expected asimddp {dotprod}"
-        for part in ("convert", "gemm", "ops"):
+        for part in ("convert", "gemm", "ops", "dit", "qwen", "vit", "loop"):
             m = re.search(rf"^{part} +(\d+) checks, 0 failed", r.stdout, re.M)
             assert m and int(m.group(1)) > 0, f"-cpu {cpu}: driver part '{part}' ran no checks:\n{r.stdout[-3000:]}"

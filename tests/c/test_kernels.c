@@ -13,10 +13,12 @@
  *   - error paths: the documented h3_status, a non-empty message, outputs untouched.
  * Output buffers carry guard elements that must come back unchanged.
  *
- * Usage: test_kernels [--quick]   (--quick: fewer shapes, for slow emulators)
+ * Usage: test_kernels [--quick] [--only PART]   (--quick: fewer shapes, for slow emulators;
+ *        --only: run one part of the table below, while editing)
  * Prints "isas tested: ..." and closes with "ok: N checks" (exit 0) or
  * "FAILED: F of N checks" (exit 1). */
 #include "h3.h"
+#include "h3_loop.h"
 
 #include <float.h>
 #include <math.h>
@@ -693,13 +695,20 @@ static void test_cpu(void) {
 #include "test_kernels_convert.inc"
 #include "test_kernels_ops.inc"
 #include "test_kernels_audio.inc"
+#include "test_kernels_blockref.inc"
+#include "test_kernels_dit.inc"
+#include "test_kernels_qwen.inc"
+#include "test_kernels_vit.inc"
+#include "test_kernels_loop.inc"
 
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv) {
+    const char *only = NULL; /* --only PART: run one part (while editing a kernel) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
-        else { printf("usage: %s [--quick]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else { printf("usage: %s [--quick] [--only PART]\n", argv[0]); return 2; }
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     printf("isas tested: ref");
@@ -728,9 +737,11 @@ int main(int argc, char **argv) {
     struct { const char *name; void (*fn)(void); } parts[] = {
         {"cpu", test_cpu}, {"pool", test_pool}, {"convert", test_convert},
         {"gemm errors", test_gemm_errors}, {"gemm", test_gemm}, {"ops", test_ops},
-        {"audio", test_audio},
+        {"audio", test_audio}, {"dit", test_dit},
+        {"qwen", test_qwen}, {"vit", test_vit}, {"loop", test_loop},
     };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (only && strcmp(only, parts[i].name)) continue;
         long c0 = n_checks, f0 = n_failed;
         clock_t t0 = clock();
         parts[i].fn();
