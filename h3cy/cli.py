@@ -196,7 +196,9 @@ def info(args):
             print(f"  {c:13s} {p}")
             continue
         dts = ", ".join(f"{k} {v / s['params']:.0%}" for k, v in sorted(s["dtypes"].items()))
-        print(f"  {c:13s} {s['params'] / 1e9:7.3f} B params used, {fmt_bytes(s['bytes_on_disk']):>10s} "
+        n = s["params"]
+        count = f"{n / 1e9:6.2f} B" if n >= 1e9 else f"{n / 1e6:6.2f} M"
+        print(f"  {c:13s} {count} params used, {fmt_bytes(s['bytes_on_disk']):>10s} "
               f"on disk ({dts})  {p}")
     if mf.missing:
         print(f"missing component(s): {', '.join(mf.missing)}")
@@ -217,8 +219,9 @@ def info(args):
     if best is None:
         print("recommended: --weights int4 --streaming on (no mode fits resident)")
     else:
-        print(f"recommended: --weights {best}" + ("  (int8: fastest kernels, ~1 byte/parameter)"
-                                                  if best == "int8" else ""))
+        print(f"recommended: --weights {best}" + (
+            "  (fits resident; int8 is the faster mode at ~1 byte/parameter)" if best == "bf16"
+            else "  (fastest kernels, ~1 byte/parameter)" if best == "int8" else ""))
     return 0
 
 
