@@ -224,7 +224,8 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
         distinct = np.unique(np.concatenate([tvs.reshape(-1), tas]))
         if not getattr(dit, "_adaln_released", False):
             dit.prepare_timesteps(distinct)
-        if _cython_loop_usable(dit):
+        if _cython_loop_usable(dit) and (not dit.streaming or all(
+                _cython_loop_usable(dit.with_weights(m) if m != dit.weights else dit) for m in set(plan))):
             return _run_cython(dit, pe, g, lay, sv, sa, tvs, tas, per_frame, video, audio, evaluate,
                                plan, active, on_step, on_progress, cancel)
         dit._loop_stats = {"loop": "python"}
@@ -284,11 +285,14 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
 
 
 def _cython_loop_usable(dit):
-    """The Cython loop runs resident DiTs with the C block driver; the rest (streaming,
-    H3CY_DIT_PYTHON=1, a replaced forward, H3CY_LOOP_PYTHON=1) take the Python loop."""
+    """The Cython loop runs DiTs with the C block driver: resident ones, and streaming ones
+    whose blocks all attach in place (DiT._stream_attached).  The rest (fp32 or
+    diffusers-layout bf16 streaming, H3CY_DIT_PYTHON=1, a replaced forward,
+    H3CY_LOOP_PYTHON=1) take the Python loop."""
     from .model import DiT
-    return (not _config.loop_python() and isinstance(dit, DiT) and not dit.streaming
-            and not dit._python_blocks and "forward" not in vars(dit))
+    return (not _config.loop_python() and isinstance(dit, DiT) and not dit._python_blocks
+            and "forward" not in vars(dit)
+            and (not dit.streaming or dit._stream_attached() is not None))
 
 
 def _run_cython(dit, pe, g, lay, sv, sa, tvs, tas, per_frame, video, audio, evaluate, plan,
