@@ -135,7 +135,9 @@ class DiT:
         streaming : bool — keep only a few blocks' weights resident: each block is built
             (mapped from the checkpoint or the weight cache, or converted) when needed, the
             next one on a reader thread while the current one computes, and its pages are
-            released after use.  Same results, bit for bit, as resident loading.
+            released after use.  Same results, bit for bit, as resident loading.  In
+            h3cy.denoise, mapped sources (release-layout bf16, fp16/int8/int4 from the
+            weight cache) are attached up front and paged per block in the Cython loop.
         qkv_layout : {None, "interleaved", "stacked"} — how an original fused QKV is laid
             out (default: sharded release folder -> interleaved, single file -> stacked)
         isa : str, optional — kernel path (default: ``H3CY_ISA`` or the best available)
