@@ -11,11 +11,8 @@
 void h3_pages_advise(const void *p, size_t n, int advice) {
 #ifdef H3_HAVE_MADVISE
     if (!p || !n) return;
-    static long page = 0;
-    if (!page) {
-        page = sysconf(_SC_PAGESIZE);
-        if (page <= 0) page = 4096;
-    }
+    long page = sysconf(_SC_PAGESIZE);   /* a cheap call, once per range per block */
+    if (page <= 0) page = 4096;
     const uintptr_t ps = (uintptr_t)page;
     const uintptr_t start = (uintptr_t)p & ~(ps - 1);
     const uintptr_t end = ((uintptr_t)p + n + ps - 1) & ~(ps - 1);

@@ -292,7 +292,9 @@ cdef class DenoiseLoop:
             blocks = att[0]
             ro, rp, rl = att[1], att[2], att[3]
             if ro.dtype != np.int64 or ro.shape[0] != self.nb + 1 or rp.dtype != np.uint64 \
-                    or rl.dtype != np.uint64 or rp.shape[0] != ro[self.nb] or rl.shape[0] != rp.shape[0]:
+                    or rl.dtype != np.uint64 or ro[0] != 0 or np.any(np.diff(ro) < 0) \
+                    or rp.shape[0] != ro[self.nb] or rl.shape[0] != rp.shape[0] \
+                    or not (ro.flags.c_contiguous and rp.flags.c_contiguous and rl.flags.c_contiguous):
                 raise H3ValueError("bad page range tables")
             self.roff = <const int64_t *>cnp.PyArray_DATA(<cnp.ndarray>ro)
             self.rptr = <const uint64_t *>cnp.PyArray_DATA(<cnp.ndarray>rp)
