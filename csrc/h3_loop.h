@@ -49,6 +49,17 @@ double h3_monotonic(void);
 static inline int h3_flag_get(const int *f) { return __atomic_load_n(f, __ATOMIC_ACQUIRE); }
 static inline void h3_flag_set(int *f, int v) { __atomic_store_n(f, v, __ATOMIC_RELEASE); }
 
+/* Page advice for memory-mapped weights (streaming DiTs in the loop): madvise the pages
+ * covering [p, p + n) (start rounded down, end up to whole pages).  advice: H3_PAGES_WILLNEED
+ * (start reading them in now) or H3_PAGES_DONTNEED (drop them from this process's resident
+ * set; for a file mapping the page cache keeps them while memory allows, so a re-read is a
+ * minor fault).  Linux/POSIX madvise; a no-op where that is missing.  Advice is a hint:
+ * failures are ignored, results never depend on it — for read-only file mappings only
+ * (h3cy maps checkpoints and weight caches ACCESS_READ): on anonymous or privately
+ * written memory DONTNEED would discard the data. */
+enum { H3_PAGES_WILLNEED = 1, H3_PAGES_DONTNEED = 2 };
+void h3_pages_advise(const void *p, size_t n, int advice);
+
 #ifdef __cplusplus
 }
 #endif

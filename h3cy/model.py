@@ -135,7 +135,9 @@ class DiT:
         streaming : bool — keep only a few blocks' weights resident: each block is built
             (mapped from the checkpoint or the weight cache, or converted) when needed, the
             next one on a reader thread while the current one computes, and its pages are
-            released after use.  Same results, bit for bit, as resident loading.
+            released after use.  Same results, bit for bit, as resident loading.  In
+            h3cy.denoise, mapped sources (release-layout bf16, fp16/int8/int4 from the
+            weight cache) are attached up front and paged per block in the Cython loop.
         qkv_layout : {None, "interleaved", "stacked"} — how an original fused QKV is laid
             out (default: sharded release folder -> interleaved, single file -> stacked)
         isa : str, optional — kernel path (default: ``H3CY_ISA`` or the best available)
@@ -478,8 +480,47 @@ class DiT:
                 _pages.release(blk.storage())
                 del blk
 
+    def _stream_attached(self):
+        """Streaming DiTs in the Cython loop: every block's core attached up front as views
+        into the memory maps (the checkpoint's bf16 tensors, or the weight-cache file of
+        fp16/int8/int4), which reads no weight page: pages come in when a block runs and
+        the loop releases them after it (page advice in C, as _iter_blocks does through
+        _pages).  Returns (blocks, range_off (nb+1,) int64, range_ptr, range_len (R,)
+        uint64): block b's mapped arrays are ranges range_off[b]:range_off[b+1], the very
+        arrays _pages advises.  None when some block linear is not a mapped view (fp32
+        converts per block; the diffusers layout assembles fused QKV / SwiGLU copies);
+        those DiTs take the Python loop.  Built once and kept."""
+        if not self.streaming:
+            return None
+        got = self.__dict__.get("_attached")
+        if got is not None:
+            return got or None
+        if self.weights == "fp32":
+            self._attached = False
+            return None
+        blocks, off, ptr, ln = [], [0], [], []
+        for b in range(len(self.blocks)):
+            blk = _Block(self, self._source, f"transformer_blocks.{b}.", adaln=False)
+            lins = (blk.qkv, blk.out, blk.up, blk.down)
+            if not all(lin._c.storage is not None and _pages._mmap_of(lin._c.storage[0]) is not None
+                       for lin in lins):
+                _pages.release(blk.storage())
+                del blk, blocks
+                self._attached = False
+                return None
+            for a in blk.storage():
+                if a is not None and a.nbytes and _pages._mmap_of(a) is not None:
+                    ptr.append(a.ctypes.data)
+                    ln.append(a.nbytes)
+            off.append(len(ptr))
+            blocks.append(blk)
+        got = (blocks, np.array(off, np.int64), np.array(ptr, np.uint64), np.array(ln, np.uint64))
+        self._attached = got
+        return got
+
     def close(self):
         """Release the checkpoint mapping kept for streaming and the reader thread."""
+        self._attached = None
         if getattr(self, "_stream_ex", None) is not None:
             self._stream_ex.shutdown(wait=True)
             self._stream_ex = None

@@ -6,9 +6,14 @@ Two drivers with bit-identical results (docs/sampler.md):
 - the Cython loop (``_kernels.DenoiseLoop``, pyx/_loop.pxi): the steps, every denoiser
   evaluation and the Euler updates run without the GIL; Python is entered between blocks
   only for due progress reports, a set cancel flag or (main thread) Ctrl-C, and at step
-  ends for ``on_step``.  Used for resident DiTs (``streaming=False``);
-- the Python loop below, around ``DiT.forward``: streaming DiTs, ``H3CY_DIT_PYTHON=1``,
-  a DiT whose ``forward`` was replaced, and ``H3CY_LOOP_PYTHON=1`` (A/B switch).
+  ends for ``on_step``.  Used for resident DiTs and for streaming DiTs whose blocks are
+  all memory-mapped views (release-layout bf16, fp16/int8/int4 from the weight cache):
+  those are attached up front without reading a page (``DiT._stream_attached``) and the
+  loop keeps streaming's memory bound with page advice in C (``h3_pages_advise``:
+  ``MADV_WILLNEED`` on the next block before a block runs, ``MADV_DONTNEED`` on it after);
+- the Python loop below, around ``DiT.forward``: streaming DiTs that convert or copy
+  per block (fp32, diffusers-layout bf16), ``H3CY_DIT_PYTHON=1``, a DiT whose
+  ``forward`` was replaced, and ``H3CY_LOOP_PYTHON=1`` (A/B switch).
 """
 import threading
 
@@ -224,7 +229,8 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
         distinct = np.unique(np.concatenate([tvs.reshape(-1), tas]))
         if not getattr(dit, "_adaln_released", False):
             dit.prepare_timesteps(distinct)
-        if _cython_loop_usable(dit):
+        if _cython_loop_usable(dit) and (not dit.streaming or all(
+                _cython_loop_usable(dit.with_weights(m) if m != dit.weights else dit) for m in set(plan))):
             return _run_cython(dit, pe, g, lay, sv, sa, tvs, tas, per_frame, video, audio, evaluate,
                                plan, active, on_step, on_progress, cancel)
         dit._loop_stats = {"loop": "python"}
@@ -284,11 +290,14 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
 
 
 def _cython_loop_usable(dit):
-    """The Cython loop runs resident DiTs with the C block driver; the rest (streaming,
-    H3CY_DIT_PYTHON=1, a replaced forward, H3CY_LOOP_PYTHON=1) take the Python loop."""
+    """The Cython loop runs DiTs with the C block driver: resident ones, and streaming ones
+    whose blocks all attach in place (DiT._stream_attached).  The rest (fp32 or
+    diffusers-layout bf16 streaming, H3CY_DIT_PYTHON=1, a replaced forward,
+    H3CY_LOOP_PYTHON=1) take the Python loop."""
     from .model import DiT
-    return (not _config.loop_python() and isinstance(dit, DiT) and not dit.streaming
-            and not dit._python_blocks and "forward" not in vars(dit))
+    return (not _config.loop_python() and isinstance(dit, DiT) and not dit._python_blocks
+            and "forward" not in vars(dit)
+            and (not dit.streaming or dit._stream_attached() is not None))
 
 
 def _run_cython(dit, pe, g, lay, sv, sa, tvs, tas, per_frame, video, audio, evaluate, plan,
@@ -350,7 +359,9 @@ def _run_cython(dit, pe, g, lay, sv, sa, tvs, tas, per_frame, video, audio, eval
         st["mode"] = mode
         model = dit.with_weights(mode) if mode != dit.weights else dit
         if not _cython_loop_usable(model):
-            raise H3ValueError(f"the {mode} DiT cannot run in the Cython loop (streaming?)")
+            raise H3ValueError(f"the streaming {mode} DiT cannot run in the Cython loop (its blocks "
+                               "are not mapped views); switch to it with H3CY_LOOP_PYTHON=1 or "
+                               "a resident DiT")
         return model
 
     def step_hook(i, vel_v, vel_a, x0_v, x0_a):

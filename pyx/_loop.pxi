@@ -104,6 +104,12 @@ cdef class DenoiseLoop:
     cdef float eps, qk_eps, feps
     cdef h3_pool *pool
     cdef PyThread_type_lock plock
+    # streaming DiTs: block b's mapped weight ranges are [roff[b], roff[b+1]) of rptr/rlen
+    # (prefetched before the previous active block runs, released after the block)
+    cdef bint paging
+    cdef const int64_t *roff
+    cdef const uint64_t *rptr
+    cdef const uint64_t *rlen
     cdef bint locked
     # scratch
     cdef float *hbuf
@@ -277,8 +283,28 @@ cdef class DenoiseLoop:
             self.fin[u * 2] = _f32p(tab[1], "final scale", Hd)
             self.fin[u * 2 + 1] = _f32p(tab[2], "final shift", Hd)
         cdef DitBlockCore core
+        blocks = model.blocks
+        self.paging = False
+        if model.streaming:
+            att = model._stream_attached()
+            if att is None:
+                raise H3ValueError("this streaming DiT's blocks cannot be attached in place")
+            blocks = att[0]
+            ro, rp, rl = att[1], att[2], att[3]
+            if ro.dtype != np.int64 or ro.shape[0] != self.nb + 1 or rp.dtype != np.uint64 \
+                    or rl.dtype != np.uint64 or ro[0] != 0 or np.any(np.diff(ro) < 0) \
+                    or rp.shape[0] != ro[self.nb] or rl.shape[0] != rp.shape[0] \
+                    or not (ro.flags.c_contiguous and rp.flags.c_contiguous and rl.flags.c_contiguous):
+                raise H3ValueError("bad page range tables")
+            self.roff = <const int64_t *>cnp.PyArray_DATA(<cnp.ndarray>ro)
+            self.rptr = <const uint64_t *>cnp.PyArray_DATA(<cnp.ndarray>rp)
+            self.rlen = <const uint64_t *>cnp.PyArray_DATA(<cnp.ndarray>rl)
+            self.paging = True
+            refs.append(att)
+        if len(blocks) != self.nb:
+            raise H3ValueError("the DiT does not match this loop (blocks)")
         for b in range(self.nb):
-            core = model.blocks[b].core
+            core = blocks[b].core
             if core.hidden != Hd or core.head_dim != model.head_dim or core.ffn != cfg["ffn_dim"]:
                 raise H3ValueError(f"block {b} does not have the model's shapes")
             self.blocks[b] = core.w
@@ -313,7 +339,7 @@ cdef class DenoiseLoop:
         memset(&e0, 0, sizeof(e0))
         nth = pool.threads
         for b in range(self.nb):
-            core = model.blocks[b].core
+            core = blocks[b].core
             t = core.workspace_bytes(self.S, self.heads, self.rot_dim)
             need = max(need, t)
         need = max(need, h3_linear_workspace_bytes(self.proj_in, self.Nv, nth, &e0))
@@ -345,6 +371,20 @@ cdef class DenoiseLoop:
         with gil:
             _raise(rc, err)
         return -1
+
+    # ---- page advice (streaming DiTs) ------------------------------------------------------
+    cdef void _advise(self, int b, int advice) noexcept nogil:
+        cdef int64_t r
+        if not self.paging or b < 0 or b >= self.nb:
+            return
+        for r in range(self.roff[b], self.roff[b + 1]):
+            h3_pages_advise(<const void *><uintptr_t>self.rptr[r], <size_t>self.rlen[r], advice)
+
+    cdef int _next_active(self, int b) noexcept nogil:
+        b += 1
+        while b < self.nb and not self.active[b]:
+            b += 1
+        return b
 
     # ---- between blocks ------------------------------------------------------------------
     cdef int _py_between(self, bint cancelled, bint report) except -1:
@@ -385,6 +425,7 @@ cdef class DenoiseLoop:
         cdef double t0 = h3_monotonic()
         U = self.key_off[i + 1] - self.key_off[i]
         memset(&e0, 0, sizeof(e0))
+        self._advise(self._next_active(-1), H3_PAGES_WILLNEED)
         self._lock()
         # inputs: h = [text rows | R(audio_proj_in(audio rows)) | R(proj_in(video patches))]
         h3_patchify(self.video, self.C, self.T, self.hh, self.ww, self.xv)
@@ -428,9 +469,11 @@ cdef class DenoiseLoop:
                 a.shift_mlp = self.tabbuf + 3 * self.umax * 3 * Hd
                 a.scale1p_mlp = self.tabbuf + 4 * self.umax * 3 * Hd
                 a.gate_mlp = self.tabbuf + 5 * self.umax * 3 * Hd
+            self._advise(self._next_active(b), H3_PAGES_WILLNEED)
             self._lock()
             rc = h3_dit_block_forward(&self.blocks[b], &a, h, self.pool, self.ws, self.ws_bytes,
                                       self.isa, &err)
+            self._advise(b, H3_PAGES_DONTNEED)
             if rc != H3_OK:
                 return self._fail(rc, &err)
             self.done += 1

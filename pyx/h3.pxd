@@ -272,3 +272,9 @@ cdef extern from "h3_loop.h" nogil:
     double h3_monotonic()
     int h3_flag_get(const int *f)
     void h3_flag_set(int *f, int v)
+
+cdef extern from "h3_loop.h" nogil:
+    enum:
+        H3_PAGES_WILLNEED
+        H3_PAGES_DONTNEED
+    void h3_pages_advise(const void *p, size_t n, int advice)
