@@ -260,3 +260,26 @@ def tiny_dit_factory(tmp_path_factory):
             cache[name] = build(name, str(tmp_path_factory.mktemp(f"tiny_dit_{name}")))
         return cache[name]
     return get
+
+
+# the 8-block model of the streaming memory tests (~5.8 MB of bf16 weights a block)
+MEDIUM_STREAMING_CONFIG = dict(num_attention_heads=4, attention_head_dim=64, hidden_size=512, num_layers=8,
+                               num_refiner_layers=1, ffn_dim=1536, in_channels=4, audio_in_channels=8,
+                               patch_size=[1, 2, 2], text_dim=64, freq_dim=32, time_embed_hidden_dim=64,
+                               time_embed_dim=32, rope_freq_dim=4)
+
+
+def write_medium_streaming_model(folder):
+    """Write MEDIUM_STREAMING_CONFIG's random model in the release layout (every bf16 weight
+    maps zero-copy, so streaming can page it) into ``folder``; returns the config."""
+    import torch
+    from diffusers import MiniMaxH3Transformer3DModel
+    cfg = dict(MEDIUM_STREAMING_CONFIG)
+    torch.manual_seed(0)
+    m = MiniMaxH3Transformer3DModel(**cfg).eval()
+    for n, p in m.named_parameters():
+        if not any(k in n.split(".") for k in ("proj_in", "audio_proj_in", "time_embedder",
+                                                 "proj_out", "audio_proj_out")):
+            p.data = p.data.to(torch.bfloat16)
+    write_original(folder, original_state_dict(m.state_dict(), cfg, "interleaved"), cfg, shards=2)
+    return cfg

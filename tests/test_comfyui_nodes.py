@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")   # the pack hands tensors to ComfyUI: torch is a test dependency
+import torch  # noqa: E402  (the pack hands tensors to ComfyUI; torch is a test extra)
 
 import h3cy  # noqa: E402
 import h3cy.demo  # noqa: E402

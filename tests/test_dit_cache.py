@@ -107,21 +107,9 @@ def test_streaming_bounds_resident_memory(tmp_path):
     the resident model's grows by every block (run in fresh processes)."""
     import subprocess
     import sys
-    import torch
-    from diffusers import MiniMaxH3Transformer3DModel
-    cfg = dict(num_attention_heads=4, attention_head_dim=64, hidden_size=512, num_layers=8,
-               num_refiner_layers=1, ffn_dim=1536, in_channels=4, audio_in_channels=8,
-               patch_size=[1, 2, 2], text_dim=64, freq_dim=32, time_embed_hidden_dim=64,
-               time_embed_dim=32, rope_freq_dim=4)
-    torch.manual_seed(0)
-    m = MiniMaxH3Transformer3DModel(**cfg).eval()
-    for n, p in m.named_parameters():
-        if not any(k in n.split(".") for k in ("proj_in", "audio_proj_in", "time_embedder",
-                                                 "proj_out", "audio_proj_out")):
-            p.data = p.data.to(torch.bfloat16)
-    from _tiny_dit import original_state_dict, write_original
+    from _tiny_dit import write_medium_streaming_model
     folder = str(tmp_path / "medium")   # the release layout: every bf16 weight maps zero-copy
-    write_original(folder, original_state_dict(m.state_dict(), cfg, "interleaved"), cfg, shards=2)
+    write_medium_streaming_model(folder)
     code = f"""
 import resource, sys, numpy as np
 sys.path.insert(0, {os.path.dirname(__file__)!r})

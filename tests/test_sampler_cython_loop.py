@@ -1,7 +1,6 @@
 """The Cython step loop (pyx/_loop.pxi) against the Python loop (H3CY_LOOP_PYTHON=1):
 bit-identical latents for every weights mode and option, the same hook calls, and the
 same behaviour on cancel, callback exceptions and Ctrl-C."""
-import shutil
 import threading
 
 import numpy as np
@@ -137,7 +136,6 @@ def test_hooks_see_the_same_states(tiny_dit_factory, monkeypatch):
     t = tiny_dit_factory("b")
     g, pe, video, audio = _inputs(t.config)
     dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
-    logs = {}
 
     def run(reuse):
         log = {"states": [], "kept": [], "progress": []}
@@ -340,20 +338,9 @@ def test_streaming_in_the_cython_loop_bounds_peak_memory(tmp_path):
     import os
     import subprocess
     import sys
-    from diffusers import MiniMaxH3Transformer3DModel
-    cfg = dict(num_attention_heads=4, attention_head_dim=64, hidden_size=512, num_layers=8,
-               num_refiner_layers=1, ffn_dim=1536, in_channels=4, audio_in_channels=8,
-               patch_size=[1, 2, 2], text_dim=64, freq_dim=32, time_embed_hidden_dim=64,
-               time_embed_dim=32, rope_freq_dim=4)
-    torch.manual_seed(0)
-    m = MiniMaxH3Transformer3DModel(**cfg).eval()
-    for n, p in m.named_parameters():
-        if not any(k in n.split(".") for k in ("proj_in", "audio_proj_in", "time_embedder",
-                                                 "proj_out", "audio_proj_out")):
-            p.data = p.data.to(torch.bfloat16)
-    from _tiny_dit import original_state_dict, write_original
-    folder = str(tmp_path / "medium")
-    write_original(folder, original_state_dict(m.state_dict(), cfg, "interleaved"), cfg, shards=2)
+    from _tiny_dit import write_medium_streaming_model
+    folder = str(tmp_path / "medium")   # the release layout: every bf16 weight maps zero-copy
+    write_medium_streaming_model(folder)
     code = f"""
 import sys, gc, numpy as np
 import h3cy
