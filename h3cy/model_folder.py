@@ -89,6 +89,7 @@ class ModelFolder:
     root: str
     layout: str                       # "release" or "diffusers"
     paths: dict = field(default_factory=dict)
+    _sizes: dict = field(default=None, repr=False, compare=False)
 
     @property
     def missing(self):
@@ -105,7 +106,13 @@ class ModelFolder:
 
     def sizes(self):
         """Per component: ``{"params": n, "bytes_on_disk": b, "dtypes": {...}, "matrix_params": m}``
-        counting only what t2va reads (text layers 0..49 + embeddings; VAE decoders)."""
+        counting only what t2va reads (text layers 0..49 + embeddings; VAE decoders).
+        The headers are read once per ModelFolder (``info`` asks for every mode)."""
+        if self._sizes is None:
+            self._sizes = self._read_sizes()
+        return self._sizes
+
+    def _read_sizes(self):
         out = {}
         for c in ("text_encoder", "transformer", "video_vae", "audio_vae"):
             p = self.paths.get(c)
