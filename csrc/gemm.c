@@ -25,6 +25,7 @@ struct h3_linear {
     int64_t Kp;            /* int modes: padded K */
     int64_t H, Hp;         /* pair: half height, padded half; else H = N, Hp = align(N, nr) */
     int wtype, group_size, act_group, pair;
+    int f32_exact;         /* float32 inputs multiplied exactly (no bf16 x bf16 kernel) */
     int64_t seg;           /* int modes: K-length of constant (act, weight) scales */
     int64_t kci;           /* int modes: K block */
     h3_isa isa;
@@ -35,7 +36,19 @@ struct h3_linear {
     size_t wbytes;         /* w + wscale bytes */
     size_t sbytes;         /* wscale bytes */
     int owns_w;            /* 0: w/wscale borrowed (h3_linear_attach), not freed */
+    /* h3_linear_attach_parts: float rows in nparts equal blocks at separate addresses
+     * (part[i] holds logical rows [i*part_rows, (i+1)*part_rows)); nparts 0: w only */
+    const void *part[H3_LINEAR_MAX_PARTS];
+    int nparts;
+    int64_t part_rows;
 };
+
+/* The base of the float rows holding logical row r, and r's index there. */
+static const void *rows_at(const h3_linear *l, int64_t r, int64_t *local) {
+    if (!l->nparts) { *local = r; return l->w; }
+    *local = r % l->part_rows;
+    return l->part[r / l->part_rows];
+}
 
 static const gemm_kernels *raw_table(h3_isa isa) {
     switch (isa) {
@@ -178,19 +191,21 @@ static h3_status pack_int(h3_linear *l, const void *w, int src_dtype, h3_err *er
 
 /* The kernel table and the packed geometry of a linear whose N, K, wtype, group_size
  * and pair are set (shared by create and attach, so both agree on every layout). */
-static void set_geometry(h3_linear *l, h3_isa isa, int ag, int bf16_inputs) {
+static void set_geometry(h3_linear *l, h3_isa isa, int ag, int bf16_inputs, int f32_exact) {
     const int wt = l->wtype;
     l->kt = gemm_kernels_for(isa);
+    l->f32_exact = f32_exact ? 1 : 0;
 #if H3_X86
     /* AMX's float kernel is bf16 x bf16: use it for bf16-stored weights only (fp32/fp16
-     * weights keep full precision on the AVX-512 kernels), and not when the last K
-     * block would be shorter than 16 (its bf16 panels would outgrow the f32 slots). */
+     * weights keep full precision on the AVX-512 kernels; so do bf16 weights asked to
+     * multiply float32 inputs exactly), and not when the last K block would be shorter
+     * than 16 (its bf16 panels would outgrow the f32 slots). */
     if (isa == H3_ISA_AMX && !is_int(wt) &&
-        (wt != H3_DT_BF16 || (l->K % l->kt->kc != 0 && l->K % l->kt->kc < 16)))
+        (wt != H3_DT_BF16 || f32_exact || (l->K % l->kt->kc != 0 && l->K % l->kt->kc < 16)))
         l->kt = gemm_kernels_for(H3_ISA_AVX512);
     /* bf16 weights and bf16-valued inputs: VDPBF16PS where the CPU has it (same K-tail
      * rule as AMX: its bf16 panels must fit the driver's f32 slots) */
-    if (isa == H3_ISA_AVX512 && wt == H3_DT_BF16 && bf16_inputs && h3_cpu_has_avx512_bf16() &&
+    if (isa == H3_ISA_AVX512 && wt == H3_DT_BF16 && bf16_inputs && !f32_exact && h3_cpu_has_avx512_bf16() &&
         !(l->K % gemm_kernels_avx512_bf16dp.kc != 0 && l->K % gemm_kernels_avx512_bf16dp.kc < 16))
         l->kt = &gemm_kernels_avx512_bf16dp;
 #endif
@@ -250,7 +265,7 @@ h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
     l->N = N; l->K = K; l->wtype = wt; l->group_size = gs; l->pair = opts->pair;
     l->isa = opts->isa;
     l->owns_w = 1;
-    set_geometry(l, opts->isa, ag, opts->bf16_inputs);
+    set_geometry(l, opts->isa, ag, opts->bf16_inputs, opts->f32_exact);
     if (is_int(wt)) {
         st = pack_int(l, w, src_dtype, err);
         if (st) { h3_linear_free(l); return st; }
@@ -272,11 +287,38 @@ h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
     return H3_OK;
 }
 
+h3_status h3_linear_attach_parts(const h3_linear_layout *lay, const void *const *parts, int nparts,
+                                 const float *bias, h3_isa isa, h3_linear **out, h3_err *err) {
+    if (!lay || !parts || !out) return h3_fail(err, H3_EINVAL, "linear_attach_parts: NULL argument");
+    if (nparts < 1 || nparts > H3_LINEAR_MAX_PARTS)
+        return h3_fail(err, H3_EINVAL, "linear_attach_parts: %d parts (1..%d)", nparts, H3_LINEAR_MAX_PARTS);
+    if (is_int(lay->wtype) || lay->nr)
+        return h3_fail(err, H3_EINVAL, "linear_attach_parts: only row-major float weights come in parts");
+    if (lay->N % nparts || (lay->pair && nparts > 2))
+        return h3_fail(err, H3_EINVAL, "linear_attach_parts: %lld rows do not split into %d%s parts",
+                       (long long)lay->N, nparts, lay->pair ? " pair" : "");
+    const uintptr_t wmask = lay->wtype == H3_DT_F32 ? 3 : 1;
+    for (int i = 0; i < nparts; i++)
+        if (!parts[i] || ((uintptr_t)parts[i] & wmask))
+            return h3_fail(err, H3_EINVAL, "linear_attach_parts: part %d is NULL or not element-aligned", i);
+    h3_status st = h3_linear_attach(lay, parts[0], NULL, bias, isa, out, err);
+    if (st || nparts == 1) return st;
+    h3_linear *l = *out;
+    l->nparts = nparts;
+    l->part_rows = lay->N / nparts;
+    for (int i = 0; i < nparts; i++) l->part[i] = parts[i];
+    return H3_OK;
+}
+
 h3_status h3_linear_dequant(const h3_linear *l, float *out, h3_err *err) {
     if (!l || !out) return h3_fail(err, H3_EINVAL, "linear_dequant: NULL argument");
     const int64_t N = l->N, K = l->K, Kp = l->Kp;
     if (!is_int(l->wtype)) {
-        for (int64_t i = 0; i < N * K; i++) out[i] = gemm_w_at(l->wtype, l->w, i);
+        for (int64_t n = 0; n < N; n++) {
+            int64_t r;
+            const void *base = rows_at(l, n, &r);
+            for (int64_t k = 0; k < K; k++) out[n * K + k] = gemm_w_at(l->wtype, base, r * K + k);
+        }
         return H3_OK;
     }
     const int nr = l->kt->nr;
@@ -305,6 +347,7 @@ h3_status h3_linear_dequant(const h3_linear *l, float *out, h3_err *err) {
 
 /* ---------------------------------------------------------------- storage export/attach */
 
+
 h3_status h3_linear_layout_get(const h3_linear *l, h3_linear_layout *lay, const void **w,
                                const float **scales, h3_err *err) {
     if (!l || !lay) return h3_fail(err, H3_EINVAL, "linear_layout_get: NULL argument");
@@ -320,6 +363,8 @@ h3_status h3_linear_layout_get(const h3_linear *l, h3_linear_layout *lay, const 
     lay->s_bytes = l->sbytes;
     lay->w_bytes = l->wbytes - l->sbytes;
     lay->bf16_inputs = h3_linear_bf16_activations(l);
+    lay->f32_exact = l->f32_exact;
+    if (l->nparts) return h3_fail(err, H3_EINVAL, "linear_layout_get: this linear's rows are in %d separate parts", l->nparts);
     if (w) *w = l->w;
     if (scales) *scales = l->wscale;
     return H3_OK;
@@ -347,7 +392,7 @@ h3_status h3_linear_attach(const h3_linear_layout *lay, const void *w, const flo
     if (!l) return h3_fail(err, H3_ENOMEM, "linear_attach: out of memory");
     l->N = lay->N; l->K = lay->K; l->wtype = wt; l->pair = lay->pair; l->isa = isa;
     l->group_size = wt == H3_DT_I4 ? lay->group_size : 0;
-    set_geometry(l, isa, is_int(wt) ? lay->act_group : 0, lay->bf16_inputs);
+    set_geometry(l, isa, is_int(wt) ? lay->act_group : 0, lay->bf16_inputs, lay->f32_exact);
     /* the stored layout must be the one this path computes from */
     size_t wb, sb = 0;
     if (is_int(wt)) {
@@ -516,16 +561,19 @@ static void float_block(run_ctx *c, char *tw, int64_t r0, int64_t w, float *C, i
     const gemm_kernels *kt = c->kt;
     const int MR = kt->mr, NR = kt->nr;
     const int64_t K = l->K, M = c->M;
+    /* rows [r0, r0+w) lie in one part (mul_task splits the columns at part borders) */
+    int64_t lr0;
+    const void *wb = rows_at(l, r0, &lr0);
     if (M <= kt->gemv_max_m) {
-        kt->gemv(l->wtype, M, K, c->x, K, l->w, K, r0, r0 + w, C, ldc);
+        kt->gemv(l->wtype, M, K, c->x, K, wb, K, lr0, lr0 + w, C, ldc);
         return;
     }
     float *bp = (float *)tw;
-    const int64_t n_valid = l->N; /* rows past the weight are zero-filled */
+    const int64_t n_valid = l->nparts ? l->part_rows : l->N; /* rows past the weight are zero-filled */
     for (int64_t pc = 0; pc < K; pc += kt->kc) {
         int64_t kc = H3_MIN(kt->kc, K - pc);
         int64_t wpad = H3_ALIGN_UP(w, NR);
-        kt->unpack(l->wtype, l->w, K, r0, wpad, H3_MIN(n_valid, r0 + w), pc, kc, bp, NR);
+        kt->unpack(l->wtype, wb, K, lr0, wpad, H3_MIN(n_valid, lr0 + w), pc, kc, bp, NR);
         for (int64_t ic = 0; ic < M; ic += kt->mc) {
             int64_t mc = H3_MIN(kt->mc, M - ic);
             /* each A micro-panel (L1) meets every B panel of the block (L2); C is then
@@ -662,11 +710,14 @@ static void mul_task(void *p, int ith, int nth) {
     }
     /* Output segments: (out col, logical row, length).  Pair layouts keep the halves apart
      * so that integer panels never straddle them. */
-    int64_t seg_o[2], seg_r[2], seg_n[2];
+    int64_t seg_o[H3_LINEAR_MAX_PARTS], seg_r[H3_LINEAR_MAX_PARTS], seg_n[H3_LINEAR_MAX_PARTS];
     int nsegs;
     const int kind = c->epi ? c->epi->kind : H3_EPI_NONE;
-    if (kind == H3_EPI_SWIGLU || !l->pair) {
+    if (kind == H3_EPI_SWIGLU || (!l->pair && !l->nparts)) {
         nsegs = 1; seg_o[0] = 0; seg_r[0] = 0; seg_n[0] = kind == H3_EPI_SWIGLU ? l->H : l->N;
+    } else if (!l->pair) { /* rows in parts: no float tile straddles two addresses */
+        nsegs = l->nparts;
+        for (int s = 0; s < nsegs; s++) { seg_o[s] = seg_r[s] = s * l->part_rows; seg_n[s] = l->part_rows; }
     } else {
         nsegs = 2;
         seg_o[0] = 0; seg_r[0] = 0; seg_n[0] = l->H;

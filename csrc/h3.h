@@ -95,6 +95,9 @@ typedef struct {
                         multiply bf16 pairs (AVX512-BF16 VDPBF16PS) may run; same exact
                         products, another summation order */
     h3_isa isa;      /* the path this linear runs (its packed layout follows it) */
+    int f32_exact;   /* bf16 weights: multiply float32 x exactly (widened weights, f32 FMA),
+                        never through bf16 x bf16 kernels (AMX tiles, VDPBF16PS) -- the
+                        DiT's fp32 mode over a bf16 checkpoint */
 } h3_linear_opts;
 
 /* w: [N,K] of src_dtype (H3_DT_F32 or H3_DT_BF16); bias: [N] float32 or NULL. */
@@ -121,11 +124,23 @@ typedef struct {
     int64_t N, K, Kp;
     uint64_t w_bytes, s_bytes;
     int bf16_inputs;   /* a run-time option, as in h3_linear_opts (not part of the storage) */
+    int f32_exact;     /* likewise */
 } h3_linear_layout;
 h3_status h3_linear_layout_get(const h3_linear *lin, h3_linear_layout *layout, const void **w,
                                const float **scales, h3_err *err);
 h3_status h3_linear_attach(const h3_linear_layout *layout, const void *w, const float *scales,
                            const float *bias, h3_isa isa, h3_linear **out, h3_err *err);
+/* attach over float rows ([N,K] bf16/f32, nr = 0) that lie in nparts equal row blocks at
+ * separate addresses: parts[i] holds logical rows [i*N/nparts, (i+1)*N/nparts).  For
+ * checkpoints that store one logical weight as several tensors (the diffusers layout's
+ * to_q/to_k/to_v; its SwiGLU [value; gate] read as gate = second half, value = first),
+ * with no copy.  nparts in 1..H3_LINEAR_MAX_PARTS; a pair linear needs 1 or 2 (its
+ * halves).  layout->w_bytes counts all parts.  Such a linear has no single storage to
+ * export (layout_get fails). */
+#define H3_LINEAR_MAX_PARTS 3
+h3_status h3_linear_attach_parts(const h3_linear_layout *layout, const void *const *parts,
+                                 int nparts, const float *bias, h3_isa isa, h3_linear **out,
+                                 h3_err *err);
 /* The weight the GEMM effectively multiplies by, dequantised to float32: out [N,K]. */
 h3_status h3_linear_dequant(const h3_linear *lin, float *out, h3_err *err);
 

@@ -506,6 +506,31 @@ class TransformerCheckpoint:
         out.flags.writeable = False
         return out
 
+    def qkv_parts(self, prefix):
+        """A block's Q, K, V rows as the tensors that hold them, without copying.
+
+        Returns
+        -------
+        (parts, layout) : the original layout's fused ``attn.qkv_proj`` as ``[rows]`` with
+            :attr:`qkv_layout`; the diffusers layout's ``[to_q, to_k, to_v]`` with "stacked".
+            Concatenated, the parts are :meth:`fused_qkv`'s rows.
+        """
+        e = self.entry(f"{prefix}.attn.to_q.weight")
+        if self.layout == "original":
+            return [self._raw(e)], self.qkv_layout
+        return [self.tensor(f"{prefix}.attn.to_{p}.weight") for p in "qkv"], "stacked"
+
+    def swiglu_parts(self, prefix):
+        """A block's SwiGLU input rows ordered ``[gate; value]`` as the tensors (or
+        halves) that hold them, without copying: ``[fc1]`` for the original layout, ``[gate
+        half, value half]`` of the diffusers ``[value; gate]`` tensor.  Concatenated, the
+        parts are :meth:`swiglu_gate_value`'s rows."""
+        e = self.entry(f"{prefix}.ff.net.0.proj.weight")
+        if self.layout == "original":
+            return [self._raw(e)]
+        value, gate = self.swiglu(prefix)
+        return [gate, value]
+
     def state_dict(self):
         """``{diffusers name: ndarray}`` for every key (copies where :meth:`tensor` copies)."""
         return {k: self.tensor(k) for k in self._keys}

@@ -110,12 +110,15 @@ class _CheckpointSource:
         return self.ckpt.tensor(name)
 
     def qkv(self, prefix):
-        """[3*inner, hidden] rows and their layout ("stacked" or "interleaved")."""
-        return self.ckpt.fused_qkv(prefix[: -len(".attn.")])
+        """The [3*inner, hidden] rows as a list of the mapped tensors holding them (one
+        fused tensor, or the diffusers layout's to_q/to_k/to_v), and their layout
+        ("stacked" or "interleaved")."""
+        return self.ckpt.qkv_parts(prefix[: -len(".attn.")])
 
     def ffn_up(self, prefix):
-        """[2*ffn, hidden] rows ordered [gate; value]."""
-        return self.ckpt.swiglu_gate_value(prefix[: -len(".ff.")])
+        """The [2*ffn, hidden] rows ordered [gate; value], as a list of the mapped tensors
+        (or halves) holding them."""
+        return self.ckpt.swiglu_parts(prefix[: -len(".ff.")])
 
 
 class DiT:
@@ -130,14 +133,17 @@ class DiT:
         Parameters
         ----------
         path : str or os.PathLike — the folder (any Unicode name)
-        weights : {"bf16", "fp32", "fp16", "int8", "int4"}
+        weights : {"bf16", "fp32", "fp16", "int8", "int4"} — bf16 and fp32 use the
+            checkpoint's tensors in place (fp32 widens bf16 ones inside the kernel and
+            multiplies float32 activations exactly); the others convert once (cached)
         threads : int, optional — default :func:`h3cy.get_num_threads`
         streaming : bool — keep only a few blocks' weights resident: each block is built
             (mapped from the checkpoint or the weight cache, or converted) when needed, the
             next one on a reader thread while the current one computes, and its pages are
             released after use.  Same results, bit for bit, as resident loading.  In
-            h3cy.denoise, mapped sources (release-layout bf16, fp16/int8/int4 from the
-            weight cache) are attached up front and paged per block in the Cython loop.
+            h3cy.denoise, mapped sources (fp32/bf16 tensors of either layout, fp16/int8/
+            int4 from the weight cache) are attached up front and paged per block in the
+            Cython loop.
         qkv_layout : {None, "interleaved", "stacked"} — how an original fused QKV is laid
             out (default: sharded release folder -> interleaved, single file -> stacked)
         isa : str, optional — kernel path (default: ``H3CY_ISA`` or the best available)
@@ -267,9 +273,11 @@ class DiT:
 
     # ---- weights ---------------------------------------------------------------------
     def _linear(self, w, bias=None, pair=False, act_group=None, name=None):
-        """A bf16 (or fp32) checkpoint weight in this model's weights mode: mapped from
-        the weight cache when it holds it, mapped from the checkpoint itself for bf16
-        weights in bf16 mode (zero-copy), else converted (and added to the cache)."""
+        """A checkpoint weight (an array, or a list of arrays whose rows concatenate to it)
+        in this model's weights mode: mapped from the weight cache when it holds it; used
+        in place (zero-copy, also when its rows lie in several tensors) for bf16 mode over
+        bf16 tensors and fp32 mode over bf16 or fp32 tensors; else converted (and added
+        to the cache)."""
         mode = self.weights
         reader, writer = self._cache_reader, self._cache_writer
         if reader is not None and name in reader:
@@ -277,17 +285,27 @@ class DiT:
                 self.linears_attached += 1
             core = reader.attach(name, bias, self.isa, self._pool)
             return ops.Linear._from_core(core, mode, self._pool)
-        if (mode == "bf16" and w.dtype == np.uint16 and w.flags.c_contiguous
-                and not self.config.get("_no_zero_copy")):
-            N, K = w.shape
+        parts = list(w) if isinstance(w, (list, tuple)) else [w]
+        dt = parts[0].dtype
+        if (mode in ("bf16", "fp32") and not self.config.get("_no_zero_copy") and len(parts) <= 3
+                and all(p.dtype == dt and p.flags.c_contiguous and p.shape == parts[0].shape
+                        for p in parts)
+                and (dt == np.uint16 or (mode == "fp32" and dt == np.float32))):
+            N, K = parts[0].shape[0] * len(parts), parts[0].shape[1]
+            esz = dt.itemsize
             # bf16 mode rounds every GEMM input to bf16 (as diffusers), so bf16-pair
-            # kernels are exact here
-            lay = dict(wtype=1, group_size=0, act_group=0, pair=int(pair), nr=0, N=N, K=K, Kp=K,
-                       w_bytes=N * K * 2, s_bytes=0, bf16_inputs=1)
+            # kernels are exact there; fp32 mode over bf16 tensors multiplies the widened
+            # weights by float32 inputs exactly (f32_exact: no bf16 x bf16 kernel) -- the
+            # fp32 weights the checkpoint stands for, at half their memory
+            lay = dict(wtype=1 if dt == np.uint16 else 0, group_size=0, act_group=0,
+                       pair=int(pair), nr=0, N=N, K=K, Kp=K, w_bytes=N * K * esz, s_bytes=0,
+                       bf16_inputs=int(mode == "bf16"), f32_exact=int(mode == "fp32"))
             with self._build_lock:
                 self.linears_attached += 1
-            core = _kernels.linear_attach(lay, w, None, bias, self.isa, self._pool)
+            core = _kernels.linear_attach(lay, parts if len(parts) > 1 else parts[0], None,
+                                          bias, self.isa, self._pool)
             return ops.Linear._from_core(core, mode, self._pool)
+        w = parts[0] if len(parts) == 1 else np.concatenate(parts)
         kw = {}
         if mode == "int4":
             # groups of 128 along K where K allows (the released shapes do), else 64 or 32;
@@ -487,17 +505,14 @@ class DiT:
         the loop releases them after it (page advice in C, as _iter_blocks does through
         _pages).  Returns (blocks, range_off (nb+1,) int64, range_ptr, range_len (R,)
         uint64): block b's mapped arrays are ranges range_off[b]:range_off[b+1], the very
-        arrays _pages advises.  None when some block linear is not a mapped view (fp32
-        converts per block; the diffusers layout assembles fused QKV / SwiGLU copies);
-        those DiTs take the Python loop.  Built once and kept."""
+        arrays _pages advises.  None when some block linear is not a mapped view (a
+        tensor copied because its file offset was misaligned, a converted mode without a
+        cache); those DiTs take the Python loop.  Built once and kept."""
         if not self.streaming:
             return None
         got = self.__dict__.get("_attached")
         if got is not None:
             return got or None
-        if self.weights == "fp32":
-            self._attached = False
-            return None
         blocks, off, ptr, ln = [], [0], [], []
         for b in range(len(self.blocks)):
             blk = _Block(self, self._source, f"transformer_blocks.{b}.", adaln=False)

@@ -105,7 +105,8 @@ class ModelFolder:
         return self
 
     def sizes(self):
-        """Per component: ``{"params": n, "bytes_on_disk": b, "dtypes": {...}, "matrix_params": m}``
+        """Per component: ``{"params": n, "bytes_on_disk": b, "dtypes": {...}, "matrix_params": m,
+        "matrix_bytes_on_disk": mb}``
         counting only what t2va reads (text layers 0..49 + embeddings; VAE decoders).
         The headers are read once per ModelFolder (``info`` asks for every mode)."""
         if self._sizes is None:
@@ -121,7 +122,7 @@ class ModelFolder:
             keep = _text_encoder_keep() if c == "text_encoder" else (
                 _decoder_keep if c in ("video_vae", "audio_vae") else None)
             tensors = folder_tensors(p, keep)
-            params = disk = matrix = 0
+            params = disk = matrix = matrix_disk = 0
             dtypes = {}
             for name, (dt, shape) in tensors.items():
                 n = 1
@@ -132,7 +133,9 @@ class ModelFolder:
                 dtypes[dt] = dtypes.get(dt, 0) + n
                 if len(shape) >= 2 and "embed_tokens" not in name and min(shape[:2]) > 1:
                     matrix += n
-            out[c] = {"params": params, "bytes_on_disk": disk, "dtypes": dtypes, "matrix_params": matrix}
+                    matrix_disk += n * _DTYPE_BYTES.get(dt, 4)
+            out[c] = {"params": params, "bytes_on_disk": disk, "dtypes": dtypes, "matrix_params": matrix,
+                      "matrix_bytes_on_disk": matrix_disk}
         return out
 
     def resident_bytes(self, component, weights):
@@ -143,6 +146,13 @@ class ModelFolder:
             return 0
         other = s["params"] - s["matrix_params"]
         per_other = 2.0 if component == "text_encoder" else 4.0
+        if component == "transformer" and weights in ("fp32", "bf16"):
+            # the DiT multiplies bf16/fp32 checkpoint tensors in place in both modes (fp32
+            # widens bf16 inside the kernel): the matrices cost what they cost on disk
+            # (bf16 mode over a float32 checkpoint converts: 2 bytes)
+            disk = s.get("matrix_bytes_on_disk", s["matrix_params"] * 2)
+            mat = disk if weights == "fp32" else min(disk, s["matrix_params"] * 2)
+            return int(mat + other * per_other)
         return int(s["matrix_params"] * BYTES_PER_PARAM[weights] + other * per_other)
 
 

@@ -7,12 +7,13 @@ Two drivers with bit-identical results (docs/sampler.md):
   evaluation and the Euler updates run without the GIL; Python is entered between blocks
   only for due progress reports, a set cancel flag or (main thread) Ctrl-C, and at step
   ends for ``on_step``.  Used for resident DiTs and for streaming DiTs whose blocks are
-  all memory-mapped views (release-layout bf16, fp16/int8/int4 from the weight cache):
+  all memory-mapped views (fp32/bf16 from the checkpoint in either layout, fp16/int8/
+  int4 from the weight cache):
   those are attached up front without reading a page (``DiT._stream_attached``) and the
   loop keeps streaming's memory bound with page advice in C (``h3_pages_advise``:
   ``MADV_WILLNEED`` on the next block before a block runs, ``MADV_DONTNEED`` on it after);
-- the Python loop below, around ``DiT.forward``: streaming DiTs that convert or copy
-  per block (fp32, diffusers-layout bf16), ``H3CY_DIT_PYTHON=1``, a DiT whose
+- the Python loop below, around ``DiT.forward``: streaming DiTs with a block tensor
+  copied at load (misaligned in its file), ``H3CY_DIT_PYTHON=1``, a DiT whose
   ``forward`` was replaced, and ``H3CY_LOOP_PYTHON=1`` (A/B switch).
 """
 import threading
@@ -291,9 +292,9 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
 
 def _cython_loop_usable(dit):
     """The Cython loop runs DiTs with the C block driver: resident ones, and streaming ones
-    whose blocks all attach in place (DiT._stream_attached).  The rest (fp32 or
-    diffusers-layout bf16 streaming, H3CY_DIT_PYTHON=1, a replaced forward,
-    H3CY_LOOP_PYTHON=1) take the Python loop."""
+    whose blocks all attach in place (DiT._stream_attached).  The rest (streaming over
+    a copied tensor, H3CY_DIT_PYTHON=1, a replaced forward, H3CY_LOOP_PYTHON=1) take the
+    Python loop."""
     from .model import DiT
     return (not _config.loop_python() and isinstance(dit, DiT) and not dit._python_blocks
             and "forward" not in vars(dit)

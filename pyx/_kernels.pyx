@@ -242,23 +242,39 @@ cdef class LinearCore:
 
 def linear_attach(dict layout, w, scales, bias, str isa, ThreadPool pool):
     """A LinearCore over storage the caller keeps alive (w: uint8/uint16/float32 array of
-    the layout's bytes, e.g. an mmap view; scales: float32 array or None).  No copy."""
+    the layout's bytes, e.g. an mmap view; scales: float32 array or None).  No copy.
+    w may also be a list of up to 3 arrays of equal size: row-major float weights whose
+    rows lie in separate tensors (h3_linear_attach_parts; layout w_bytes counts all)."""
     cdef h3_linear_layout lay
     cdef h3_err err
     cdef h3_status rc
-    cdef cnp.ndarray wa = w
+    cdef cnp.ndarray wa
     cdef cnp.ndarray sa
     cdef cnp.ndarray ba
     cdef const float *sp = NULL
     cdef const float *bp = NULL
+    cdef const void *parts[3]
+    cdef int nparts = 0
     memset(&lay, 0, sizeof(lay))
     lay.wtype = layout["wtype"]; lay.group_size = layout["group_size"]
     lay.act_group = layout["act_group"]; lay.pair = layout["pair"]; lay.nr = layout["nr"]
     lay.N = layout["N"]; lay.K = layout["K"]; lay.Kp = layout["Kp"]
     lay.w_bytes = layout["w_bytes"]; lay.s_bytes = layout["s_bytes"]
     lay.bf16_inputs = layout.get("bf16_inputs", 0)
-    if not wa.flags.c_contiguous or <uint64_t>wa.nbytes != lay.w_bytes:
-        raise H3ValueError(f"attached weights must be {lay.w_bytes} contiguous bytes, got {wa.nbytes}")
+    lay.f32_exact = layout.get("f32_exact", 0)
+    plist = list(w) if isinstance(w, (list, tuple)) else [w]
+    if not 1 <= len(plist) <= 3:
+        raise H3ValueError(f"attached weights come in 1 to 3 parts, got {len(plist)}")
+    total = 0
+    for part in plist:
+        wa = part
+        if not wa.flags.c_contiguous or wa.nbytes != plist[0].nbytes:
+            raise H3ValueError("attached weight parts must be C-contiguous and of equal size")
+        parts[nparts] = cnp.PyArray_DATA(wa)
+        nparts += 1
+        total += wa.nbytes
+    if <uint64_t>total != lay.w_bytes:
+        raise H3ValueError(f"attached weights must be {lay.w_bytes} contiguous bytes, got {total}")
     if scales is not None:
         sa = scales
         if sa.dtype != np.float32 or not sa.flags.c_contiguous or <uint64_t>sa.nbytes != lay.s_bytes:
@@ -272,12 +288,17 @@ def linear_attach(dict layout, w, scales, bias, str isa, ThreadPool pool):
             raise H3ValueError(f"bias must be {lay.N} C-contiguous float32 values")
         bp = <const float *>cnp.PyArray_DATA(ba)
     cdef LinearCore core = LinearCore(None, isa=isa, pool=pool)
-    rc = h3_linear_attach(&lay, cnp.PyArray_DATA(wa), sp, bp, isa_id(isa), &core.c, &err)
+    if nparts == 1:
+        rc = h3_linear_attach(&lay, parts[0], sp, bp, isa_id(isa), &core.c, &err)
+    else:
+        if sp != NULL:
+            raise H3ValueError("weights in parts carry no scales")
+        rc = h3_linear_attach_parts(&lay, parts, nparts, bp, isa_id(isa), &core.c, &err)
     check(rc, &err)
     core.N = lay.N
     core.K = lay.K
     core.pair = lay.pair
-    core.storage = (w, scales)
+    core.storage = tuple(plist) + (scales,)   # the arrays the core reads (page advice)
     return core
 
 

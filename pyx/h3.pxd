@@ -57,6 +57,7 @@ cdef extern from "h3.h" nogil:
         int pair
         int bf16_inputs
         h3_isa isa
+        int f32_exact
     h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
                                const float *bias, const h3_linear_opts *opts,
                                h3_linear **out, h3_err *err)
@@ -164,11 +165,15 @@ cdef extern from "h3.h" nogil:
         uint64_t w_bytes
         uint64_t s_bytes
         int bf16_inputs
+        int f32_exact
     h3_status h3_linear_layout_get(const h3_linear *lin, h3_linear_layout *layout,
                                    const void **w, const float **scales, h3_err *err)
     h3_status h3_linear_attach(const h3_linear_layout *layout, const void *w,
                                const float *scales, const float *bias, h3_isa isa,
                                h3_linear **out, h3_err *err)
+    h3_status h3_linear_attach_parts(const h3_linear_layout *layout, const void *const *parts,
+                                     int nparts, const float *bias, h3_isa isa,
+                                     h3_linear **out, h3_err *err)
 
 cdef extern from "h3.h" nogil:
     h3_status h3_qwen_rmsnorm_bf16(const float *x, const float *w, float *out, int64_t rows,

@@ -66,3 +66,101 @@ def test_fp16_overflow_is_an_error_not_inf():
     w[0, 0] = 65504.0   # the largest float16 is fine
     y = h3cy.ops.Linear(w, weights="fp16", isa="ref")(np.array([[1.0, 0.0]], np.float32))
     assert y[0, 0] == 65504.0
+
+
+def _bf16_bits(x):
+    from h3cy._bf16 import f32_to_bf16_bits
+    return f32_to_bf16_bits(np.ascontiguousarray(x, np.float32))
+
+
+def _float_layout(N, K, dt, pair=0, **kw):
+    esz = 2 if dt == np.uint16 else 4
+    return dict(wtype=1 if dt == np.uint16 else 0, group_size=0, act_group=0, pair=pair, nr=0,
+                N=N, K=K, Kp=K, w_bytes=N * K * esz, s_bytes=0, **kw)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("M", [1, 3, 70])
+def test_attach_parts_equals_the_fused_weight(isa, dtype, M, rng):
+    """Rows held in three separate tensors (the diffusers layout's to_q/to_k/to_v) give
+    bit for bit the product of the fused [q; k; v] weight; parts of 40 rows are not a
+    multiple of any panel width, so a tile that straddled two parts would read the
+    wrong rows."""
+    q, k, v = (rng.standard_normal((40, 96), dtype=np.float32) for _ in range(3))
+    if dtype == "bf16":
+        q, k, v = (_bf16_bits(t) for t in (q, k, v))
+    fused = np.concatenate([q, k, v])
+    b = rng.standard_normal(120, dtype=np.float32)
+    x = rng.standard_normal((M, 96), dtype=np.float32)
+    pool = h3cy.ops._pool(2)
+    lay = _float_layout(120, 96, fused.dtype)
+    want = np.empty((M, 120), np.float32)
+    _kernels.linear_attach(lay, fused, None, b, isa, pool).forward(x, want, 0)
+    got = np.empty((M, 120), np.float32)
+    core = _kernels.linear_attach(lay, [q, k, v], None, b, isa, pool)
+    core.forward(x, got, 0)
+    np.testing.assert_array_equal(got, want)
+    ref = x.astype(np.float64) @ h3cy.ops.Linear(fused, weight_dtype=dtype, weights=dtype, isa="ref")._c.dequantized().T.astype(np.float64) + b
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max() * (100 if isa == "amx" and dtype == "bf16" else 1)
+    # used in place: editing one part changes only its columns
+    v[:] = 0
+    core.forward(x, got, 0)
+    np.testing.assert_array_equal(got[:, :80], want[:, :80])
+    np.testing.assert_array_equal(got[:, 80:], np.broadcast_to(b[80:], (M, 40)))
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("M", [1, 33])
+def test_attach_parts_swiglu_pair_from_swapped_halves(isa, M, rng):
+    """A [value; gate] tensor (the diffusers SwiGLU layout) attached as parts [gate half,
+    value half] is the [gate; value] pair linear, SwiGLU epilogue included."""
+    stored = _bf16_bits(rng.standard_normal((2 * 56, 64), dtype=np.float32))   # [value; gate]
+    value, gate = stored[:56], stored[56:]
+    pool = h3cy.ops._pool(2)
+    lay = _float_layout(112, 64, np.uint16, pair=1)
+    x = rng.standard_normal((M, 64), dtype=np.float32)
+    want = np.empty((M, 56), np.float32)
+    SWIGLU = 1   # H3_EPI_SWIGLU
+    _kernels.linear_attach(lay, np.concatenate([gate, value]), None, None, isa, pool).forward(x, want, SWIGLU)
+    got = np.empty((M, 56), np.float32)
+    _kernels.linear_attach(lay, [gate, value], None, None, isa, pool).forward(x, got, SWIGLU)
+    np.testing.assert_array_equal(got, want)
+    both = np.empty((M, 112), np.float32)
+    _kernels.linear_attach(lay, [gate, value], None, None, isa, pool).forward(x, both, 0)
+    g, v = both[:, :56], both[:, 56:]
+    np.testing.assert_allclose(got, g / (1 + np.exp(-g)) * v, rtol=1e-5, atol=1e-5)
+
+
+def test_attach_parts_rejects_bad_parts(rng):
+    pool = h3cy.ops._pool(1)
+    a = _bf16_bits(rng.standard_normal((8, 16), dtype=np.float32))
+    lay = _float_layout(24, 16, np.uint16)
+    with pytest.raises(ValueError, match="equal size"):
+        _kernels.linear_attach(lay, [a, a, a[:4]], None, None, "ref", pool)
+    with pytest.raises(ValueError, match="1 to 3 parts"):
+        _kernels.linear_attach(_float_layout(32, 16, np.uint16), [a] * 4, None, None, "ref", pool)
+    with pytest.raises(ValueError, match="pair"):
+        _kernels.linear_attach(dict(lay, pair=1, N=24), [a, a, a], None, None, "ref", pool)
+    with pytest.raises(ValueError, match="bytes"):
+        _kernels.linear_attach(_float_layout(32, 16, np.uint16), [a, a], None, None, "ref", pool)
+    core = _kernels.linear_attach(lay, [a, a, a], None, None, "ref", pool)
+    with pytest.raises(ValueError, match="separate parts"):
+        core.export()
+
+
+@pytest.mark.parametrize("isa", isa_params())
+def test_f32_exact_bf16_weights_keep_float32_inputs(isa, rng):
+    """fp32 mode over bf16 tensors: the widened weights meet float32 inputs exactly.
+    Without f32_exact, AMX (and VDPBF16PS with bf16_inputs) would round x to bf16 --
+    a relative error ~4e-3, against ~1e-7 for float32 products."""
+    w = _bf16_bits(rng.standard_normal((64, 256), dtype=np.float32))
+    x = rng.standard_normal((40, 256), dtype=np.float32)
+    core = _kernels.linear_attach(_float_layout(64, 256, np.uint16, f32_exact=1), w, None, None,
+                                  isa, h3cy.ops._pool(2))
+    assert not core.bf16_activations
+    got = np.empty((40, 64), np.float32)
+    core.forward(x, got, 0)
+    wf = h3cy.ops.Linear(w, weight_dtype="bf16", weights="bf16", isa="ref")._c.dequantized()
+    ref = x.astype(np.float64) @ wf.T.astype(np.float64)
+    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()

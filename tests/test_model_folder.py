@@ -13,11 +13,11 @@ from h3cy._st_write import save_file
 from h3cy.model_folder import find_model
 
 
-def _component(d, tensors, config=None):
+def _component(d, tensors, config=None, bf16=()):
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(config or {}, f)
-    save_file(os.path.join(d, "model.safetensors"), tensors)
+    save_file(os.path.join(d, "model.safetensors"), tensors, bf16=bf16)
 
 
 def _tokenizer(d):
@@ -115,3 +115,26 @@ def test_bad_model_path_is_one_line_and_exit_2(tmp_path):
         assert r.returncode == 2, (cmd, r.stderr)
         lines = [line for line in r.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("h3cy: error:"), r.stderr
+
+
+def test_transformer_fp32_and_bf16_cost_what_the_matrices_cost_on_disk(tmp_path):
+    """The DiT multiplies bf16/fp32 checkpoint tensors in place (fp32 mode widens bf16 in
+    the kernel): over a bf16 checkpoint both modes need 2 bytes per matrix parameter; over
+    a float32 one fp32 needs 4 and bf16 (converted) 2; int8 ~1 either way."""
+    from h3cy._bf16 import f32_to_bf16_bits
+    fl = _release(tmp_path)
+    tr = os.path.join(fl, "transformer")
+    for name in os.listdir(tr):
+        os.remove(os.path.join(tr, name))
+    w = np.ones((64, 32), np.float32)
+    _component(tr, {"blocks.0.mlp.fc2.weight": f32_to_bf16_bits(w), "norm.weight": np.ones(32, np.float32)},
+               bf16=("blocks.0.mlp.fc2.weight",))
+    mf = find_model(tmp_path)
+    other = 32 * 4
+    assert mf.resident_bytes("transformer", "fp32") == 64 * 32 * 2 + other
+    assert mf.resident_bytes("transformer", "bf16") == 64 * 32 * 2 + other
+    assert mf.resident_bytes("transformer", "int8") < 64 * 32 * 1.1 + other
+    _component(tr, {"blocks.0.mlp.fc2.weight": w, "norm.weight": np.ones(32, np.float32)})
+    mf = find_model(tmp_path)
+    assert mf.resident_bytes("transformer", "fp32") == 64 * 32 * 4 + other
+    assert mf.resident_bytes("transformer", "bf16") == 64 * 32 * 2 + other

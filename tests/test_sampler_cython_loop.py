@@ -279,24 +279,49 @@ def test_streaming_precision_plan_and_set_weights_in_the_cython_loop(six_origina
         m.close()
 
 
-def test_streaming_that_cannot_attach_and_python_blocks_take_the_python_loop(tiny_dit_factory, monkeypatch):
-    """fp32 streaming converts each block, diffusers-layout bf16 assembles the fused QKV /
-    SwiGLU rows per block: neither attaches in place, so both keep the Python loop."""
+def test_fp32_and_diffusers_layout_streaming_attach_and_take_the_cython_loop(tiny_dit_factory, monkeypatch):
+    """fp32 mode uses the checkpoint's tensors in place (bf16 ones widened in the kernel),
+    and the diffusers layout's separate to_q/to_k/to_v and [value; gate] SwiGLU halves are
+    attached as row parts: every streaming case pages mapped blocks in the Cython loop,
+    bit for bit as resident and as the Python loop."""
     monkeypatch.setattr(_config, "_ENV_LOOP_PYTHON", False)
     t = tiny_dit_factory("a")
     g, pe, video, audio = _inputs(t.config)
-    for folder, weights in ((t.diffusers_fp32, "fp32"), (t.diffusers_bf16, "bf16")):
+    cases = ((t.diffusers_fp32, "fp32"), (t.diffusers_bf16, "fp32"), (t.diffusers_bf16, "bf16"),
+             (t.original, "fp32"), (t.original, "bf16"))
+    for folder, weights in cases:
         resident = h3cy.DiT.from_pretrained(folder, weights=weights)
         want = h3cy.denoise(resident, pe, g, steps=3, noise=(video, audio))
         assert resident._loop_stats["loop"] == "cython"
         streaming = h3cy.DiT.from_pretrained(folder, weights=weights, streaming=True)
         try:
-            got = h3cy.denoise(streaming, pe, g, steps=3, noise=(video, audio))
-            assert streaming._loop_stats["loop"] == "python"
-            assert streaming._stream_attached() is None
+            py, cy = _both(monkeypatch, streaming,
+                           lambda: h3cy.denoise(streaming, pe, g, steps=3, noise=(video, audio)))
+            assert streaming._loop_stats["loop"] == "cython", (folder, weights)
+            assert streaming._stream_attached() is not None
         finally:
             streaming.close()
-        _equal(got, want)
+        _equal(cy, want)
+        _equal(py, want)
+
+
+def test_streaming_that_cannot_attach_takes_the_python_loop(tiny_dit_factory, monkeypatch):
+    """A block linear that is not a view of a mapped file (here: zero-copy turned off, as
+    for a tensor copied because of a misaligned offset) keeps the Python loop, same bits."""
+    monkeypatch.setattr(_config, "_ENV_LOOP_PYTHON", False)
+    t = tiny_dit_factory("a")
+    g, pe, video, audio = _inputs(t.config)
+    want = h3cy.denoise(h3cy.DiT.from_pretrained(t.diffusers_bf16, weights="bf16"), pe, g, steps=2,
+                        noise=(video, audio))
+    streaming = h3cy.DiT.from_pretrained(t.diffusers_bf16, weights="bf16", streaming=True)
+    try:
+        streaming.config["_no_zero_copy"] = True
+        got = h3cy.denoise(streaming, pe, g, steps=2, noise=(video, audio))
+        assert streaming._loop_stats["loop"] == "python"
+        assert streaming._stream_attached() is None
+    finally:
+        streaming.close()
+    _equal(got, want)
 
 
 def test_ctrl_c_in_the_cython_loop(tiny_dit_factory):

@@ -637,6 +637,87 @@ static void probe_fn(void *p, int ith, int nth) {
     atomic_fetch_add(&pp->calls[ith], 1);
 }
 
+/* Rows in separate tensors (h3_linear_attach_parts): 3 parts of 37 rows (no panel width
+ * divides 37, so a tile straddling two parts would read past a part's end -- ASan's
+ * business) and a [gate; value] pair from two halves, against the fused weight, bit for
+ * bit, on every path, M = 1 (gemv) and M = 21, f32 and bf16; and the error paths. */
+static void test_gemm_parts(void) {
+    set_ctx("gemm parts");
+    enum { P = 37, K = 45, N = 3 * P };
+    for (int dt = 0; dt < 2; dt++) {
+        const int wt = dt ? H3_DT_BF16 : H3_DT_F32;
+        const size_t esz = dt ? 2 : 4;
+        /* each part in its own exact-size heap block: an over-read is an ASan report */
+        void *part[3];
+        char *fused = malloc((size_t)N * K * esz);
+        for (int i = 0; i < 3; i++) {
+            part[i] = malloc((size_t)P * K * esz);
+            for (int j = 0; j < P * K; j++) {
+                float v = rng_unif();
+                if (dt) { uint16_t b = (uint16_t)(f2u(v) >> 16); memcpy((char *)part[i] + j * 2, &b, 2); }
+                else memcpy((char *)part[i] + j * 4, &v, 4);
+            }
+            memcpy(fused + (size_t)i * P * K * esz, part[i], (size_t)P * K * esz);
+        }
+        h3_linear_layout lay;
+        memset(&lay, 0, sizeof lay);
+        lay.wtype = wt; lay.N = N; lay.K = K; lay.Kp = K; lay.w_bytes = (uint64_t)N * K * esz;
+        lay.f32_exact = 1;
+        for (int ii = -1; ii < n_isas; ii++) {
+            h3_isa isa = ii < 0 ? H3_ISA_REF : isas[ii];
+            for (int pr = 0; pr < 2; pr++) {           /* plain 3 parts; pair of 2 halves */
+                h3_linear_layout l2 = lay;
+                int np = pr ? 2 : 3;
+                if (pr) { l2.pair = 1; l2.N = 2 * P; l2.w_bytes = (uint64_t)2 * P * K * esz; }
+                h3_linear *a = NULL, *b = NULL;
+                h3_err err;
+                CHECK(h3_linear_attach(&l2, fused, NULL, NULL, isa, &a, &err) == H3_OK, "attach: %s", err.msg);
+                CHECK(h3_linear_attach_parts(&l2, (const void *const *)part, np, NULL, isa, &b, &err) == H3_OK,
+                      "attach_parts: %s", err.msg);
+                if (!a || !b) { h3_linear_free(a); h3_linear_free(b); continue; }
+                for (int mi = 0; mi < 2; mi++) {
+                    const int64_t M = mi ? 21 : 1;
+                    for (int kind = 0; kind < (pr ? 2 : 1); kind++) {
+                        h3_epilogue epi;
+                        memset(&epi, 0, sizeof epi);
+                        epi.kind = kind ? H3_EPI_SWIGLU : H3_EPI_NONE;
+                        const int64_t No = kind ? P : l2.N;
+                        float *x = galloc((size_t)(M * K)), *ya = galloc((size_t)(M * No)), *yb = galloc((size_t)(M * No));
+                        for (int64_t j = 0; j < M * K; j++) x[j] = rng_unif();
+                        CHECK(h3_linear_forward(a, pool2, x, M, ya, &epi, NULL, 0, &err) == H3_OK, "fused: %s", err.msg);
+                        CHECK(h3_linear_forward(b, pool2, x, M, yb, &epi, NULL, 0, &err) == H3_OK, "parts: %s", err.msg);
+                        CHECK(guards_ok(yb, (size_t)(M * No)), "parts: wrote outside y");
+                        CHECK(!memcmp(ya, yb, (size_t)(M * No) * 4), "%s %s M=%lld %s: parts differ from the fused weight",
+                              h3_isa_name(isa), dt ? "bf16" : "f32", (long long)M, pr ? (kind ? "pair swiglu" : "pair") : "3 parts");
+                        gfree(x); gfree(ya); gfree(yb);
+                    }
+                }
+                float *wd = malloc((size_t)l2.N * K * 4), *wf = malloc((size_t)l2.N * K * 4);
+                CHECK(h3_linear_dequant(a, wf, &err) == H3_OK && h3_linear_dequant(b, wd, &err) == H3_OK, "dequant");
+                CHECK(!memcmp(wd, wf, (size_t)l2.N * K * 4), "dequant of parts differs");
+                free(wd); free(wf);
+                h3_linear_layout got;
+                CHECK_ERR(h3_linear_layout_get(b, &got, NULL, NULL, ERR), H3_EINVAL);
+                h3_linear_free(a); h3_linear_free(b);
+            }
+        }
+        h3_linear *l = NULL;
+        CHECK_ERR(h3_linear_attach_parts(&lay, (const void *const *)part, 0, NULL, H3_ISA_REF, &l, ERR), H3_EINVAL);
+        CHECK_ERR(h3_linear_attach_parts(&lay, (const void *const *)part, 4, NULL, H3_ISA_REF, &l, ERR), H3_EINVAL);
+        CHECK_ERR(h3_linear_attach_parts(&lay, (const void *const *)part, 2, NULL, H3_ISA_REF, &l, ERR), H3_EINVAL); /* 111 rows / 2 */
+        h3_linear_layout lp = lay;
+        lp.pair = 1;
+        CHECK_ERR(h3_linear_attach_parts(&lp, (const void *const *)part, 3, NULL, H3_ISA_REF, &l, ERR), H3_EINVAL);
+        lp = lay; lp.wtype = H3_DT_I8;
+        CHECK_ERR(h3_linear_attach_parts(&lp, (const void *const *)part, 3, NULL, H3_ISA_REF, &l, ERR), H3_EINVAL);
+        const void *holes[3] = {part[0], NULL, part[2]};
+        CHECK_ERR(h3_linear_attach_parts(&lay, holes, 3, NULL, H3_ISA_REF, &l, ERR), H3_EINVAL);
+        CHECK(l == NULL, "a failed attach_parts set *out");
+        for (int i = 0; i < 3; i++) free(part[i]);
+        free(fused);
+    }
+}
+
 static void test_pool(void) {
     set_ctx("pool");
     h3_pool *p = (h3_pool *)(uintptr_t)1;
@@ -759,7 +840,7 @@ int main(int argc, char **argv) {
     }
     struct { const char *name; void (*fn)(void); } parts[] = {
         {"cpu", test_cpu}, {"pool", test_pool}, {"convert", test_convert},
-        {"gemm errors", test_gemm_errors}, {"gemm", test_gemm}, {"ops", test_ops},
+        {"gemm errors", test_gemm_errors}, {"gemm", test_gemm}, {"gemm parts", test_gemm_parts}, {"ops", test_ops},
         {"audio", test_audio}, {"dit", test_dit},
         {"qwen", test_qwen}, {"vit", test_vit}, {"loop", test_loop},
     };
