@@ -9,6 +9,7 @@
 
     H3CY_THREADS=2 python bench/video_vae.py [--rss-only|--block-only] > bench/results/video_vae_2threads.txt
 """
+import itertools
 import json
 import os
 import subprocess
@@ -143,7 +144,7 @@ def rel(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(d))
 
 
-def rss_child(folder, hl, wl, mode):
+def rss_child(folder, hl, wl, mode, out_dtype="float32"):
     import h3cy
     dec = h3cy.VideoDecoder.from_pretrained(folder, weights=mode)
     after_load = _status("VmRSS")
@@ -152,7 +153,7 @@ def rss_child(folder, hl, wl, mode):
     lat = np.random.default_rng(0).standard_normal((24, 7, hl, wl)).astype(np.float32)
     t = time.perf_counter()
     n = [0]
-    dec.decode(lat, on_frames=lambda f, i: n.__setitem__(0, n[0] + f.shape[0]))
+    dec.decode(lat, on_frames=lambda f, i: n.__setitem__(0, n[0] + f.shape[0]), uint8=out_dtype == "uint8")
     dt = time.perf_counter() - t
     peak = _status("VmHWM")
     print(json.dumps(dict(H=16 * hl, W=16 * wl, frames=n[0], load_peak_mib=after_load / 1024,
@@ -172,21 +173,21 @@ def rss_table(mode="bf16"):
     folder = write_checkpoint(os.path.join(ROOT, "vae_2layer"), 2)
     print(f"\n# peak RSS of a streamed decode (2-block full-width model, weights={mode}, T=7 -> 22 frames), "
           f"fresh process each")
-    print(f"{'canvas':>10s} {'tiles':>5s} {'RSS after load':>15s} {'decode peak MiB':>16s} "
+    print(f"{'canvas':>10s} {'frames':>7s} {'tiles':>5s} {'RSS after load':>15s} {'decode peak MiB':>16s} "
           f"{'growth MiB':>11s} {'one clip out MiB':>17s} {'seconds':>8s}")
-    for hl, wl in ((16, 16), (32, 32)):
-        out = subprocess.run([sys.executable, __file__, "--child", folder, str(hl), str(wl), mode],
+    for (hl, wl), dt in itertools.product(((16, 16), (32, 32)), ("float32", "uint8")):
+        out = subprocess.run([sys.executable, __file__, "--child", folder, str(hl), str(wl), mode, dt],
                              capture_output=True, text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         tiles = len(__import__("h3cy").video_vae.split_tiles(16 * hl)[0]) * len(__import__("h3cy").video_vae.split_tiles(16 * wl)[0])
-        clip = 22 * r["H"] * r["W"] * 3 * 4 / 2**20
-        print(f"{r['H']:>4d}x{r['W']:<5d} {tiles:5d} {r['load_peak_mib']:15.0f} {r['decode_peak_mib']:16.0f} "
+        clip = 22 * r["H"] * r["W"] * 3 * (4 if dt == "float32" else 1) / 2**20
+        print(f"{r['H']:>4d}x{r['W']:<5d} {dt:>7s} {tiles:5d} {r['load_peak_mib']:15.0f} {r['decode_peak_mib']:16.0f} "
               f"{r['decode_peak_mib'] - r['load_peak_mib']:11.0f} {clip:17.0f} {r['seconds']:8.1f}")
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
-        rss_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+        rss_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
     else:
         if "--rss-only" not in sys.argv:
             block_table()

@@ -223,7 +223,6 @@ class Pipeline:
 
     def _decode(self, video_latent, audio_latent, on_progress, cancel, on_frames, on_audio, timings,
                 fps=24):
-        from .media import to_uint8
         video_latent = np.asarray(video_latent, np.float32)
         audio_latent = np.asarray(audio_latent, np.float32)
         if video_latent.ndim == 5 and video_latent.shape[0] == 1:
@@ -241,18 +240,13 @@ class Pipeline:
             on_audio(audio, sample_rate)
         t0 = time.perf_counter()
         _check_cancel(cancel, "decode_video")
-        frames = []
-
-        def clip(chunk, first):
-            u8 = to_uint8(chunk)
-            if on_frames is not None:
-                on_frames(u8, first)
-            else:
-                frames.append(u8)
+        # uint8 straight from the decoder: each tile region is converted as it is stitched,
+        # so neither a float clip nor a float video is ever held
         with self._component("video_vae") as vdec:
-            vdec.decode(video_latent, on_frames=clip, on_progress=on_progress, cancel=cancel)
+            frames = vdec.decode(video_latent, on_frames=on_frames, on_progress=on_progress,
+                                 cancel=cancel, uint8=True)
         timings["decode_video"] = time.perf_counter() - t0
-        return Result(frames=np.concatenate(frames) if frames else None, audio=audio, fps=fps,
+        return Result(frames=frames, audio=audio, fps=fps,
                       sample_rate=sample_rate, video_latent=video_latent, audio_latent=audio_latent,
                       timings=timings, peak_rss=peak_rss())
 

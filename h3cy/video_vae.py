@@ -71,13 +71,14 @@ def split_tiles(length, tile=256, min_overlap=64, step=16):
     return starts, overlaps
 
 
-def blend(a, b, extent, axis, bf16=False):
+def blend(a, b, extent, axis, bf16=False, inplace=False):
     """``b`` with its first ``extent`` entries along ``axis`` cross-faded from ``a``'s last
     ones: ``b[p] = a[-e + p] * (1 - p/e) + b[p] * (p/e)`` (diffusers' ``_blend``), float32;
     with ``bf16`` every op rounded to bfloat16 as torch does on bf16 tensors.  Returns a
-    new array; ``a`` needs only its last ``extent`` entries along ``axis``."""
+    new array, or ``b`` itself updated with ``inplace`` (b: a writable float32 array);
+    ``a`` needs only its last ``extent`` entries along ``axis``."""
     e = min(a.shape[axis], b.shape[axis], extent)
-    out = np.array(b, dtype=np.float32, copy=True)
+    out = b if inplace else np.array(b, dtype=np.float32, copy=True)
     if e <= 0:
         return out
     shape = [1] * b.ndim
@@ -497,9 +498,12 @@ class VideoDecoder:
         return y.reshape(t * pt, hh * p, ww * p, c.out_channels)
 
     # ---- one temporal clip -----------------------------------------------------------------
-    def _clip(self, zc, keep, tile, tick):
-        """zc: (C, t, h, w) de-normalised latent clip -> stitched raw frames ``keep`` of it,
-        (len(keep), H, W, 3); tiles decoded one at a time, blended against raw neighbours."""
+    def _clip(self, zc, keep, tile, tick, put):
+        """zc: (C, t, h, w) de-normalised latent clip.  Decodes the frames ``keep`` of it tile
+        by tile, blends each tile against its raw neighbours, and hands every stitched
+        region to ``put(region, y0, x0)`` as soon as it is final (region: raw float32
+        (len(keep), hy, wx, 3) at pixel offset y0, x0).  Only a tile and the overlap
+        strips of its row and column are held here."""
         c = self.conf
         C, t, hl, wl = zc.shape
         x = np.ascontiguousarray(zc.transpose(1, 2, 3, 0)).reshape(-1, C)
@@ -509,28 +513,31 @@ class VideoDecoder:
         p = c.patch
         H, W = hl * p, wl * p
         if not tile:
-            return self._vit(pq, tick)[keep]
+            put(self._vit(pq, tick)[keep], 0, 0)
+            return
         ys, oy = split_tiles(H, c.tile, c.min_overlap, p)
         xs, ox = split_tiles(W, c.tile, c.min_overlap, p)
         th, tw = min(c.tile, H), min(c.tile, W)
-        out = np.empty((len(keep), H, W, c.out_channels), np.float32)
         above = [None] * len(xs)
         bf = self.round_bf16
         for i, y0 in enumerate(ys):
             left = None
             for j, x0 in enumerate(xs):
-                raw = self._vit(np.ascontiguousarray(pq[:, y0 // p:(y0 + th) // p, x0 // p:(x0 + tw) // p]), tick)[keep]
-                tl = raw
+                tl = self._vit(np.ascontiguousarray(pq[:, y0 // p:(y0 + th) // p, x0 // p:(x0 + tw) // p]), tick)[keep]
+                # the neighbours blend against this tile's raw strips: copy them out first,
+                # then blend the tile (a fresh array) in place
+                up, lt = above[j], left
+                above[j] = tl[:, th - oy[i]:].copy() if i < len(ys) - 1 else None
+                left = tl[:, :, tw - ox[j]:].copy() if j < len(xs) - 1 else None
                 if i > 0:
-                    tl = blend(above[j], tl, oy[i - 1], axis=1, bf16=bf)
+                    blend(up, tl, oy[i - 1], axis=1, bf16=bf, inplace=True)
                 if j > 0:
-                    tl = blend(left, tl, ox[j - 1], axis=2, bf16=bf)
+                    blend(lt, tl, ox[j - 1], axis=2, bf16=bf, inplace=True)
+                del up, lt
                 hy = th - oy[i] if i < len(ys) - 1 else th
                 wx = tw - ox[j] if j < len(xs) - 1 else tw
-                out[:, y0:y0 + hy, x0:x0 + wx] = tl[:, :hy, :wx]
-                above[j] = raw[:, th - oy[i]:].copy() if i < len(ys) - 1 else None
-                left = raw[:, :, tw - ox[j]:].copy() if j < len(xs) - 1 else None
-        return out
+                put(tl[:, :hy, :wx], y0, x0)
+                del tl
 
     # ---- public -------------------------------------------------------------------------------
     def frames_for(self, T):
@@ -557,7 +564,7 @@ class VideoDecoder:
                                f"(n >= 1), e.g. {lo} or {lo + k}")
         return (T + c.token_drop) // k - 1
 
-    def decode(self, latent, on_frames=None, on_progress=None, cancel=None, tile=True):
+    def decode(self, latent, on_frames=None, on_progress=None, cancel=None, tile=True, uint8=False):
         """Decode a normalised video latent to frames in [0, 1].
 
         Parameters
@@ -565,17 +572,26 @@ class VideoDecoder:
         latent : ndarray of shape (latent_channels, T, h, w) (or with a leading batch axis
             of 1), float — the sampler's normalised latent; T = 5n + 2, n >= 1
         on_frames : callable(frames, first_frame_index), optional — receives each clip's
-            final frames (float32 (f, H, W, 3)) as soon as they are final; decode then
-            returns None, and memory stays one clip wide whatever the video's length
+            final frames ((f, H, W, 3)) as soon as they are final; decode then returns
+            None, and memory stays one clip wide whatever the video's length
         on_progress : callable(done, total, "decode_video"), optional — blocks decoded
             over all tiles and clips; at most ~20 reports a second, always one at the end
         cancel : h3cy.CancelToken, optional — stops within one block (h3cy.Cancelled)
         tile : bool — 256-px spatial tiles as released (default); False decodes each clip
             as one sequence (a different result, and memory quadratic in the canvas)
+        uint8 : bool — frames as uint8 (:func:`to_uint8` of the float frames, bit for bit)
+            instead of float32: each tile's final region is converted as it is stitched,
+            so a clip is held at a quarter of the float size (what the pipeline uses)
 
         Returns
         -------
-        frames : ndarray of shape (17n + 5, 16h, 16w, 3), float32 in [0, 1], or None
+        frames : ndarray of shape (17n + 5, 16h, 16w, 3), float32 in [0, 1] (uint8 with
+            ``uint8``), or None
+
+        Memory: besides the weights and one tile's workspace, a decode holds one clip of
+        output frames (17 frames, float32 or uint8), the raw float32 5-frame cross-fade
+        tail of the previous clip and the next one's, and the overlap strips of one tile
+        row -- never a float copy of a whole clip.
         """
         c = self.conf
         z = np.asarray(latent)
@@ -612,28 +628,41 @@ class VideoDecoder:
                    * len(split_tiles(W, c.tile, c.min_overlap, c.patch)[0])) if tile else 1
         total = n * n_tiles * len(self.blocks)
         F = cf * n + ov
-        out = None if on_frames is not None else np.empty((F, H, W, c.out_channels), np.float32)
+        odt = np.uint8 if uint8 else np.float32
+        out = None if on_frames is not None else np.empty((F, H, W, c.out_channels), odt)
         ticker = Ticker(total, "decode_video", on_progress, cancel, what="video decode")
-        tick = ticker.tick
+        bf = self.round_bf16
 
-        def emit(raw, first):
-            px = _pixels(raw, self.round_bf16)
-            if on_frames is not None:
-                on_frames(px, first)
-            else:
-                out[first:first + px.shape[0]] = px
+        def px(raw):
+            y = _pixels(raw, bf)
+            return to_uint8(y) if uint8 else y
 
         ticker.check()
         with self._lock:
             tail = None
             for ci in range(n):
-                frames = self._clip(z[:, ci * k:ci * k + clip_t], keep, tile, tick)
-                main, new_tail = frames[:cf], frames[cf:]
-                if tail is not None:
-                    main = np.concatenate([blend(tail, main[:ov], ov, axis=0, bf16=self.round_bf16),
-                                           main[ov:]]) if ov else main
-                emit(main, ci * cf)
+                # this clip's main frames go straight to the output (its first ov cross-
+                # faded from the previous clip's raw tail, region by region: the blend is
+                # per pixel), its last ov stay raw for the next clip
+                dst = out[ci * cf:(ci + 1) * cf] if out is not None else np.empty((cf, H, W, c.out_channels), odt)
+                new_tail = np.empty((len(keep) - cf, H, W, c.out_channels), np.float32)
+
+                def put(region, y0, x0, dst=dst, new_tail=new_tail, prev=tail):
+                    hy, wx = region.shape[1], region.shape[2]
+                    main = region[:cf]
+                    if prev is not None and ov:
+                        main = np.concatenate([blend(prev[:, y0:y0 + hy, x0:x0 + wx], main[:ov], ov,
+                                                     axis=0, bf16=bf), main[ov:]])
+                    dst[:, y0:y0 + hy, x0:x0 + wx] = px(main)
+                    new_tail[:, y0:y0 + hy, x0:x0 + wx] = region[cf:]
+
+                self._clip(z[:, ci * k:ci * k + clip_t], keep, tile, ticker.tick, put)
+                if on_frames is not None:
+                    on_frames(dst, ci * cf)
+                del dst
                 tail = new_tail
-                del frames, main
-            emit(tail, n * cf)
+            if on_frames is not None:
+                on_frames(px(tail), n * cf)
+            else:
+                out[n * cf:] = px(tail)
         return out

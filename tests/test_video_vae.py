@@ -83,6 +83,9 @@ def test_blend_matches_diffusers(axis, extent, bf16):
     got = blend(strip, b_in, extent, axis, bf16=bf16)
     np.testing.assert_array_equal(got, want)
     assert not np.array_equal(got, b_in)
+    inplace = b_in.copy()
+    assert blend(strip, inplace, extent, axis, bf16=bf16, inplace=True) is inplace
+    np.testing.assert_array_equal(inplace, want)
 
 
 # ---- the LayerNorm kernel ----------------------------------------------------------------------
@@ -167,6 +170,47 @@ def test_on_frames_streams_identical_frames(decoders, latent):
     assert [i for i, _ in chunks] == [0, 17, 34]
     assert [f.shape[0] for _, f in chunks] == [17, 17, 5]
     np.testing.assert_array_equal(np.concatenate([f for _, f in chunks]), full)
+
+
+@pytest.mark.parametrize("weights", ["fp32", "bf16"])
+def test_uint8_decode_is_to_uint8_of_the_float_decode(decoders, latent, weights):
+    """uint8=True converts each stitched tile region (the cross-fade included) as it is
+    final: the same bits as converting the float frames afterwards."""
+    dec = decoders(weights)
+    full = dec.decode(latent)
+    u8 = dec.decode(latent, uint8=True)
+    assert u8.dtype == np.uint8 and u8.shape == full.shape
+    np.testing.assert_array_equal(u8, h3cy.to_uint8(full))
+    chunks = []
+    assert dec.decode(latent, on_frames=lambda f, i: chunks.append((i, f)), uint8=True) is None
+    assert [i for i, _ in chunks] == [0, 17, 34] and all(f.dtype == np.uint8 for _, f in chunks)
+    np.testing.assert_array_equal(np.concatenate([f for _, f in chunks]), u8)
+
+
+def test_streamed_decode_holds_one_clip_not_copies_of_it(decoders, latent):
+    """Peak traced (numpy) memory of a streamed decode at 384x320 and 512x320 (2 and 3
+    tile rows, 2 clips): weights, tile work and overlap strips do not grow with the canvas
+    height, so the growth over 128 canvas rows, in float32 frame-rows, is what a decode
+    holds per canvas: one clip of output (17 frames) and the raw 5-frame tails (previous
+    and next clip, 10), plus one more overlap strip alive while a tile row is replaced
+    (~18).  Measured (deterministic: numpy's own allocations): float32 45.4, uint8 32.7
+    (the clip at a quarter: 17 * 3/4 = 12.75 less).  The decode that stitched whole float
+    clips, copied them for the cross-fade and again for the pixel conversion: 62.4."""
+    import tracemalloc
+    dec = decoders("fp32")
+
+    def peak(z, uint8):
+        dec.decode(z, on_frames=lambda f, i: None, uint8=uint8)    # workspaces sized
+        tracemalloc.start()
+        try:
+            dec.decode(z, on_frames=lambda f, i: None, uint8=uint8)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    frame_rows = 12 * 320 * 128        # float32 RGB bytes of 128 canvas rows, one frame
+    grow = {u: (peak(latent, u) - peak(latent[:, :, :24], u)) / frame_rows for u in (False, True)}
+    assert grow[False] < 50, grow
+    assert grow[True] < 36 and grow[True] < grow[False] - 10, grow
 
 
 def test_progress_counts_blocks_and_ends_at_total(decoders, latent):
