@@ -22,6 +22,7 @@ import numpy as np
 
 from . import _config, _kernels, ops
 from . import _pages
+from ._inplace import linear_in_place
 from ._bf16 import bf16_bits_to_f32, round_bf16
 from .errors import H3Error, H3ValueError
 
@@ -285,26 +286,13 @@ class DiT:
                 self.linears_attached += 1
             core = reader.attach(name, bias, self.isa, self._pool)
             return ops.Linear._from_core(core, mode, self._pool)
+        if not self.config.get("_no_zero_copy"):
+            lin = linear_in_place(w, mode, self.isa, self._pool, pair=pair, bias=bias)
+            if lin is not None:
+                with self._build_lock:
+                    self.linears_attached += 1
+                return lin
         parts = list(w) if isinstance(w, (list, tuple)) else [w]
-        dt = parts[0].dtype
-        if (mode in ("bf16", "fp32") and not self.config.get("_no_zero_copy") and len(parts) <= 3
-                and all(p.dtype == dt and p.flags.c_contiguous and p.shape == parts[0].shape
-                        for p in parts)
-                and (dt == np.uint16 or (mode == "fp32" and dt == np.float32))):
-            N, K = parts[0].shape[0] * len(parts), parts[0].shape[1]
-            esz = dt.itemsize
-            # bf16 mode rounds every GEMM input to bf16 (as diffusers), so bf16-pair
-            # kernels are exact there; fp32 mode over bf16 tensors multiplies the widened
-            # weights by float32 inputs exactly (f32_exact: no bf16 x bf16 kernel) -- the
-            # fp32 weights the checkpoint stands for, at half their memory
-            lay = dict(wtype=1 if dt == np.uint16 else 0, group_size=0, act_group=0,
-                       pair=int(pair), nr=0, N=N, K=K, Kp=K, w_bytes=N * K * esz, s_bytes=0,
-                       bf16_inputs=int(mode == "bf16"), f32_exact=int(mode == "fp32"))
-            with self._build_lock:
-                self.linears_attached += 1
-            core = _kernels.linear_attach(lay, parts if len(parts) > 1 else parts[0], None,
-                                          bias, self.isa, self._pool)
-            return ops.Linear._from_core(core, mode, self._pool)
         w = parts[0] if len(parts) == 1 else np.concatenate(parts)
         kw = {}
         if mode == "int4":

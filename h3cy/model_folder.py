@@ -146,10 +146,10 @@ class ModelFolder:
             return 0
         other = s["params"] - s["matrix_params"]
         per_other = 2.0 if component == "text_encoder" else 4.0
-        if component == "transformer" and weights in ("fp32", "bf16"):
-            # the DiT multiplies bf16/fp32 checkpoint tensors in place in both modes (fp32
-            # widens bf16 inside the kernel): the matrices cost what they cost on disk
-            # (bf16 mode over a float32 checkpoint converts: 2 bytes)
+        if component in ("transformer", "text_encoder") and weights in ("fp32", "bf16"):
+            # the DiT and the text encoder multiply bf16/fp32 checkpoint tensors in place in
+            # both modes (fp32 widens bf16 inside the kernel, h3cy._inplace): the matrices
+            # cost what they cost on disk (bf16 mode over a float32 checkpoint converts: 2 bytes)
             disk = s.get("matrix_bytes_on_disk", s["matrix_params"] * 2)
             mat = disk if weights == "fp32" else min(disk, s["matrix_params"] * 2)
             return int(mat + other * per_other)

@@ -28,6 +28,7 @@ import threading
 import numpy as np
 
 from . import _kernels, _pages, ops
+from ._inplace import linear_in_place
 from ._bf16 import bf16_bits_to_f32, round_bf16
 from ._progress import Ticker
 from .errors import CheckpointError, H3ValueError
@@ -361,13 +362,11 @@ class TextEncoder:
         if reader is not None and name in reader:
             core = reader.attach(name, None, self.isa, self._pool)
             return ops.Linear._from_core(core, mode, self._pool)
-        if mode == "bf16" and w.dtype == np.uint16 and w.flags.c_contiguous:
-            N, K = w.shape
-            # every GEMM input is rounded to bf16 in this mode, so bf16-pair kernels are exact
-            lay = dict(wtype=1, group_size=0, act_group=0, pair=int(pair), nr=0, N=N, K=K, Kp=K,
-                       w_bytes=N * K * 2, s_bytes=0, bf16_inputs=1)
-            core = _kernels.linear_attach(lay, w, None, None, self.isa, self._pool)
-            return ops.Linear._from_core(core, mode, self._pool)
+        lin = linear_in_place(w, mode, self.isa, self._pool, pair=pair)
+        if lin is not None:      # bf16/fp32 over the checkpoint's tensors (h3cy._inplace)
+            return lin
+        if isinstance(w, list):
+            w = np.concatenate([_f32(a) for a in w]) if len({a.dtype for a in w}) > 1 else np.concatenate(w)
         kw = {}
         K = w.shape[1]
         ag = self._act_group(K)
@@ -394,9 +393,7 @@ class TextEncoder:
         if self._cache_reader is not None and name in self._cache_reader:
             return self._linear(None, name, pair=True)
         g, u = src.get(p + "mlp.gate_proj.weight"), src.get(p + "mlp.up_proj.weight")
-        if g.dtype != u.dtype:
-            g, u = _f32(g), _f32(u)
-        return self._linear(np.concatenate([g, u]), name, pair=True)
+        return self._linear([g, u], name, pair=True)     # in place where the mode allows
 
     def _vector(self, a):
         v = _f32(a)

@@ -238,7 +238,7 @@ def test_encoder_isa_matches_ref(tiny_te, isa):
 
 
 # ---- streaming, files, errors --------------------------------------------------------------
-@pytest.mark.parametrize("weights", ["bf16", "int8"])
+@pytest.mark.parametrize("weights", ["bf16", "fp32", "int8"])
 def test_streaming_equals_resident(tiny_te, encoders, weights, tmp_path):
     s = h3cy.TextEncoder.from_pretrained(tiny_te, weights=weights, streaming=True, cache_dir=str(tmp_path))
     try:
@@ -246,6 +246,21 @@ def test_streaming_equals_resident(tiny_te, encoders, weights, tmp_path):
         assert np.array_equal(s.encode(LONG_IDS), encoders(weights).encode(LONG_IDS))
     finally:
         s.close()
+
+
+def test_fp32_uses_the_bf16_checkpoint_in_place(encoders):
+    """fp32 mode over the (bf16) checkpoint multiplies its tensors as stored, widened in
+    the kernel (f32_exact): every layer linear, the [gate; up] pair included (two
+    tensors as row parts), reads the memory map -- no float32 copy of 2x the size.  Its
+    parity with transformers fp32 is test_hidden_states_50_matches_transformers."""
+    from h3cy import _pages
+    enc = encoders("fp32")
+    for layer in enc.layers:
+        for name, lin in layer.linears.items():
+            st = [a for a in lin._c.storage if a is not None]
+            assert st and all(_pages._mmap_of(a) is not None and a.dtype == np.uint16 for a in st), name
+            assert not lin._c.bf16_activations, name
+    assert len(enc.layers[0].linears["gate_up"]._c.storage) == 3     # gate, up, (no scales)
 
 
 def test_sharded_checkpoint_loads(tiny_te, encoders, tmp_path):
