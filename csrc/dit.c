@@ -11,6 +11,7 @@
  * bf16 in torch's order (spec §4.6), so the result matches diffusers run in bf16. */
 #include "h3_internal.h"
 #include "block_rows.h"
+#include "h3_loop.h"   /* h3_monotonic (stage timing) */
 
 #include <math.h>
 #include <string.h>
@@ -182,6 +183,9 @@ static h3_status gated_residual(const h3_linear *lin, const float *x, const floa
     return h3_linear_forward(lin, pool, x, S, h, &e, lws, lws_b, err);
 }
 
+const char *const h3_dit_stage_names[H3_DIT_STAGES] = {
+    "norm1", "qkv", "qk_prep", "attention", "out", "norm2", "up", "down"};
+
 h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a, float *h,
                                h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
                                h3_err *err) {
@@ -228,15 +232,27 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
     const size_t lws_b = p.attn - p.lin, aws_b = p.total - p.attn;
     const int R = a->round_bf16;
     ew_ctx c;
+    /* stage timing (profiling only): STAGE(i) adds the time since the last mark to stage i */
+    double mark = a->stage_seconds ? h3_monotonic() : 0.0;
+#define STAGE(i)                                                        \
+    do {                                                                \
+        if (a->stage_seconds) {                                         \
+            double now_ = h3_monotonic();                               \
+            a->stage_seconds[i] += now_ - mark;                         \
+            mark = now_;                                                \
+        }                                                               \
+    } while (0)
 
     /* ---- attention half ---- */
     h3_isa eisa = isa == H3_ISA_AMX ? H3_ISA_AVX512 : isa;
     TRY(norm_modulate(h, w->norm1, mod ? a->scale1p_msa : NULL, a->shift_msa, a, n, pool, eisa, err));
+    STAGE(0);
     TRY(h3_linear_forward(w->qkv, pool, n, S, qkv, NULL, lws, lws_b, err));
     if (R) TRY(h3_round_bf16(qkv, S * 3 * I, pool, err));
     memset(&c, 0, sizeof c);
     c.op = EW_SPLIT_QKV; c.rows = S; c.n = 3 * I; c.x = qkv; c.heads = H; c.head_dim = D;
     c.interleaved = w->qkv_interleaved; c.q = q; c.k = k; c.v = v;
+    STAGE(1);
     ew_run(pool, &c);
     TRY(h3_rmsnorm(q, w->norm_q, q, S * H, D, a->qk_eps, pool, eisa, NULL, err));
     TRY(h3_rmsnorm(k, w->norm_k, k, S * H, D, a->qk_eps, pool, eisa, NULL, err));
@@ -256,13 +272,17 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
             TRY(h3_rope(k, a->cos, a->sin, S, H, D, a->rot_dim, pool, eisa, NULL, err));
         }
     }
+    STAGE(2);
     h3_attn_args aa = {S, H, H, D, I, I, I, I, 1.0f / sqrtf((float)D), 0};
     TRY(h3_attention(&aa, q, k, v, o, pool, aws, aws_b, isa, err));
     if (R) TRY(h3_round_bf16(o, S * I, pool, err));
+    STAGE(3);
     TRY(gated_residual(w->out, o, mod ? a->gate_msa : NULL, a, h, br, pool, lws, lws_b, err));
+    STAGE(4);
 
     /* ---- feed-forward half ---- */
     TRY(norm_modulate(h, w->norm2, mod ? a->scale1p_mlp : NULL, a->shift_mlp, a, n, pool, eisa, err));
+    STAGE(5);
     if (R) {
         TRY(h3_linear_forward(w->up, pool, n, S, ff, NULL, lws, lws_b, err));
         TRY(h3_round_bf16(ff, S * 2 * (int64_t)F, pool, err));
@@ -273,7 +293,10 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
         h3_epilogue e = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
         TRY(h3_linear_forward(w->up, pool, n, S, act, &e, lws, lws_b, err));
     }
+    STAGE(6);
     TRY(gated_residual(w->down, act, mod ? a->gate_mlp : NULL, a, h, br, pool, lws, lws_b, err));
+    STAGE(7);
+#undef STAGE
 fail:
     h3_free(own);
     return st;

@@ -35,7 +35,15 @@ typedef struct {
     int64_t table_rows;
     const float *shift_msa, *scale1p_msa, *gate_msa, *shift_mlp, *scale1p_mlp, *gate_mlp;
     const float *cos, *sin;
+    /* optional, for profiling (bench/block_profile.py): wall seconds added per stage,
+     * H3_DIT_STAGES entries in the order of h3_dit_stage_names; NULL = not timed */
+    double *stage_seconds;
 } h3_dit_block_args;
+
+enum { H3_DIT_STAGES = 8 };
+/* "norm1", "qkv", "qk_prep" (split, q/k RMSNorm, RoPE), "attention", "out" (+ gated
+ * residual), "norm2", "up" (+ SwiGLU), "down" (+ gated residual) */
+extern const char *const h3_dit_stage_names[H3_DIT_STAGES];
 
 size_t h3_dit_block_workspace_bytes(const h3_dit_block *w, const h3_dit_block_args *a,
                                     int n_threads);

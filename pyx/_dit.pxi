@@ -14,6 +14,9 @@ cdef const float *_fptr(object a, str name, int64_t n) except? NULL:
     return <const float *>cnp.PyArray_DATA(arr)
 
 
+DIT_STAGE_NAMES = tuple(h3_dit_stage_names[i].decode() for i in range(H3_DIT_STAGES))
+
+
 cdef class DitBlockCore:
     """The weights of one block, as C pointers into objects this instance keeps alive."""
     cdef h3_dit_block w
@@ -49,9 +52,12 @@ cdef class DitBlockCore:
         return h3_dit_block_workspace_bytes(&self.w, &a, self.pool.threads)
 
     def forward(self, float[:, ::1] h, int heads, int rot_dim, float eps, float qk_eps,
-                int round_bf16, str isa, ws, rows=None, tables=None, cos=None, sin=None):
+                int round_bf16, str isa, ws, rows=None, tables=None, cos=None, sin=None,
+                double[::1] stage_seconds=None):
         """h: (S, hidden) updated in place.  tables: (shift_msa, scale1p_msa, gate_msa,
-        shift_mlp, scale1p_mlp, gate_mlp), each (T, hidden); rows: (S,) int32 in [0, T)."""
+        shift_mlp, scale1p_mlp, gate_mlp), each (T, hidden); rows: (S,) int32 in [0, T).
+        stage_seconds: optional float64 (8,) array; wall seconds per stage are added to it
+        (names in DIT_STAGE_NAMES; profiling)."""
         cdef h3_dit_block_args a
         cdef h3_err err
         cdef h3_status rc
@@ -87,6 +93,10 @@ cdef class DitBlockCore:
         if cos is not None:
             a.cos = _fptr(cos, "cos", S * (rot_dim // 2))
             a.sin = _fptr(sin, "sin", S * (rot_dim // 2))
+        if stage_seconds is not None:
+            if stage_seconds.shape[0] != H3_DIT_STAGES:
+                raise H3ValueError(f"stage_seconds must have {H3_DIT_STAGES} entries")
+            a.stage_seconds = &stage_seconds[0]
         cdef h3_isa iid = isa_id(isa)
         cdef float *hp = &h[0, 0] if S > 0 else NULL
         with self.pool.lock:

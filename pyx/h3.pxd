@@ -115,6 +115,9 @@ cdef extern from "h3.h" nogil:
                                 h3_isa *ran, h3_err *err)
 
 cdef extern from "h3_dit.h" nogil:
+    enum:
+        H3_DIT_STAGES
+    const char *const h3_dit_stage_names[]
     ctypedef struct h3_dit_block:
         const h3_linear *qkv
         const h3_linear *out
@@ -145,6 +148,7 @@ cdef extern from "h3_dit.h" nogil:
         const float *gate_mlp
         const float *cos
         const float *sin
+        double *stage_seconds
     size_t h3_dit_block_workspace_bytes(const h3_dit_block *w, const h3_dit_block_args *a,
                                         int n_threads)
     h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a, float *h,
