@@ -570,6 +570,7 @@ static void float_block(run_ctx *c, char *tw, int64_t r0, int64_t w, float *C, i
     }
     float *bp = (float *)tw;
     const int64_t n_valid = l->nparts ? l->part_rows : l->N; /* rows past the weight are zero-filled */
+    if (kt->begin) kt->begin();
     for (int64_t pc = 0; pc < K; pc += kt->kc) {
         int64_t kc = H3_MIN(kt->kc, K - pc);
         int64_t wpad = H3_ALIGN_UP(w, NR);
@@ -610,6 +611,7 @@ static void int_block(run_ctx *c, int64_t pr0, int64_t w, float *C, int64_t ldc)
     const int64_t ng = i4 ? Kp / l->group_size : 1;
     const uint8_t *pk = (const uint8_t *)l->w;
     gemm_ukr_int_fn ukr = i4 ? kt->ukr_i4 : kt->ukr_i8;
+    if (kt->begin) kt->begin();
     /* Small M is weight-bound: walk the weights 8 panels at a time over all of K.  Large
      * M: each A panel (L1) meets every B panel of the block (L2).  Either way every output
      * element sees its K blocks in the same order (same bits). */

@@ -67,6 +67,23 @@ static inline void apply_segment(float *acc, const int32_t *blk, int32_t off,
     }
 }
 
+/* The one-segment case of apply_segment + store_block, without the acc round trip:
+ * C (+)= fma(dot, sa * sw, +0) for rows < mr (the same operations, so the same bits). */
+static inline void apply_store_single(const int32_t *blk, int32_t off, const int32_t *asum,
+                                      const float *sa, const float *sw, float *c, int64_t ldc,
+                                      int mr, int nr, int accumulate) {
+    __m512 w0 = _mm512_loadu_ps(sw), w1 = _mm512_loadu_ps(sw + 16);
+    const __m512 zero = _mm512_setzero_ps();
+    for (int i = 0; i < mr; i++) {
+        __m512i comp = _mm512_set1_epi32(off * asum[i]);
+        __m512 s = _mm512_set1_ps(sa[i]);
+        __m512i d0 = _mm512_sub_epi32(_mm512_loadu_si512(blk + i * 32), comp);
+        __m512i d1 = _mm512_sub_epi32(_mm512_loadu_si512(blk + i * 32 + 16), comp);
+        store_row(c + i * ldc, _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(s, w0), zero),
+                  _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(s, w1), zero), nr, accumulate);
+    }
+}
+
 static inline void store_block(const float *acc, float *c, int64_t ldc, int mr, int nr,
                                int accumulate) {
     for (int i = 0; i < mr; i++)
@@ -94,8 +111,8 @@ static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
     float acc[MR * NR] __attribute__((aligned(64)));
     int32_t blk[MR * NR] __attribute__((aligned(64)));
     uint8_t b4[16 * NR * 4] __attribute__((aligned(64))); /* 16 quads widened (int4) */
-    memset(acc, 0, sizeof acc);
-    config_tiles();
+    if (nseg > 1) memset(acc, 0, sizeof acc);
+    /* the tile configuration is loaded once per output block (gemm_kernels.begin) */
     for (int s = 0; s < nseg; s++) {
         const int q0 = s * seg_q, qfull = (seg_q / 16) * 16;
         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
@@ -146,6 +163,10 @@ static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
                     blk[i * NR + j] += d;
                 }
         }
+        if (nseg == 1) {
+            apply_store_single(blk, off, asum, sa, sw, c, ldc, mr, nr, accumulate);
+            return;
+        }
         apply_segment(acc, blk, off, asum + s * MR, sa + s * MR, sw + s * sw_stride);
     }
     store_block(acc, c, ldc, mr, nr, accumulate);
@@ -177,7 +198,6 @@ static void ukr_bf16_amx(int MR_, int NR_, int64_t kc, const float *ap, const fl
     const int64_t kp = kc32(kc);
     const uint16_t *a = (const uint16_t *)ap, *b = (const uint16_t *)bp;
     float acc[MR * NR] __attribute__((aligned(64)));
-    config_tiles();
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
     for (int64_t k = 0; k < kp; k += 32) {
         _tile_loadd(4, a + k, kp * 2);
@@ -203,4 +223,7 @@ const gemm_kernels gemm_kernels_amx = {
     .gemv_max_m = 0,
     .ukr_f32 = ukr_bf16_amx, .unpack = unpack_bf16, .pack_a = pack_a_bf16,
     .ukr_i8 = ukr_i8_amx, .ukr_i4 = ukr_i4_amx, .int_a_rowmajor = 1,
+    /* LDTILECFG once per output block, not per micro-kernel call: -22% of a single
+     * thread's int8 time at M = 2048, K = 5376 (bench/results/amx_gemm_overheads.txt) */
+    .begin = config_tiles,
 };

@@ -74,6 +74,8 @@ typedef struct {
     gemm_pack_a_fn pack_a;  /* NULL -> f32 [kc][MR] */
     int int_a_rowmajor;     /* 1: int A panels are [MR][kc] rows (kc = nseg*seg_q*4, the block's K;
                                for AMX tiles), not [kq][MR][4] */
+    void (*begin)(void);    /* NULL, or called on the running thread before a block's micro-kernel
+                               calls (AMX: load the tile configuration once, not per call) */
 } gemm_kernels;
 
 /* The per-ISA tables (NULL members fall back to ref).  Packed int layouts depend on nr,
