@@ -7,7 +7,7 @@ with h3cy.  The weights are random: the demo shows the plumbing (prompt -> text 
 denoising -> decoders -> MP4), not the model's quality.
 
 The model is built once, deterministically (fixed seeds), into
-``$H3CY_CACHE_DIR/demo-model-v2`` (default ``~/.cache/h3cy/demo-model-v1``); a finished build
+``$H3CY_CACHE_DIR/demo-model-v2`` (default ``~/.cache/h3cy/demo-model-v2``); a finished build
 is marked by a stamp file, so an interrupted build is redone.
 """
 import json
