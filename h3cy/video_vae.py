@@ -589,9 +589,9 @@ class VideoDecoder:
             ``uint8``), or None
 
         Memory: besides the weights and one tile's workspace, a decode holds one clip of
-        output frames (17 frames, float32 or uint8), the raw float32 5-frame cross-fade
-        tail of the previous clip and the next one's, and the overlap strips of one tile
-        row -- never a float copy of a whole clip.
+        output frames (17 frames, float32 or uint8), one raw float32 5-frame cross-fade
+        tail (rewritten region by region) and the overlap strips of one tile row -- never
+        a float copy of a whole clip.
         """
         c = self.conf
         z = np.asarray(latent)
@@ -639,28 +639,29 @@ class VideoDecoder:
 
         ticker.check()
         with self._lock:
-            tail = None
+            # the raw cross-fade tail: one buffer, read and rewritten region by region (the
+            # regions of a clip partition the canvas, so a region's previous tail is read
+            # for its blend before this clip's tail replaces it)
+            tail = np.empty((len(keep) - cf, H, W, c.out_channels), np.float32)
             for ci in range(n):
                 # this clip's main frames go straight to the output (its first ov cross-
                 # faded from the previous clip's raw tail, region by region: the blend is
                 # per pixel), its last ov stay raw for the next clip
                 dst = out[ci * cf:(ci + 1) * cf] if out is not None else np.empty((cf, H, W, c.out_channels), odt)
-                new_tail = np.empty((len(keep) - cf, H, W, c.out_channels), np.float32)
 
-                def put(region, y0, x0, dst=dst, new_tail=new_tail, prev=tail):
+                def put(region, y0, x0, dst=dst, first=ci == 0):
                     hy, wx = region.shape[1], region.shape[2]
                     main = region[:cf]
-                    if prev is not None and ov:
-                        main = np.concatenate([blend(prev[:, y0:y0 + hy, x0:x0 + wx], main[:ov], ov,
-                                                     axis=0, bf16=bf), main[ov:]])
+                    prev = tail[:, y0:y0 + hy, x0:x0 + wx]
+                    if not first and ov:
+                        main = np.concatenate([blend(prev, main[:ov], ov, axis=0, bf16=bf), main[ov:]])
                     dst[:, y0:y0 + hy, x0:x0 + wx] = px(main)
-                    new_tail[:, y0:y0 + hy, x0:x0 + wx] = region[cf:]
+                    prev[...] = region[cf:]
 
                 self._clip(z[:, ci * k:ci * k + clip_t], keep, tile, ticker.tick, put)
                 if on_frames is not None:
                     on_frames(dst, ci * cf)
                 del dst
-                tail = new_tail
             if on_frames is not None:
                 on_frames(px(tail), n * cf)
             else:

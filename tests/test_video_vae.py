@@ -191,11 +191,12 @@ def test_streamed_decode_holds_one_clip_not_copies_of_it(decoders, latent):
     """Peak traced (numpy) memory of a streamed decode at 384x320 and 512x320 (2 and 3
     tile rows, 2 clips): weights, tile work and overlap strips do not grow with the canvas
     height, so the growth over 128 canvas rows, in float32 frame-rows, is what a decode
-    holds per canvas: one clip of output (17 frames) and the raw 5-frame tails (previous
-    and next clip, 10), plus one more overlap strip alive while a tile row is replaced
-    (~18).  Measured (deterministic: numpy's own allocations): float32 45.4, uint8 32.7
-    (the clip at a quarter: 17 * 3/4 = 12.75 less).  The decode that stitched whole float
-    clips, copied them for the cross-fade and again for the pixel conversion: 62.4."""
+    holds per canvas: one clip of output (17 frames), the raw 5-frame cross-fade tail
+    (one buffer, rewritten region by region) and one more overlap strip alive while a
+    tile row is replaced (~18).  Measured (deterministic: numpy's own allocations):
+    float32 40.4, uint8 27.7 (the clip at a quarter: 17 * 3/4 = 12.75 less).  With two
+    tail buffers (previous and next clip): 45.4 / 32.7; the decode that stitched whole
+    float clips, copied them for the cross-fade and again for the pixel conversion: 62.4."""
     import tracemalloc
     dec = decoders("fp32")
 
@@ -209,8 +210,8 @@ def test_streamed_decode_holds_one_clip_not_copies_of_it(decoders, latent):
             tracemalloc.stop()
     frame_rows = 12 * 320 * 128        # float32 RGB bytes of 128 canvas rows, one frame
     grow = {u: (peak(latent, u) - peak(latent[:, :, :24], u)) / frame_rows for u in (False, True)}
-    assert grow[False] < 50, grow
-    assert grow[True] < 36 and grow[True] < grow[False] - 10, grow
+    assert grow[False] < 43, grow
+    assert grow[True] < 31 and grow[True] < grow[False] - 10, grow
 
 
 def test_progress_counts_blocks_and_ends_at_total(decoders, latent):
