@@ -128,6 +128,16 @@ def test_decode_fp32_matches_diffusers(decoders, latent, want_fp32, layout):
     assert u8.max() <= 1
 
 
+def test_decode_three_clips_matches_diffusers(tiny_vae, decoders):
+    """T = 17: three clips, so a clip both reads the previous tail (its head cross-fade)
+    and writes its own into the same buffer, region by region over 2 x 1 tiles."""
+    z = np.random.default_rng(3).standard_normal((24, 17, 20, 16)).astype(np.float32)
+    want = reference_decode(tiny_vae.diffusers, z, "fp32")
+    got = decoders("fp32").decode(z, uint8=False)
+    assert got.shape == (56, 320, 256, 3)
+    assert_close(got, want, max_rel_tol=1e-4, what="3 clips")   # observed 4e-7 (320x320)
+
+
 def test_decode_untiled_matches_diffusers(tiny_vae, decoders):
     z = np.random.default_rng(3).standard_normal((24, 7, 6, 4)).astype(np.float32)
     want = reference_decode(tiny_vae.diffusers, z, tiling=False)
