@@ -67,13 +67,33 @@ typedef struct {
     h3_err err[MAX_SHARES];
 } conv_job;
 
+/* One tap's Cin floats.  BigVGAN's late stages have 8-32 channels, where a memcpy call
+ * per tap cost more than the GEMM: copy those sizes inline. */
+static inline void copy_tap(float *dst, const float *src, int64_t Cin) {
+    switch (Cin) {
+    case 8: memcpy(dst, src, 8 * 4); return;
+    case 16: memcpy(dst, src, 16 * 4); return;
+    case 32: memcpy(dst, src, 32 * 4); return;
+    default: memcpy(dst, src, (size_t)Cin * 4);
+    }
+}
+
 /* im2col rows [r0, r1) of the output into col: col[r - r0, j*Cin + ci] = x[r + j*dil - pad, ci] */
 static void im2col(const conv_job *c, int64_t r0, int64_t r1, float *col) {
-    const int64_t Cin = c->Cin, K = c->k * Cin;
+    const int64_t Cin = c->Cin, K = c->k * Cin, dil = c->dil;
     for (int64_t r = r0; r < r1; r++) {
         float *dst = col + (r - r0) * K;
+        const int64_t t0 = r - c->pad, tl = t0 + (int64_t)(c->k - 1) * dil;
+        if (t0 >= 0 && tl < c->T) {              /* every tap inside the signal */
+            if (dil == 1) {                       /* the taps are consecutive rows of x */
+                memcpy(dst, c->x + t0 * Cin, (size_t)K * 4);
+            } else {
+                for (int j = 0; j < c->k; j++) copy_tap(dst + j * Cin, c->x + (t0 + j * dil) * Cin, Cin);
+            }
+            continue;
+        }
         for (int j = 0; j < c->k; j++) {
-            int64_t t = r + (int64_t)j * c->dil - c->pad;
+            int64_t t = t0 + (int64_t)j * dil;
             if (t < 0 || t >= c->T) memset(dst + j * Cin, 0, (size_t)Cin * 4);
             else memcpy(dst + j * Cin, c->x + t * Cin, (size_t)Cin * 4);
         }
