@@ -164,3 +164,31 @@ def test_f32_exact_bf16_weights_keep_float32_inputs(isa, rng):
     wf = h3cy.ops.Linear(w, weight_dtype="bf16", weights="bf16", isa="ref")._c.dequantized()
     ref = x.astype(np.float64) @ wf.T.astype(np.float64)
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_linear_in_place_modes_and_refusals(rng):
+    """h3cy._inplace.linear_in_place: bf16 and fp32 modes use bf16 tensors (and fp32 mode
+    float32 ones) as stored, also in parts; everything else is refused (None), so the
+    caller converts."""
+    from h3cy._inplace import linear_in_place
+    pool = h3cy.ops._pool(1)
+    a = rng.standard_normal((16, 32), dtype=np.float32)
+    b16 = _bf16_bits(a)
+    x = rng.standard_normal((5, 32), dtype=np.float32)
+    want = x.astype(np.float64) @ h3cy.ops.Linear(b16, weight_dtype="bf16", weights="bf16", isa="ref")._c.dequantized().T
+    for mode in ("fp32", "bf16"):
+        lin = linear_in_place(b16, mode, "ref", pool)
+        assert lin is not None and lin._c.storage[0] is b16
+        if mode == "fp32":
+            assert not lin._c.bf16_activations      # f32_exact: x is never rounded
+        tol = 1e-5 if mode == "fp32" else 1e-2    # bf16 mode rounds x to bf16 first
+        assert np.abs(lin(x) - want).max() <= tol * np.abs(want).max(), mode
+    lin = linear_in_place([b16[:8], b16[8:]], "fp32", "ref", pool)
+    np.testing.assert_array_equal(lin(x), linear_in_place(b16, "fp32", "ref", pool)(x))
+    assert linear_in_place(a, "fp32", "ref", pool)._c.storage[0] is a
+    assert linear_in_place(a, "bf16", "ref", pool) is None            # float32 -> bf16 converts
+    for mode in ("fp16", "int8", "int4"):
+        assert linear_in_place(b16, mode, "ref", pool) is None
+    assert linear_in_place([b16[:8], a[8:]], "fp32", "ref", pool) is None          # mixed dtypes
+    assert linear_in_place([b16[:4]] * 4, "fp32", "ref", pool) is None             # > 3 parts
+    assert linear_in_place(np.asfortranarray(b16), "bf16", "ref", pool) is None    # not C-contiguous
