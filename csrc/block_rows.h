@@ -1,5 +1,6 @@
-/* block_rows.h — per-row passes shared by the block drivers (dit.c, vit.c): bf16 rounding,
- * the bf16 SwiGLU and RoPE as torch rounds them on bf16 tensors, and the QKV split.
+/* block_rows.h — what the block drivers (dit.c, vit.c) share: per-row passes (bf16
+ * rounding, the bf16 SwiGLU and RoPE as torch rounds them on bf16 tensors, the QKV split)
+ * and the workspace layout of a pre-norm transformer block.
  * Internal header; every function works on one row so drivers can thread over rows. */
 #ifndef H3_BLOCK_ROWS_H
 #define H3_BLOCK_ROWS_H
@@ -54,6 +55,43 @@ static inline void row_split_qkv(const float *x, float *q, float *k, float *v, i
             float *dst = (part == 0 ? q : part == 1 ? k : v) + (int64_t)h * D;
             memcpy(dst, src, (size_t)D * sizeof(float));
         }
+}
+
+/* Workspace of a pre-norm transformer block, 64-byte aligned pieces (byte offsets):
+ * n [S,hidden] | qkv [S,3I] | q,k,v,o [S,I] | br [S,hidden] | ff [S,2*ffn] (with_ff) |
+ * act [S,ffn] | the largest linear workspace | the attention workspace (I = heads*head_dim).
+ * residual: the epilogue the out/down projections run with (RESID, or NULL for none); the
+ * up projection is sized for both the SwiGLU epilogue and none. */
+typedef struct { size_t n, qkv, q, k, v, o, br, ff, act, lin, attn, total; } block_ws;
+
+static inline block_ws block_ws_plan(int64_t S_, int hidden, int heads, int head_dim, int ffn,
+                                     int with_ff, const h3_linear *qkv, const h3_linear *out,
+                                     const h3_linear *up, const h3_linear *down,
+                                     const h3_epilogue *residual, int nth) {
+    block_ws p;
+    const size_t S = (size_t)S_, Hd = (size_t)hidden, I = (size_t)heads * head_dim, F = (size_t)ffn;
+    size_t off = 0;
+    p.n = off; off += al(S * Hd * 4);
+    p.qkv = off; off += al(S * 3 * I * 4);
+    p.q = off; off += al(S * I * 4);
+    p.k = off; off += al(S * I * 4);
+    p.v = off; off += al(S * I * 4);
+    p.o = off; off += al(S * I * 4);
+    p.br = off; off += al(S * Hd * 4);
+    p.ff = off; off += with_ff ? al(S * 2 * F * 4) : 0;
+    p.act = off; off += al(S * F * 4);
+    h3_epilogue e_sw = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
+    size_t lw = 0, t;
+    t = h3_linear_workspace_bytes(qkv, S_, nth, NULL); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(out, S_, nth, residual); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(up, S_, nth, &e_sw); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(up, S_, nth, NULL); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(down, S_, nth, residual); lw = H3_MAX(lw, t);
+    p.lin = off; off += al(lw);
+    h3_attn_args aa = {S_, heads, heads, head_dim, (int64_t)I, (int64_t)I, (int64_t)I, (int64_t)I, 1.0f, 0};
+    p.attn = off; off += al(h3_attn_workspace_bytes(&aa, nth));
+    p.total = off;
+    return p;
 }
 
 #endif /* H3_BLOCK_ROWS_H */

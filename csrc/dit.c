@@ -98,38 +98,12 @@ h3_status h3_round_bf16(float *x, int64_t n, h3_pool *pool, h3_err *err) {
     return H3_OK;
 }
 
-/* workspace layout (floats): n [S,hidden] | qkv [S,3*inner] | q,k,v [S,inner] each |
- * o [S,inner] | br [S,hidden] | ff [S,2*ffn] | act [S,ffn] | then kernel workspaces */
-typedef struct { size_t n, qkv, q, k, v, o, br, ff, act, lin, attn, total; } ws_plan;
-
-
-static ws_plan plan(const h3_dit_block *w, const h3_dit_block_args *a, int nth) {
-    ws_plan p;
-    const size_t S = (size_t)a->S, Hd = (size_t)a->hidden, I = (size_t)a->heads * a->head_dim,
-                 F = (size_t)a->ffn;
-    size_t off = 0;
-    p.n = off; off += al(S * Hd * 4);
-    p.qkv = off; off += al(S * 3 * I * 4);
-    p.q = off; off += al(S * I * 4);
-    p.k = off; off += al(S * I * 4);
-    p.v = off; off += al(S * I * 4);
-    p.o = off; off += al(S * I * 4);
-    p.br = off; off += al(S * Hd * 4);
-    p.ff = off; off += al(S * 2 * F * 4);
-    p.act = off; off += al(S * F * 4);
+/* the workspace (block_rows.h's layout; ff always: bf16 mode rounds the up projection's
+ * output, and the out/down projections run the residual epilogue) */
+static block_ws plan(const h3_dit_block *w, const h3_dit_block_args *a, int nth) {
     h3_epilogue e_res = {H3_EPI_RESID, NULL, NULL, NULL, 0};
-    h3_epilogue e_sw = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
-    size_t lw = 0, t;
-    t = h3_linear_workspace_bytes(w->qkv, a->S, nth, NULL); lw = H3_MAX(lw, t);
-    t = h3_linear_workspace_bytes(w->out, a->S, nth, &e_res); lw = H3_MAX(lw, t);
-    t = h3_linear_workspace_bytes(w->up, a->S, nth, &e_sw); lw = H3_MAX(lw, t);
-    t = h3_linear_workspace_bytes(w->up, a->S, nth, NULL); lw = H3_MAX(lw, t);
-    t = h3_linear_workspace_bytes(w->down, a->S, nth, &e_res); lw = H3_MAX(lw, t);
-    p.lin = off; off += al(lw);
-    h3_attn_args aa = {a->S, a->heads, a->heads, a->head_dim, (int64_t)I, (int64_t)I, (int64_t)I, (int64_t)I, 1.0f, 0};
-    p.attn = off; off += al(h3_attn_workspace_bytes(&aa, nth));
-    p.total = off;
-    return p;
+    return block_ws_plan(a->S, a->hidden, a->heads, a->head_dim, a->ffn, 1, w->qkv, w->out, w->up, w->down,
+                         &e_res, nth);
 }
 
 size_t h3_dit_block_workspace_bytes(const h3_dit_block *w, const h3_dit_block_args *a,
@@ -215,7 +189,7 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
         return h3_fail(err, H3_EINVAL, "dit_block: rot_dim %d must be even and in [2, %d]", a->rot_dim, D);
     if (S == 0) return H3_OK;
     const int nth = h3_pool_threads(pool);
-    ws_plan p = plan(w, a, nth);
+    block_ws p = plan(w, a, nth);
     void *own = NULL;
     h3_status st = H3_OK;
     if (!ws) {

@@ -113,38 +113,11 @@ static void ew_run(h3_pool *pool, ew_ctx *c) {
 }
 
 /* ---- the block ------------------------------------------------------------------------- */
-/* workspace (bytes, 64-aligned pieces): n [S,hidden] | qkv [S,3I] | q,k,v,o [S,I] |
- * br [S,hidden] | ff [S,2F] (bf16 mode) | act [S,F] | linear ws | attention ws */
-typedef struct { size_t n, qkv, q, k, v, o, br, ff, act, lin, attn, total; } ws_plan;
-
-
-static ws_plan plan(const h3_vit_block *w, const h3_vit_block_args *a, int nth) {
-    ws_plan p;
-    const size_t S = (size_t)a->S, Hd = (size_t)a->hidden, I = (size_t)a->heads * a->head_dim,
-                 F = (size_t)a->ffn;
-    size_t off = 0;
-    p.n = off; off += al(S * Hd * 4);
-    p.qkv = off; off += al(S * 3 * I * 4);
-    p.q = off; off += al(S * I * 4);
-    p.k = off; off += al(S * I * 4);
-    p.v = off; off += al(S * I * 4);
-    p.o = off; off += al(S * I * 4);
-    p.br = off; off += al(S * Hd * 4);
-    p.ff = off; off += a->round_bf16 ? al(S * 2 * F * 4) : 0;
-    p.act = off; off += al(S * F * 4);
-    h3_epilogue e_sw = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
-    size_t lw = 0, t;
-    t = h3_linear_workspace_bytes(w->qkv, a->S, nth, NULL); lw = H3_MAX(lw, t);
-    t = h3_linear_workspace_bytes(w->out, a->S, nth, NULL); lw = H3_MAX(lw, t);
-    t = h3_linear_workspace_bytes(w->up, a->S, nth, &e_sw); lw = H3_MAX(lw, t);
-    t = h3_linear_workspace_bytes(w->up, a->S, nth, NULL); lw = H3_MAX(lw, t);
-    t = h3_linear_workspace_bytes(w->down, a->S, nth, NULL); lw = H3_MAX(lw, t);
-    p.lin = off; off += al(lw);
-    h3_attn_args aa = {a->S, a->heads, a->heads, a->head_dim, (int64_t)I, (int64_t)I, (int64_t)I,
-                       (int64_t)I, 1.0f, 0};
-    p.attn = off; off += al(h3_attn_workspace_bytes(&aa, nth));
-    p.total = off;
-    return p;
+/* the workspace (block_rows.h's layout) */
+static block_ws plan(const h3_vit_block *w, const h3_vit_block_args *a, int nth) {
+    /* ff holds the up projection's output only in bf16 mode (rounded before SwiGLU) */
+    return block_ws_plan(a->S, a->hidden, a->heads, a->head_dim, a->ffn, a->round_bf16, w->qkv, w->out, w->up,
+                         w->down, NULL, nth);
 }
 
 size_t h3_vit_block_workspace_bytes(const h3_vit_block *w, const h3_vit_block_args *a,
@@ -194,7 +167,7 @@ h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a
     if (st) return st;
     if (S == 0) return H3_OK;
     const int nth = h3_pool_threads(pool);
-    ws_plan p = plan(w, a, nth);
+    block_ws p = plan(w, a, nth);
     void *own = NULL;
     if (!ws) {
         own = ws = h3_alloc(p.total);

@@ -24,7 +24,7 @@ import uuid
 import pytest
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
-pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="COMFYUI_DIR is not set (needs a ComfyUI checkout)")
+pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="COMFYUI_DIR is not set: needs a ComfyUI checkout (an optional tool; ComfyUI is not on PyPI)")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACK = os.path.join(ROOT, "comfyui_h3")
