@@ -175,6 +175,19 @@ def _keep(name):
     return any(m in name.split(".") for m in KEEP_FP32)
 
 
+def random_model(cfg, seed):
+    """diffusers' MiniMaxH3Transformer3DModel(**cfg) in eval mode with every parameter drawn
+    from N(0, 0.5^2) (norm weights too, so swaps and slices are visible), seeded."""
+    import torch
+    from diffusers import MiniMaxH3Transformer3DModel
+    torch.manual_seed(seed)
+    model = MiniMaxH3Transformer3DModel(**cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.5)
+    return model
+
+
 def build(name, root):
     """Build every folder of config ``name`` under ``root`` and check the layout inversion."""
     import torch
@@ -182,11 +195,7 @@ def build(name, root):
     from diffusers.loaders.single_file_utils import convert_minimax_h3_transformer_checkpoint_to_diffusers
 
     cfg = TINY_CONFIGS[name]
-    torch.manual_seed(1000 + ord(name))
-    model = MiniMaxH3Transformer3DModel(**cfg).eval()
-    with torch.no_grad():  # random everything (norm weights too) so swaps and slices are visible
-        for p in model.parameters():
-            p.copy_(torch.randn_like(p) * 0.5)
+    model = random_model(cfg, 1000 + ord(name))
     t = TinyDit(name, dict(cfg))
     t.params = {k: to_numpy(v) for k, v in model.state_dict().items()}
 

@@ -9,20 +9,15 @@ import torch
 
 import h3cy
 from h3cy import _config
-from _tiny_dit import TINY_CONFIGS, tiny_dit_factory  # noqa: F401  (fixture)
+from _tiny_dit import TINY_CONFIGS, random_model, tiny_dit_factory  # noqa: F401  (fixture)
 
 GEOM = dict(width=64, height=64, frames=22)    # T=7, h=w=4, A=37
 
 
 def _six_model():
     """A released-dtype-mix (bf16 + fp32 heads) tiny torch model with 6 blocks."""
-    from diffusers import MiniMaxH3Transformer3DModel
     cfg = dict(TINY_CONFIGS["b"], num_layers=6)
-    torch.manual_seed(11)
-    m = MiniMaxH3Transformer3DModel(**cfg).eval()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(torch.randn_like(p) * 0.5)
+    m = random_model(cfg, 11)
     keep = ("proj_in", "audio_proj_in", "time_embedder", "proj_out", "audio_proj_out")
     for name, p in m.named_parameters():
         if not any(k in name.split(".") for k in keep):

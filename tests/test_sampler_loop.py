@@ -263,14 +263,9 @@ def test_reuse_follows_the_documented_rule(tiny_dit_factory, monkeypatch):
 def test_layers_keep_the_largest_gates(tmp_path):
     """A 7-block tiny model: the skipped blocks are the lowest mean |gate| (msa and mlp, all
     modalities, all schedule timesteps) among blocks 2..5, computed here with torch."""
-    from diffusers import MiniMaxH3Transformer3DModel
-    from _tiny_dit import TINY_CONFIGS
+    from _tiny_dit import TINY_CONFIGS, random_model
     cfg = dict(TINY_CONFIGS["a"], num_layers=7)
-    torch.manual_seed(3)
-    m = MiniMaxH3Transformer3DModel(**cfg).eval()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(torch.randn_like(p) * 0.5)
+    m = random_model(cfg, 3)
     folder = str(tmp_path / "seven")
     m.save_pretrained(folder)
     dit = h3cy.DiT.from_pretrained(folder, weights="fp32")
