@@ -8,6 +8,7 @@
  * layer then matches that model up to GEMM summation order (bit for bit on the tiny test
  * model over 50 layers). */
 #include "h3_internal.h"
+#include "block_rows.h"   /* al() */
 
 #include <math.h>
 #include <string.h>
@@ -15,8 +16,6 @@
 /* workspace (bytes, 64-aligned): y [S,hidden] | q [S,Hq*D] | k, v [S,Hkv*D] | o [S,Hq*D] |
  * br [S,hidden] | g, u, act [S,ffn] | linear workspace | attention workspace */
 typedef struct { size_t y, q, k, v, o, br, g, u, act, lin, attn, total; } qplan;
-
-static size_t al(size_t b) { return (b + 63) & ~(size_t)63; }
 
 static qplan plan(const h3_qwen_layer *w, const h3_qwen_layer_args *a, int nth) {
     qplan p;
