@@ -77,6 +77,7 @@ static void resolve_tables(void) {
         if (!t.ukr_i8) t.ukr_i8 = r->ukr_i8;
         if (!t.ukr_i4) t.ukr_i4 = r->ukr_i4;
         if (!t.quant_row) t.quant_row = r->quant_row;
+        if (!t.swiglu_row) t.swiglu_row = r->swiglu_row;
         resolved[i] = t;
     }
 }
@@ -658,8 +659,6 @@ static void int_block(run_ctx *c, int64_t pr0, int64_t w, float *C, int64_t ldc)
     }
 }
 
-static inline float silu_f(float g) { return g / (1.0f + expf(-g)); }
-
 /* One output run: output columns [o0, o0+w) from logical rows r0 (and r0+H for SWIGLU). */
 static void run_block(run_ctx *c, char *tw, char *scratch, int64_t o0, int64_t r0, int64_t w) {
     const h3_linear *l = c->l;
@@ -690,11 +689,8 @@ static void run_block(run_ctx *c, char *tw, char *scratch, int64_t o0, int64_t r
         MUL(r0, c->y + o0, ldy);
         MUL(r0 + l->H, S, lds);
         for (int64_t m = 0; m < M; m++)
-            for (int64_t j = 0; j < w; j++) {
-                float g = c->y[m * ldy + o0 + j] + (l->bias ? l->bias[r0 + j] : 0.0f);
-                float v = S[m * lds + j] + (l->bias ? l->bias[l->H + r0 + j] : 0.0f);
-                c->y[m * ldy + o0 + j] = silu_f(g) * v;
-            }
+            c->kt->swiglu_row(c->y + m * ldy + o0, S + m * lds, w, l->bias ? l->bias + r0 : NULL,
+                              l->bias ? l->bias + l->H + r0 : NULL);
     }
 #undef MUL
 }

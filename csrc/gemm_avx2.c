@@ -16,6 +16,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "simd_avx2.h"
+#include "gemm_swiglu.inc" /* gemm_swiglu_row_avx2 */
+
 #define MR 6
 #define NR 16
 #define IRB 3 /* int row block */
@@ -299,4 +302,5 @@ const gemm_kernels gemm_kernels_avx2 = {
     .gemv_max_m = 4,
     .ukr_f32 = ukr_f32_avx2, .unpack = unpack_avx2, .gemv = gemv_avx2,
     .ukr_i8 = ukr_i8_avx2, .ukr_i4 = ukr_i4_avx2, .quant_row = quant_row_avx2,
+    .swiglu_row = gemm_swiglu_row_avx2,
 };

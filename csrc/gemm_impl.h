@@ -74,6 +74,9 @@ typedef struct {
     gemm_pack_a_fn pack_a;  /* NULL -> f32 [kc][MR] */
     int int_a_rowmajor;     /* 1: int A panels are [MR][kc] rows (kc = nseg*seg_q*4, the block's K;
                                for AMX tiles), not [kq][MR][4] */
+    /* SwiGLU epilogue of one output row: g[j] = silu(g[j] + bg[j]) * (v[j] + bv[j]) (bg, bv
+     * may be NULL).  Every path computes the same bits (gemm_swiglu.inc). */
+    void (*swiglu_row)(float *g, const float *v, int64_t n, const float *bg, const float *bv);
     void (*begin)(void);    /* NULL, or called on the running thread before a block's micro-kernel
                                calls (AMX: load the tile configuration once, not per call) */
 } gemm_kernels;
@@ -107,6 +110,7 @@ void gemm_ukr_i4_ref(int MR, int NR, int nseg, int seg_q, const int8_t *ap, cons
                      float *c, int64_t ldc, int mr, int nr, int accumulate);
 void gemm_quant_row_ref(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_t *q,
                         float *scales);
+void gemm_swiglu_row_ref(float *g, const float *v, int64_t n, const float *bg, const float *bv);
 #if H3_X86
 /* x86 integer pieces shared by tables (gemm_int_avx512.c, gemm_avx2.c). */
 void gemm_ukr_i8_avx512vnni(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
@@ -123,6 +127,7 @@ void gemm_ukr_i4_avx512bw(int MR, int NR, int nseg, int seg_q, const int8_t *ap,
                           float *c, int64_t ldc, int mr, int nr, int accumulate);
 void gemm_quant_row_avx512(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_t *q,
                            float *scales);
+void gemm_swiglu_row_avx512(float *g, const float *v, int64_t n, const float *bg, const float *bv);
 #endif
 /* The table of `isa` with every NULL member replaced by the reference one. */
 const gemm_kernels *gemm_kernels_for(h3_isa isa);

@@ -28,6 +28,9 @@
 #include <sys/auxv.h>
 #endif
 
+#include "simd_neon.h"
+#include "gemm_swiglu.inc" /* gemm_swiglu_row_neon */
+
 #define MR 8
 #define NR 12
 
@@ -371,5 +374,6 @@ const gemm_kernels gemm_kernels_neon = {
     .gemv_max_m = 4,
     .ukr_f32 = ukr_f32_neon, .unpack = unpack_neon, .gemv = gemv_neon,
     .ukr_i8 = ukr_i8_neon, .ukr_i4 = ukr_i4_neon,
+    .swiglu_row = gemm_swiglu_row_neon,
 };
 #endif

@@ -116,9 +116,46 @@ void gemm_quant_row_ref(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_
     }
 }
 
+/* 2^n for integral-valued n in [-126, 127], built from the exponent bits (as h3v_pow2n). */
+static float pow2n_lane(float n) {
+    uint32_t u = (uint32_t)((int32_t)n + 127) << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* h3v_exp (simd_math.inc) one lane at a time: the same operations in the same order, fmaf
+ * where the vector code fuses (this file is built with -ffp-contract=off), so the SwiGLU
+ * epilogue below gives the SIMD paths' bits exactly. */
+static float exp_lane(float x) {
+    float xc = fminf(fmaxf(x, -87.3365479f), 88.7228394f);
+    float n = rintf(xc * 1.44269504088896341f);
+    float r = fmaf(n, -0.693359375f, xc);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    float r2 = r * r;
+    p = fmaf(p, r2, r + 1.0f);
+    float n1 = rintf(n * 0.5f), n2 = n - n1;
+    return (p * pow2n_lane(n1)) * pow2n_lane(n2);
+}
+
+void gemm_swiglu_row_ref(float *g, const float *v, int64_t n, const float *bg, const float *bv) {
+    for (int64_t j = 0; j < n; j++) {
+        float gg = bg ? g[j] + bg[j] : g[j];
+        float vv = bv ? v[j] + bv[j] : v[j];
+        g[j] = gg / (1.0f + exp_lane(0.0f - gg)) * vv;
+    }
+}
+
 const gemm_kernels gemm_kernels_ref = {
     .mr = REF_MR, .nr = REF_NR, .kc = 256, .mc = 64, .nc = 256,
     .mc_int = 64, .gemv_max_m = 0,
     .ukr_f32 = gemm_ukr_f32_ref, .unpack = gemm_unpack_ref, .gemv = gemm_gemv_ref,
     .ukr_i8 = gemm_ukr_i8_ref, .ukr_i4 = gemm_ukr_i4_ref, .quant_row = gemm_quant_row_ref,
+    .swiglu_row = gemm_swiglu_row_ref,
 };
