@@ -278,12 +278,6 @@ class AudioDecoder:
     # -- loading -------------------------------------------------------------------------------
     def _build(self, r, cfg):
         mode, isa, pool = self.weights, self.isa, self._pool
-        if isa == "amx" and mode == "int8":
-            # the convolutions' GEMMs are many small calls (time chunks of narrow layers); on the
-            # 16-core Sapphire Rapids the AMX int8 path took 0.56 s for 1 s of audio against
-            # 0.13 s for the AVX-512 VNNI kernels of the same CPU (bench/results/
-            # audio_vae_int8_avx512_on_amx16.md), so int8 convolutions use AVX-512 there
-            isa = "avx512"
         Cl, D, C0 = cfg["latent_channels"], cfg["latent_dim"], cfg["decoder_dim"]
         self.in_proj = _Conv(r.get("dec_in_proj.weight", (D, Cl, 1)), r.get("dec_in_proj.bias", (D,)),
                              1, 0, "fp32", isa, pool)
