@@ -436,8 +436,8 @@ typedef struct {
     const h3_epilogue *epi;
     /* int phase 1 results: A quantised and packed once for the whole call, so that the
      * column blocks of phase 2 never repack it.  Per MR-row panel p:
-     *   qa + p*MR*Kp + pc*MR: the K block at pc, [kb/4][MR][4] (or [MR][kb] row-major
-     *                         when kt->int_a_rowmajor), kb = that block's length;
+     *   qa + p*MR*Kp + pc*MR: the K block at pc, [kb/4][MR][4] (or 64-k chunks of MR
+     *                         rows when kt->int_a_tiles), kb = that block's length;
      *   sa/asum + (p*nsg + g)*MR: scale and int32 sum of each row over segment g. */
     int8_t *qa;
     float *sa;
@@ -521,7 +521,7 @@ static void fpack_task(void *p, int ith, int nth) {
 static void quant_task(void *p, int ith, int nth) {
     run_ctx *c = (run_ctx *)p;
     const h3_linear *l = c->l;
-    const int MR = c->kt->mr, rowmajor = c->kt->int_a_rowmajor;
+    const int MR = c->kt->mr, tiles = c->kt->int_a_tiles;
     const int64_t Kp = l->Kp, kci = l->kci, seg = c->segeff, nsg = c->nsg;
     const int64_t P = H3_CEIL_DIV(c->M, MR);
     int8_t *row = (int8_t *)(c->qtmp + (size_t)ith * c->qtmp_bytes);
@@ -539,8 +539,9 @@ static void quant_task(void *p, int ith, int nth) {
             for (int64_t pc = 0; pc < Kp; pc += kci) {
                 int64_t kb = H3_MIN(kci, Kp - pc);
                 int8_t *blk = panel + pc * MR;
-                if (rowmajor) {
-                    memcpy(blk + i * kb, row + pc, (size_t)kb);
+                if (tiles) {
+                    for (int64_t k = 0; k < kb; k += 64)
+                        memcpy(blk + gemm_int_a_offset(k, i, kb, MR), row + pc + k, (size_t)H3_MIN(64, kb - k));
                 } else {
                     for (int64_t q = 0; q < kb / 4; q++) memcpy(blk + (q * MR + i) * 4, row + pc + q * 4, 4);
                 }

@@ -3,15 +3,17 @@
  * Tile use (palette 1, 8 tiles): C = tmm0..tmm3 (a 32x32 block of 2x2 16x16 tiles),
  * A = tmm4, tmm5 (rows 0-15, 16-31), B = tmm6, tmm7 (columns 0-15, 16-31).
  *
- * int8:  A = int8 activations row-major [32][kc] (the driver packs them so:
- *        int_a_rowmajor), B = the weights' packed [kq][32][4] uint8 (q+128), which is
+ * int8:  A = int8 activations in 64-k chunks [kc/64][32][64] (the driver packs them so:
+ *        int_a_tiles; each tile load is 1 KB contiguous), B = the weights' packed
+ *        [kq][32][4] uint8 (q+128), which is
  *        exactly AMX's VNNI B layout at a row stride of 128 bytes.  TDPBSUD (signed A x
  *        unsigned B) gives sum a*(q+128); the +128 is removed with the row sums (asum).
  *        Per segment the 32x32 int32 block goes through memory once to apply the scales
  *        in the same order as the reference (bit-identical results).
  * int4:  the nibbles are widened to the int8 VNNI layout 64 k at a time, then as int8.
  * bf16:  only for bf16-stored weights (fp32/fp16 weights use the AVX-512 table, see
- *        gemm_kernels_for_mode): A = x rounded to bf16 row-major [32][kc32] (pack_a),
+ *        gemm_kernels_for_mode): A = x rounded to bf16 in 32-k chunks [kc32/32][32][32]
+ *        (pack_a_bf16_tiles),
  *        B = bf16 pairs [kc/2][32][2] (unpack), TDPBF16PS accumulates in fp32.  Rounding
  *        the activations to bf16 is what torch's bf16 linear does too.
  * K that is not a multiple of 64 (int) or 32 (bf16) is handled by zero padding (bf16)
@@ -106,7 +108,7 @@ static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
                         const float *sa, const int32_t *asum, const float *sw,
                         int64_t sw_stride, float *c, int64_t ldc, int mr, int nr,
                         int accumulate) {
-    const int64_t kc = (int64_t)nseg * seg_q * 4; /* row stride of ap */
+    const int64_t kc = (int64_t)nseg * seg_q * 4; /* the K block's length (A layout) */
     const int32_t off = is_i4 ? 8 : 128;
     float acc[MR * NR] __attribute__((aligned(64)));
     int32_t blk[MR * NR] __attribute__((aligned(64)));
@@ -114,7 +116,9 @@ static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
     if (nseg > 1) memset(acc, 0, sizeof acc);
     /* the tile configuration is loaded once per output block (gemm_kernels.begin) */
     for (int s = 0; s < nseg; s++) {
-        const int q0 = s * seg_q, qfull = (seg_q / 16) * 16;
+        /* tile loads take whole 64-k chunks of A: a segment that starts inside a chunk
+         * (activation groups that are no multiple of 64) goes the scalar way */
+        const int q0 = s * seg_q, qfull = q0 % 16 ? 0 : (seg_q / 16) * 16;
         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
         for (int q = q0; q < q0 + qfull; q += 16) {
             const uint8_t *brow;
@@ -135,8 +139,9 @@ static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
             } else {
                 brow = bp + (int64_t)q * NR * 4;
             }
-            _tile_loadd(4, ap + (int64_t)q * 4, kc);
-            _tile_loadd(5, ap + 16 * kc + (int64_t)q * 4, kc);
+            const int8_t *achunk = ap + (int64_t)(q / 16) * MR * 64;
+            _tile_loadd(4, achunk, 64);
+            _tile_loadd(5, achunk + 16 * 64, 64);
             _tile_loadd(6, brow, NR * 4);
             _tile_loadd(7, brow + 64, NR * 4);
             _tile_dpbsud(0, 4, 6);
@@ -158,7 +163,7 @@ static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
                         } else {
                             u = bp[((int64_t)q * NR + j) * 4 + t];
                         }
-                        d += u * (int32_t)ap[i * kc + (int64_t)q * 4 + t];
+                        d += u * (int32_t)ap[gemm_int_a_offset((int64_t)q * 4 + t, i, kc, MR)];
                     }
                     blk[i * NR + j] += d;
                 }
@@ -190,7 +195,31 @@ static void ukr_i4_amx(int MR_, int NR_, int nseg, int seg_q, const int8_t *ap,
 
 /* ---- bf16 ---------------------------------------------------------------------- */
 
-#include "gemm_bf16_pack.inc"  /* pack_a_bf16 (x -> bf16 rows), unpack_bf16 (W -> pairs) */
+#include "gemm_bf16_pack.inc"  /* unpack_bf16 (W -> pairs) */
+
+/* x rows -> bf16 in 32-k chunks [kc32/32][MR][32] (round to nearest even, zero padded), so
+ * that each A tile load reads 1 KB contiguously (row-major rows kc apart put a tile's 16
+ * rows in few L1 sets when kc is a multiple of 1024). */
+static void pack_a_bf16_tiles(const float *x, int64_t ldx, int64_t rows, int64_t kc, int MR_,
+                              void *dst) {
+    (void)MR_;
+    uint16_t *d = (uint16_t *)dst;
+    const int64_t kp = kc32(kc);
+    for (int64_t k0 = 0; k0 < kp; k0 += 32) {
+        uint16_t *chunk = d + k0 * MR;
+        const int64_t kk = H3_MIN(32, kc - k0); /* valid k in this chunk (<= 0: padding) */
+        const __mmask16 m0 = kk >= 16 ? 0xffff : kk <= 0 ? 0 : (__mmask16)((1u << kk) - 1u);
+        const __mmask16 m1 = kk >= 32 ? 0xffff : kk <= 16 ? 0 : (__mmask16)((1u << (kk - 16)) - 1u);
+        for (int64_t i = 0; i < MR; i++) {
+            uint16_t *row = chunk + i * 32;
+            if (i >= rows || kk <= 0) { memset(row, 0, 64); continue; }
+            const float *src = x + i * ldx + k0;
+            __m512 v0 = _mm512_maskz_loadu_ps(m0, src), v1 = _mm512_maskz_loadu_ps(m1, src + 16);
+            _mm256_storeu_si256((__m256i *)row, (__m256i)_mm512_cvtneps_pbh(v0));
+            _mm256_storeu_si256((__m256i *)(row + 16), (__m256i)_mm512_cvtneps_pbh(v1));
+        }
+    }
+}
 
 static void ukr_bf16_amx(int MR_, int NR_, int64_t kc, const float *ap, const float *bp,
                          float *c, int64_t ldc, int mr, int nr, int accumulate) {
@@ -200,8 +229,8 @@ static void ukr_bf16_amx(int MR_, int NR_, int64_t kc, const float *ap, const fl
     float acc[MR * NR] __attribute__((aligned(64)));
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
     for (int64_t k = 0; k < kp; k += 32) {
-        _tile_loadd(4, a + k, kp * 2);
-        _tile_loadd(5, a + 16 * kp + k, kp * 2);
+        _tile_loadd(4, a + k * MR, 64);
+        _tile_loadd(5, a + k * MR + 16 * 32, 64);
         _tile_loadd(6, b + (k / 2) * NR * 2, NR * 4);
         _tile_loadd(7, b + (k / 2) * NR * 2 + 32, NR * 4);
         _tile_dpbf16ps(0, 4, 6);
@@ -221,8 +250,8 @@ static void ukr_bf16_amx(int MR_, int NR_, int64_t kc, const float *ap, const fl
 const gemm_kernels gemm_kernels_amx = {
     .mr = MR, .nr = NR, .kc = 2048, .mc = MR * 8, .nc = 256, .mc_int = MR * 8,
     .gemv_max_m = 0,
-    .ukr_f32 = ukr_bf16_amx, .unpack = unpack_bf16, .pack_a = pack_a_bf16,
-    .ukr_i8 = ukr_i8_amx, .ukr_i4 = ukr_i4_amx, .int_a_rowmajor = 1,
+    .ukr_f32 = ukr_bf16_amx, .unpack = unpack_bf16, .pack_a = pack_a_bf16_tiles,
+    .ukr_i8 = ukr_i8_amx, .ukr_i4 = ukr_i4_amx, .int_a_tiles = 1,
     /* the activation quantiser is AVX-512's (a NULL member would be the scalar reference:
      * ~100 ms of a 650 ms single-thread int8 call at M = 2048, K = 5376) */
     .quant_row = gemm_quant_row_avx512, .swiglu_row = gemm_swiglu_row_avx512,

@@ -19,6 +19,25 @@
 
 #include "gemm_bf16_pack.inc"
 
+/* x rows -> bf16 [MR][kc32] (round to nearest even, zero padded). */
+static void pack_a_bf16(const float *x, int64_t ldx, int64_t rows, int64_t kc, int MR_,
+                            void *dst) {
+    (void)MR_;
+    uint16_t *d = (uint16_t *)dst;
+    const int64_t kp = kc32(kc);
+    for (int64_t i = 0; i < MR; i++) {
+        uint16_t *row = d + i * kp;
+        if (i >= rows) { memset(row, 0, (size_t)kp * 2); continue; }
+        int64_t k = 0;
+        for (; k + 16 <= kc; k += 16) {
+            __m512 v = _mm512_loadu_ps(x + i * ldx + k);
+            _mm256_storeu_si256((__m256i *)(row + k), (__m256i)_mm512_cvtneps_pbh(v));
+        }
+        for (; k < kc; k++) row[k] = h3_f32_to_bf16(x[i * ldx + k]);
+        for (; k < kp; k++) row[k] = 0;
+    }
+}
+
 static void ukr_bf16dp(int MR_, int NR_, int64_t kc, const float *ap, const float *bp, float *c,
                        int64_t ldc, int mr, int nr, int accumulate) {
     (void)MR_; (void)NR_;

@@ -4,7 +4,7 @@
  *   phase 1 (all threads, by MR-row panels): pack A once for the whole call —
  *     float modes: Ap[M/MR][K][MR] f32 (or the table's pack_a layout in that room);
  *     int modes: quantise each row, then [M/MR] panels of [kb/4][MR][4] int8 per K
- *     block (or [MR][kb] with int_a_rowmajor), plus per-segment scales and row sums;
+ *     block (or 64-k chunks [kb/64][MR][64] with int_a_tiles), plus per-segment scales and row sums;
  *   phase 2, for each thread's column range, jc over NC columns, pc over KC of K,
  *     (float modes) unpack the W block to f32 panels Bp[nc/NR][kc][NR],
  *     ic over MC rows, then the micro-kernel on every MR x NR tile (int modes with
@@ -72,8 +72,9 @@ typedef struct {
     gemm_ukr_int_fn ukr_i8, ukr_i4;
     gemm_quant_row_fn quant_row;
     gemm_pack_a_fn pack_a;  /* NULL -> f32 [kc][MR] */
-    int int_a_rowmajor;     /* 1: int A panels are [MR][kc] rows (kc = nseg*seg_q*4, the block's K;
-                               for AMX tiles), not [kq][MR][4] */
+    int int_a_tiles;        /* 1: int A panels in 64-k chunks of MR rows, [kb/64][MR][64] (a
+                               narrower last chunk keeps its width as row stride; see
+                               gemm_int_a_offset), for AMX tile loads; 0: [kq][MR][4] */
     /* SwiGLU epilogue of one output row: g[j] = silu(g[j] + bg[j]) * (v[j] + bv[j]) (bg, bv
      * may be NULL).  Every path computes the same bits (gemm_swiglu.inc). */
     void (*swiglu_row)(float *g, const float *v, int64_t n, const float *bg, const float *bv);
@@ -131,6 +132,12 @@ void gemm_swiglu_row_avx512(float *g, const float *v, int64_t n, const float *bg
 #endif
 /* The table of `isa` with every NULL member replaced by the reference one. */
 const gemm_kernels *gemm_kernels_for(h3_isa isa);
+
+/* int_a_tiles layout: the byte of row i, k-offset k (0 <= k < kb) in a K block of length kb. */
+static inline int64_t gemm_int_a_offset(int64_t k, int i, int64_t kb, int MR) {
+    const int64_t c = k / 64, w = H3_MIN(64, kb - c * 64);
+    return c * MR * 64 + i * w + (k - c * 64);
+}
 
 static inline float gemm_w_at(int wtype, const void *w, int64_t idx) {
     if (wtype == H3_DT_F32) return ((const float *)w)[idx];
