@@ -58,6 +58,60 @@ def h3cy_layer(t, weights, threads):
     return enc, te._Layer(enc, src, 0)
 
 
+def h3cy_run(t, mode, threads, x0):
+    """A callable running h3cy's layer in weights mode `mode` on a copy of x0 [L, HID]."""
+    from h3cy.text_encoder import rope_inv_freq, rope_tables
+    L = x0.shape[0]
+    cos, sin = rope_tables(np.arange(L), rope_inv_freq(HD, 5e6))
+    enc, layer = h3cy_layer(t, mode, threads)
+    ws = np.empty(layer.core.workspace_bytes(L) + 64, np.uint8)
+
+    def run():
+        h = x0.copy()
+        layer.core.forward(h, 1e-6, int(mode == "bf16"), enc.isa, ws, cos, sin)
+        return h
+    return run
+
+
+def layer_input(L):
+    """The layer input [L, HID]: bf16-valued standard normal (seeded)."""
+    x0 = np.random.default_rng(1).standard_normal((L, HID), dtype=np.float32)
+    return ((x0.view(np.uint32) + 0x8000) & 0xFFFF0000).view(np.float32)
+
+
+def torch_layer(t, x0, dt):
+    """transformers' Qwen3VLTextDecoderLayer in torch dtype `dt` ("float32"/"bfloat16") with the
+    weights t, as a callable running it (causal, SDPA) on x0 [L, HID]."""
+    import torch
+    from transformers import Qwen3VLTextConfig
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextDecoderLayer, Qwen3VLTextRotaryEmbedding
+    L = x0.shape[0]
+    cfg = Qwen3VLTextConfig(hidden_size=HID, intermediate_size=FFN, num_attention_heads=HEADS,
+                            num_key_value_heads=KV, head_dim=HD, num_hidden_layers=1,
+                            rope_parameters={"rope_type": "default", "rope_theta": 5e6,
+                                             "mrope_section": [24, 20, 20], "mrope_interleaved": True})
+    cfg._attn_implementation = "sdpa"
+    tl = Qwen3VLTextDecoderLayer(cfg, 0).eval()
+    names = {"q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "self_attn.v_proj",
+             "o_proj": "self_attn.o_proj", "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm",
+             "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj", "down_proj": "mlp.down_proj"}
+    sd = {names.get(k, k) + ".weight": torch.from_numpy((v.astype(np.uint32) << 16).view(np.float32))
+          for k, v in t.items()}
+    tl.load_state_dict(sd)
+    tl = tl.to(getattr(torch, dt))
+    rot = Qwen3VLTextRotaryEmbedding(cfg)
+    xt = torch.from_numpy(x0)[None].to(getattr(torch, dt))
+    pos = torch.arange(L)[None, None].expand(3, 1, L)
+    pe = rot(xt, pos)
+    mask = torch.full((L, L), float("-inf")).triu(1)[None, None].to(xt.dtype)
+
+    def run():
+        with torch.no_grad():
+            o = tl(xt, attention_mask=mask, position_embeddings=pe)
+        return o[0] if isinstance(o, tuple) else o
+    return run
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
@@ -67,56 +121,21 @@ def main():
     a = ap.parse_args()
     import torch
     torch.set_num_threads(a.threads)
-    from transformers import Qwen3VLTextConfig
-    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextDecoderLayer, Qwen3VLTextRotaryEmbedding
-    from h3cy.text_encoder import rope_inv_freq, rope_tables
     t = layer_weights()
     rows = []
     for L in a.L:
-        rng = np.random.default_rng(1)
-        x0 = rng.standard_normal((L, HID), dtype=np.float32)
-        x0 = ((x0.view(np.uint32) + 0x8000) & 0xFFFF0000).view(np.float32)
-        cos, sin = rope_tables(np.arange(L), rope_inv_freq(HD, 5e6))
+        x0 = layer_input(L)
         res = {"L": L}
         for mode in a.modes:
-            enc, layer = h3cy_layer(t, mode, a.threads)
-            ws = np.empty(layer.core.workspace_bytes(L) + 64, np.uint8)
-
-            def run():
-                h = x0.copy()
-                layer.core.forward(h, 1e-6, int(mode == "bf16"), enc.isa, ws, cos, sin)
-                return h
+            run = h3cy_run(t, mode, a.threads, x0)
             res[f"h3cy_{mode}"] = timeit(run, a.reps)
             res[f"out_{mode}"] = run()
-            del layer
-        cfg = Qwen3VLTextConfig(hidden_size=HID, intermediate_size=FFN, num_attention_heads=HEADS,
-                                num_key_value_heads=KV, head_dim=HD, num_hidden_layers=1,
-                                rope_parameters={"rope_type": "default", "rope_theta": 5e6,
-                                                 "mrope_section": [24, 20, 20], "mrope_interleaved": True})
-        cfg._attn_implementation = "sdpa"
+            del run
         for dt in ("float32", "bfloat16"):
-            tl = Qwen3VLTextDecoderLayer(cfg, 0).eval()
-            sd = {}
-            for k, v in t.items():
-                full = {"q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "self_attn.v_proj",
-                        "o_proj": "self_attn.o_proj", "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm",
-                        "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj", "down_proj": "mlp.down_proj"}.get(k, k)
-                sd[full + ".weight"] = torch.from_numpy((v.astype(np.uint32) << 16).view(np.float32))
-            tl.load_state_dict(sd)
-            tl = tl.to(getattr(torch, dt))
-            rot = Qwen3VLTextRotaryEmbedding(cfg)
-            xt = torch.from_numpy(x0)[None].to(getattr(torch, dt))
-            pos = torch.arange(L)[None, None].expand(3, 1, L)
-            pe = rot(xt, pos)
-            mask = torch.full((L, L), float("-inf")).triu(1)[None, None].to(xt.dtype)
-
-            def trun():
-                with torch.no_grad():
-                    o = tl(xt, attention_mask=mask, position_embeddings=pe)
-                return o[0] if isinstance(o, tuple) else o
+            trun = torch_layer(t, x0, dt)
             res[f"torch_{dt}"] = timeit(trun, a.reps)
             res[f"out_torch_{dt}"] = trun()[0].float().numpy()
-            del tl
+            del trun
         ref = res["out_torch_float32"]
         for m in a.modes:
             o = res.pop(f"out_{m}")
