@@ -17,6 +17,7 @@
  *        --only: run one part of the table below, while editing)
  * Prints "isas tested: ..." and closes with "ok: N checks" (exit 0) or
  * "FAILED: F of N checks" (exit 1). */
+#include "gemm_impl.h" /* the per-path kernel tables (test_gemm_tables) */
 #include "h3.h"
 #include "h3_loop.h"
 
@@ -762,6 +763,32 @@ static void test_pool(void) {
     }
 }
 
+/* Per-call row work of the SIMD tables must not fall back to the scalar reference (a NULL
+ * member does, silently): the AMX table once quantised activations with the reference,
+ * ~35% of a single thread's int8 GEMM.  Checked on the tables, so any x86 host catches an
+ * AMX regression.  NEON quantises on the reference by design (see gemm_neon.c). */
+static void test_gemm_tables(void) {
+    set_ctx("gemm tables");
+    const h3_isa simd[] = {
+#if H3_X86
+        H3_ISA_AVX2, H3_ISA_AVX512, H3_ISA_AMX,
+#endif
+#if H3_ARM64
+        H3_ISA_NEON,
+#endif
+    };
+    for (size_t i = 0; i < sizeof simd / sizeof simd[0]; i++) {
+        const gemm_kernels *kt = gemm_kernels_for(simd[i]);
+        CHECK(kt->swiglu_row != gemm_swiglu_row_ref, "%s: the SwiGLU epilogue is the scalar reference",
+              h3_isa_name(simd[i]));
+        if (simd[i] != H3_ISA_NEON)
+            CHECK(kt->quant_row != gemm_quant_row_ref, "%s: activations quantised by the scalar reference",
+                  h3_isa_name(simd[i]));
+        CHECK(kt->ukr_i8 != gemm_ukr_i8_ref && kt->ukr_f32 != gemm_ukr_f32_ref,
+              "%s: a scalar reference micro-kernel", h3_isa_name(simd[i]));
+    }
+}
+
 /* ------------------------------------------------------------------ ISA / cpu */
 
 static void test_cpu(void) {
@@ -840,7 +867,7 @@ int main(int argc, char **argv) {
     }
     struct { const char *name; void (*fn)(void); } parts[] = {
         {"cpu", test_cpu}, {"pool", test_pool}, {"convert", test_convert},
-        {"gemm errors", test_gemm_errors}, {"gemm", test_gemm}, {"gemm parts", test_gemm_parts}, {"ops", test_ops},
+        {"gemm errors", test_gemm_errors}, {"gemm tables", test_gemm_tables}, {"gemm", test_gemm}, {"gemm parts", test_gemm_parts}, {"ops", test_ops},
         {"audio", test_audio}, {"dit", test_dit},
         {"qwen", test_qwen}, {"vit", test_vit}, {"loop", test_loop},
     };
