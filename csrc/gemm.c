@@ -348,7 +348,6 @@ h3_status h3_linear_dequant(const h3_linear *l, float *out, h3_err *err) {
 
 /* ---------------------------------------------------------------- storage export/attach */
 
-
 h3_status h3_linear_layout_get(const h3_linear *l, h3_linear_layout *lay, const void **w,
                                const float **scales, h3_err *err) {
     if (!l || !lay) return h3_fail(err, H3_EINVAL, "linear_layout_get: NULL argument");

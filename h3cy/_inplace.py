@@ -12,6 +12,7 @@ tensors whose rows concatenate to it (``h3_linear_attach_parts``): the diffusers
 import numpy as np
 
 from . import _kernels, ops
+from ._bf16 import bf16_bits_to_f32
 
 
 def linear_in_place(w, mode, isa, pool, pair=False, bias=None):
@@ -32,3 +33,16 @@ def linear_in_place(w, mode, isa, pool, pair=False, bias=None):
                bf16_inputs=int(mode == "bf16"), f32_exact=int(mode == "fp32"))
     core = _kernels.linear_attach(lay, parts if len(parts) > 1 else parts[0], None, bias, isa, pool)
     return ops.Linear._from_core(core, mode, pool)
+
+
+def joined_rows(w):
+    """The weight as one array, for the modes that convert it: ``w`` itself, or its parts'
+    rows concatenated -- as float32 when the parts' dtypes differ, so that bf16 bits
+    (uint16) are never concatenated with float32 values."""
+    if not isinstance(w, (list, tuple)):
+        return w
+    if len(w) == 1:
+        return w[0]
+    if len({a.dtype for a in w}) > 1:
+        w = [bf16_bits_to_f32(a) if a.dtype == np.uint16 else np.asarray(a, np.float32) for a in w]
+    return np.concatenate(w)

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _config, _kernels, ops
 from . import _pages
-from ._inplace import linear_in_place
+from ._inplace import joined_rows, linear_in_place
 from ._bf16 import bf16_bits_to_f32, round_bf16
 from .errors import H3Error, H3ValueError
 
@@ -292,8 +292,7 @@ class DiT:
                 with self._build_lock:
                     self.linears_attached += 1
                 return lin
-        parts = list(w) if isinstance(w, (list, tuple)) else [w]
-        w = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        w = joined_rows(w)
         kw = {}
         if mode == "int4":
             # groups of 128 along K where K allows (the released shapes do), else 64 or 32;

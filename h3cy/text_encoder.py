@@ -28,7 +28,7 @@ import threading
 import numpy as np
 
 from . import _kernels, _pages, ops
-from ._inplace import linear_in_place
+from ._inplace import joined_rows, linear_in_place
 from ._bf16 import bf16_bits_to_f32, round_bf16
 from ._progress import Ticker
 from .errors import CheckpointError, H3ValueError
@@ -365,8 +365,7 @@ class TextEncoder:
         lin = linear_in_place(w, mode, self.isa, self._pool, pair=pair)
         if lin is not None:      # bf16/fp32 over the checkpoint's tensors (h3cy._inplace)
             return lin
-        if isinstance(w, list):
-            w = np.concatenate([_f32(a) for a in w]) if len({a.dtype for a in w}) > 1 else np.concatenate(w)
+        w = joined_rows(w)
         kw = {}
         K = w.shape[1]
         ag = self._act_group(K)

@@ -192,3 +192,17 @@ def test_linear_in_place_modes_and_refusals(rng):
     assert linear_in_place([b16[:8], a[8:]], "fp32", "ref", pool) is None          # mixed dtypes
     assert linear_in_place([b16[:4]] * 4, "fp32", "ref", pool) is None             # > 3 parts
     assert linear_in_place(np.asfortranarray(b16), "bf16", "ref", pool) is None    # not C-contiguous
+
+
+def test_joined_rows_never_mixes_bf16_bits_with_float_values(rng):
+    """The converting modes join a weight's parts; bf16 parts (uint16 bits) beside a float32
+    one are widened first, so the joined weight holds values, not bit patterns."""
+    from h3cy._inplace import joined_rows
+    from h3cy._bf16 import bf16_bits_to_f32
+    b = (rng.standard_normal((3, 8), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    f = rng.standard_normal((3, 8), dtype=np.float32)
+    got = joined_rows([b, f])
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.concatenate([bf16_bits_to_f32(b), f]))
+    assert joined_rows([b, b]).dtype == np.uint16          # same dtype: joined as stored
+    assert joined_rows(f) is f and joined_rows([f]) is f
