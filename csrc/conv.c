@@ -1,6 +1,10 @@
 /* conv.c — Conv1d and ConvTranspose1d over channels-last signals (h3_audio.h), as
  * im2col / col2im around the GEMM (h3_linear_forward).
  *
+ * Conv1d's im2col rows are not built by default: the GEMM reads them in place
+ * (h3_linear_forward_rows), gathering a K block of a panel's rows into L1 as it packs A.
+ * H3_CONV_IM2COL materialises them first (the older route, kept for A/B: same bits).
+ *
  * Conv1d picks one of two splits (plan_conv):
  *   BY_TIME  each thread takes a contiguous range of output steps and, chunk by chunk,
  *            gathers its im2col rows and runs a single-threaded GEMM on them.  Every
@@ -26,7 +30,12 @@ typedef struct { int mode; int64_t R; } conv_plan;
 static conv_plan plan_conv(const h3_linear *lin, int64_t T_out, int nth) {
     const int64_t N = h3_linear_n(lin), K = h3_linear_k(lin);
     conv_plan p;
-    if (nth > 1 && N >= 64 * (int64_t)nth && T_out < 2048 * (int64_t)nth) {
+    /* Split the columns only when each thread gets >= 4 weight panels (128 columns) or the
+     * signal is too short to split: with fewer, each packed A panel meets too few weight
+     * panels to pay for its pack (2 threads, 128 channels over 2000 steps: 160 GFLOP/s by
+     * columns, 183 by time) */
+    const int64_t n = nth;
+    if (nth > 1 && N >= 64 * n && T_out < 2048 * n && (N >= 128 * n || T_out < 256 * n)) {
         p.mode = BY_COLS;
         p.R = H3_MIN(T_out, H3_MAX((int64_t)256, ((int64_t)16 << 20) / (4 * K)));
     } else {
@@ -42,13 +51,18 @@ static conv_plan plan_conv(const h3_linear *lin, int64_t T_out, int nth) {
 
 static size_t col_bytes(int64_t R, int64_t K) { return H3_ALIGN_UP((size_t)(R * K) * 4, 64); }
 
-size_t h3_conv1d_workspace_bytes(const h3_linear *lin, int64_t T_out, int nth) {
+/* one GEMM call's workspace (and, with im2col, its column buffer) for R rows */
+static size_t share_bytes(const h3_linear *lin, int64_t R, int nth, int flags) {
+    h3_epilogue epi = {H3_EPI_RESID, NULL, NULL, NULL, 0}; /* the larger of the two */
+    if (flags & H3_CONV_IM2COL) return col_bytes(R, h3_linear_k(lin)) + h3_linear_workspace_bytes(lin, R, nth, &epi);
+    return h3_linear_rows_workspace_bytes(lin, R, nth, &epi);
+}
+
+size_t h3_conv1d_workspace_bytes(const h3_linear *lin, int64_t T_out, int nth, int flags) {
     if (!lin || T_out < 1 || nth < 1) return 0;
     conv_plan p = plan_conv(lin, T_out, nth);
-    h3_epilogue epi = {H3_EPI_RESID, NULL, NULL, NULL, 0}; /* the larger of the two */
-    const int64_t K = h3_linear_k(lin);
-    if (p.mode == BY_COLS) return col_bytes(p.R, K) + h3_linear_workspace_bytes(lin, p.R, nth, &epi);
-    return (size_t)H3_MIN(nth, MAX_SHARES) * (col_bytes(p.R, K) + H3_ALIGN_UP(h3_linear_workspace_bytes(lin, p.R, 1, &epi), 64));
+    if (p.mode == BY_COLS) return share_bytes(lin, p.R, nth, flags);
+    return (size_t)H3_MIN(nth, MAX_SHARES) * H3_ALIGN_UP(share_bytes(lin, p.R, 1, flags), 64);
 }
 
 typedef struct {
@@ -57,6 +71,7 @@ typedef struct {
     float *y;
     int64_t T, Cin, T_out, R;
     int k, dil, pad;
+    int im2col;                /* H3_CONV_IM2COL given */
     char *ws;
     size_t per_thread;
     int64_t r0, r1;            /* BY_COLS: the chunk being gathered */
@@ -68,7 +83,8 @@ typedef struct {
 } conv_job;
 
 /* One tap's Cin floats.  BigVGAN's late stages have 8-32 channels, where a memcpy call
- * per tap cost more than the GEMM: copy those sizes inline. */
+ * per tap cost more than the GEMM: copy those sizes inline (gemm.c's conv_row_span, which
+ * gathers the same values for the in-place route, does likewise). */
 static inline void copy_tap(float *dst, const float *src, int64_t Cin) {
     switch (Cin) {
     case 8: memcpy(dst, src, 8 * 4); return;
@@ -100,12 +116,17 @@ static void im2col(const conv_job *c, int64_t r0, int64_t r1, float *col) {
     }
 }
 
+/* Output rows [r0, r1): from the im2col rows in col, or (col NULL) read in place. */
 static h3_status gemm_rows(const conv_job *c, h3_pool *pool, const float *col, int64_t r0,
                            int64_t r1, void *ws, size_t wsb, h3_err *err) {
     const int64_t N = h3_linear_n(c->lin);
     h3_epilogue epi = {H3_EPI_RESID, c->resid ? c->resid + r0 * N : NULL, NULL, NULL, 0};
-    return h3_linear_forward(c->lin, pool, col, r1 - r0, c->y + r0 * N, c->resid ? &epi : NULL,
-                             ws, wsb, err);
+    if (col)
+        return h3_linear_forward(c->lin, pool, col, r1 - r0, c->y + r0 * N, c->resid ? &epi : NULL,
+                                 ws, wsb, err);
+    h3_conv_rows a = {c->x, c->T, c->Cin, r0, c->k, c->dil, c->pad};
+    return h3_linear_forward_rows(c->lin, pool, &a, r1 - r0, c->y + r0 * N, c->resid ? &epi : NULL,
+                                  ws, wsb, err);
 }
 
 static void by_time_task(void *p, int ith, int pool_nth) {
@@ -114,15 +135,16 @@ static void by_time_task(void *p, int ith, int pool_nth) {
     if (ith >= c->nth) return;
     const int64_t K = h3_linear_k(c->lin);
     char *base = c->ws + (size_t)ith * c->per_thread;
-    float *col = (float *)base;
-    char *gws = base + col_bytes(c->R, K);
-    const size_t gwsb = c->per_thread - col_bytes(c->R, K);
+    float *col = c->im2col ? (float *)base : NULL;
+    const size_t cb = c->im2col ? col_bytes(c->R, K) : 0;
+    char *gws = base + cb;
+    const size_t gwsb = c->per_thread - cb;
     c->st[ith] = H3_OK;
     for (;;) {
         const int64_t r0 = atomic_fetch_add(&c->next, c->R);
         if (r0 >= c->T_out || atomic_load(&c->failed)) return;
         const int64_t r1 = H3_MIN(c->T_out, r0 + c->R);
-        im2col(c, r0, r1, col);
+        if (col) im2col(c, r0, r1, col);
         h3_status st = gemm_rows(c, NULL, col, r0, r1, gws, gwsb, &c->err[ith]);
         if (st) {
             c->st[ith] = st;
@@ -145,9 +167,10 @@ static int overlaps(const void *a, size_t an, const void *b, size_t bn) {
 }
 
 h3_status h3_conv1d(const h3_linear *lin, const float *x, int64_t T, int64_t Cin, int k,
-                    int dil, int pad, const float *resid, float *y, h3_pool *pool,
+                    int dil, int pad, const float *resid, float *y, int flags, h3_pool *pool,
                     void *ws, size_t ws_bytes, h3_err *err) {
     if (!lin || !x || !y) return h3_fail(err, H3_EINVAL, "conv1d: NULL argument");
+    if (flags & ~H3_CONV_IM2COL) return h3_fail(err, H3_EINVAL, "conv1d: unknown flags 0x%x", (unsigned)flags);
     if (T < 1 || Cin < 1 || k < 1 || dil < 1 || pad < 0)
         return h3_fail(err, H3_EINVAL, "conv1d: bad geometry T=%lld Cin=%lld k=%d dilation=%d padding=%d",
                        (long long)T, (long long)Cin, k, dil, pad);
@@ -164,7 +187,7 @@ h3_status h3_conv1d(const h3_linear *lin, const float *x, int64_t T, int64_t Cin
     if (resid && resid != y && overlaps(resid, yb, y, yb))
         return h3_fail(err, H3_EINVAL, "conv1d: resid overlaps y without being y");
     const int nth = h3_pool_threads(pool);
-    const size_t need = h3_conv1d_workspace_bytes(lin, T_out, nth);
+    const size_t need = h3_conv1d_workspace_bytes(lin, T_out, nth, flags);
     void *own = NULL;
     if (!ws) {
         own = ws = h3_alloc(need);
@@ -182,6 +205,7 @@ h3_status h3_conv1d(const h3_linear *lin, const float *x, int64_t T, int64_t Cin
     atomic_init(&c->failed, 0);
     c->lin = lin; c->x = x; c->resid = resid; c->y = y; c->T = T; c->Cin = Cin;
     c->T_out = T_out; c->R = p.R; c->k = k; c->dil = dil; c->pad = pad; c->ws = ws;
+    c->im2col = (flags & H3_CONV_IM2COL) != 0;
     h3_status st = H3_OK;
     if (p.mode == BY_TIME) {
         c->nth = H3_MIN(nth, MAX_SHARES);
@@ -194,12 +218,13 @@ h3_status h3_conv1d(const h3_linear *lin, const float *x, int64_t T, int64_t Cin
         for (int i = 0; i < c->nth && !st; i++)
             if (c->st[i]) { st = c->st[i]; *err = c->err[i]; }
     } else {
-        const size_t cb = col_bytes(p.R, h3_linear_k(lin));
+        const size_t cb = c->im2col ? col_bytes(p.R, h3_linear_k(lin)) : 0;
         for (int64_t r0 = 0; r0 < T_out && !st; r0 += p.R) {
             c->r0 = r0;
             c->r1 = H3_MIN(T_out, r0 + p.R);
-            h3_pool_run(pool, gather_task, c);
-            st = gemm_rows(c, pool, (const float *)ws, c->r0, c->r1, (char *)ws + cb, ws_bytes - cb, err);
+            if (c->im2col) h3_pool_run(pool, gather_task, c);
+            st = gemm_rows(c, pool, c->im2col ? (const float *)ws : NULL, c->r0, c->r1, (char *)ws + cb,
+                           ws_bytes - cb, err);
         }
     }
     h3_free(c);

@@ -448,6 +448,11 @@ typedef struct {
      * fa + p*MR*K + pc*MR ([kc][MR] f32, or the table's pack_a layout in that room) */
     float *fa;
     size_t qtmp_bytes;
+    /* A given as conv rows (h3_linear_forward_rows) instead of x: gathered a span at a
+     * time into rowtmp (per thread, rowtmp_bytes each; float modes use tws instead) */
+    const h3_conv_rows *rows;
+    char *rowtmp;
+    size_t rowtmp_bytes;
     /* per-thread scratch */
     char *tws;
     size_t tws_bytes;
@@ -489,26 +494,68 @@ size_t h3_linear_workspace_bytes(const h3_linear *l, int64_t M, int nth,
     return shared + (size_t)nth * float_thread_bytes(l->kt, M, ns);
 }
 
+/* One tap's n floats.  BigVGAN's late stages have 8-32 channels, where a memcpy call
+ * per tap costs more than the copy: copy those sizes inline. */
+static inline void copy_floats(float *dst, const float *src, int64_t n) {
+    switch (n) {
+    case 8: memcpy(dst, src, 8 * 4); return;
+    case 16: memcpy(dst, src, 16 * 4); return;
+    case 32: memcpy(dst, src, 32 * 4); return;
+    default: memcpy(dst, src, (size_t)n * 4);
+    }
+}
+
+/* A[m, k0 : k0+n] of conv rows into dst: the values an im2col row holds there. */
+static void conv_row_span(const h3_conv_rows *a, int64_t m, int64_t k0, int64_t n, float *dst) {
+    const int64_t Cin = a->Cin, t0 = a->r0 + m - a->pad;
+    int64_t j = k0 / Cin, ci = k0 - j * Cin;
+    if (a->dil == 1 && t0 + j >= 0 && t0 + (k0 + n - 1) / Cin < a->T) {
+        memcpy(dst, a->x + (t0 + j) * Cin + ci, (size_t)n * 4); /* consecutive steps of x */
+        return;
+    }
+    while (n > 0) {
+        const int64_t len = H3_MIN(n, Cin - ci), t = t0 + j * a->dil;
+        if (t < 0 || t >= a->T) memset(dst, 0, (size_t)len * 4);
+        else copy_floats(dst, a->x + t * Cin + ci, len);
+        dst += len;
+        n -= len;
+        j++;
+        ci = 0;
+    }
+}
+
 /* Float phase 1 (split by MR-row panels): pack A once, so that the column blocks of
- * phase 2 (and both threads) share it instead of each repacking it. */
+ * phase 2 (and both threads) share it instead of each repacking it.  Conv rows are
+ * first gathered, one K block of the panel's rows, into the thread's (still unused)
+ * phase-2 area: an L1-sized copy instead of an im2col buffer in memory. */
 static void fpack_task(void *p, int ith, int nth) {
     run_ctx *c = (run_ctx *)p;
     const gemm_kernels *kt = c->kt;
     const int MR = kt->mr;
     const int64_t K = c->l->K, P = H3_CEIL_DIV(c->M, MR);
+    float *tmp = (float *)(c->tws + (size_t)ith * c->tws_bytes); /* MR*kc <= nc*kc floats */
     for (int64_t pp = P * ith / nth; pp < P * (ith + 1) / nth; pp++) {
         const int64_t rows = H3_MIN(MR, c->M - pp * MR);
-        const float *src0 = c->x + pp * MR * K;
         for (int64_t pc = 0; pc < K; pc += kt->kc) {
             int64_t kc = H3_MIN(kt->kc, K - pc);
             float *dst = c->fa + pp * MR * K + pc * MR;
+            const float *src;
+            int64_t lds;
+            if (c->rows) {
+                for (int64_t i = 0; i < rows; i++) conv_row_span(c->rows, pp * MR + i, pc, kc, tmp + i * kc);
+                src = tmp;
+                lds = kc;
+            } else {
+                src = c->x + pp * MR * K + pc;
+                lds = K;
+            }
             if (kt->pack_a) {
-                kt->pack_a(src0 + pc, K, rows, kc, MR, dst);
+                kt->pack_a(src, lds, rows, kc, MR, dst);
                 continue;
             }
             for (int64_t k = 0; k < kc; k++) {
                 int i = 0;
-                for (; i < rows; i++) dst[k * MR + i] = src0[i * K + pc + k];
+                for (; i < rows; i++) dst[k * MR + i] = src[i * lds + k];
                 for (; i < MR; i++) dst[k * MR + i] = 0.0f;
             }
         }
@@ -525,12 +572,14 @@ static void quant_task(void *p, int ith, int nth) {
     const int64_t P = H3_CEIL_DIV(c->M, MR);
     int8_t *row = (int8_t *)(c->qtmp + (size_t)ith * c->qtmp_bytes);
     float *rs = (float *)(row + H3_ALIGN_UP((size_t)Kp, 64));
+    float *xr = c->rows ? (float *)(c->rowtmp + (size_t)ith * c->rowtmp_bytes) : NULL;
     for (int64_t pp = P * ith / nth; pp < P * (ith + 1) / nth; pp++) {
         int8_t *panel = c->qa + pp * MR * Kp;
         for (int i = 0; i < MR; i++) {
             int64_t m = pp * MR + i;
             if (m < c->M) {
-                c->kt->quant_row(c->x + m * l->K, l->K, Kp, l->act_group, row, rs);
+                if (xr) conv_row_span(c->rows, m, 0, l->K, xr);
+                c->kt->quant_row(xr ? xr : c->x + m * l->K, l->K, Kp, l->act_group, row, rs);
             } else {
                 memset(row, 0, (size_t)Kp);
                 for (int64_t g = 0; g < c->nag; g++) rs[g] = 0.0f;
@@ -753,9 +802,43 @@ static void *ws_alloc(size_t bytes) {
     return h3_alloc(bytes);
 }
 
+/* What conv rows need beyond h3_linear_workspace_bytes: int modes gather each row before
+ * quantising it (one row per thread); float modes at gemv sizes gather the M rows. */
+static size_t rows_extra_bytes(const h3_linear *l, int64_t M, int nth) {
+    if (is_int(l->wtype)) return (size_t)nth * H3_ALIGN_UP((size_t)l->K * 4, 64);
+    return M <= l->kt->gemv_max_m ? H3_ALIGN_UP((size_t)M * (size_t)l->K * 4, 64) : 0;
+}
+
+size_t h3_linear_rows_workspace_bytes(const h3_linear *l, int64_t M, int nth, const h3_epilogue *epi) {
+    if (!l || M < 0 || nth < 1) return 0;
+    return h3_linear_workspace_bytes(l, M, nth, epi) + rows_extra_bytes(l, M, nth);
+}
+
+static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, const h3_conv_rows *rows,
+                         int64_t M, float *y, const h3_epilogue *epi, void *ws, size_t ws_bytes,
+                         h3_err *err);
+
 h3_status h3_linear_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M,
                             float *y, const h3_epilogue *epi, void *ws, size_t ws_bytes,
                             h3_err *err) {
+    if (!x) return h3_fail(err, H3_EINVAL, "linear_forward: NULL argument");
+    return forward(l, pool, x, NULL, M, y, epi, ws, ws_bytes, err);
+}
+
+h3_status h3_linear_forward_rows(const h3_linear *l, h3_pool *pool, const h3_conv_rows *a, int64_t M,
+                                 float *y, const h3_epilogue *epi, void *ws, size_t ws_bytes,
+                                 h3_err *err) {
+    if (!a || !a->x) return h3_fail(err, H3_EINVAL, "linear_forward: NULL argument");
+    if (l && (a->Cin < 1 || a->k < 1 || a->dil < 1 || a->pad < 0 || a->T < 1 || a->r0 < 0 ||
+              (int64_t)a->k * a->Cin != l->K))
+        return h3_fail(err, H3_EINVAL, "linear_forward: conv rows do not match the weight (K = %lld)",
+                       (long long)l->K);
+    return forward(l, pool, a->x, a, M, y, epi, ws, ws_bytes, err);
+}
+
+static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, const h3_conv_rows *rows,
+                         int64_t M, float *y, const h3_epilogue *epi, void *ws, size_t ws_bytes,
+                         h3_err *err) {
     if (!l || !x || !y) return h3_fail(err, H3_EINVAL, "linear_forward: NULL argument");
     if (M < 0) return h3_fail(err, H3_EINVAL, "linear_forward: M = %lld < 0", (long long)M);
     if (M == 0) return H3_OK;
@@ -778,7 +861,7 @@ h3_status h3_linear_forward(const h3_linear *l, h3_pool *pool, const float *x, i
     h3_status st = h3_isa_check(l->isa, err);
     if (st) return st;
     const int nth = h3_pool_threads(pool);
-    size_t need = h3_linear_workspace_bytes(l, M, nth, epi);
+    size_t need = rows ? h3_linear_rows_workspace_bytes(l, M, nth, epi) : h3_linear_workspace_bytes(l, M, nth, epi);
     void *own = NULL;
     if (!ws) {
         own = ws = ws_alloc(need);
@@ -807,8 +890,20 @@ h3_status h3_linear_forward(const h3_linear *l, h3_pool *pool, const float *x, i
         c.qtmp = h3_arena_take(&ar, c.qtmp_bytes * (size_t)nth);
         c.tws_bytes = int_thread_bytes(l, M, c.need_scratch);
         c.tws = h3_arena_take(&ar, c.tws_bytes * (size_t)nth);
+        if (rows) {
+            c.rows = rows;
+            c.rowtmp_bytes = H3_ALIGN_UP((size_t)l->K * 4, 64);
+            c.rowtmp = h3_arena_take(&ar, c.rowtmp_bytes * (size_t)nth);
+        }
         h3_pool_run(pool, quant_task, &c);
     } else {
+        if (rows && M <= l->kt->gemv_max_m) { /* gemv reads rows of x: gather the few */
+            float *xg = h3_arena_take(&ar, (size_t)M * (size_t)l->K * 4);
+            for (int64_t m = 0; m < M; m++) conv_row_span(rows, m, 0, l->K, xg + m * l->K);
+            c.x = xg;
+        } else {
+            c.rows = rows;
+        }
         if (M > l->kt->gemv_max_m)
             c.fa = h3_arena_take(&ar, (size_t)H3_ALIGN_UP(M, l->kt->mr) * (size_t)l->K * 4);
         c.tws_bytes = float_thread_bytes(l->kt, M, c.need_scratch);

@@ -4,9 +4,10 @@
  *
  * Layout: every signal is channels-last, x[t, c] = x + t*C + c ([T, C] row-major, one
  * row per time step).  The convolutions run on h3_linear (the GEMM), whose weights the
- * caller lays out as given below; im2col / col2im happen here, a chunk of time steps
- * at a time, and the chunks are split over the pool's threads (each thread runs its
- * GEMMs single-threaded, so small channel counts still use every thread).
+ * caller lays out as given below; im2col (read in place by the GEMM) / col2im happen
+ * here, a chunk of time steps at a time, and the chunks are split over the pool's
+ * threads (each thread runs its GEMMs single-threaded, so small channel counts still use
+ * every thread).
  * The ISA of a convolution is its linear's; h3_snake_aa takes one. */
 #ifndef H3_AUDIO_H
 #define H3_AUDIO_H
@@ -23,10 +24,13 @@ extern "C" {
  * T_out = T + 2*pad - dil*(k-1) (must be >= 1).
  * lin: N = Cout, K = k*Cin, row co = W[co] transposed to [k][Cin] (tap-major), bias b
  * (or none).  resid may be NULL or y itself (y += conv); y must not overlap x.
- * ws: >= h3_conv1d_workspace_bytes, 64-byte aligned, or NULL (allocated inside). */
-size_t h3_conv1d_workspace_bytes(const h3_linear *lin, int64_t T_out, int n_threads);
+ * flags: 0, or H3_CONV_IM2COL to build the im2col rows in the workspace before each GEMM
+ * (the older route, for A/B; the default reads them in place).  Both give the same bits.
+ * ws: >= h3_conv1d_workspace_bytes (same flags), 64-byte aligned, or NULL (allocated inside). */
+#define H3_CONV_IM2COL 1
+size_t h3_conv1d_workspace_bytes(const h3_linear *lin, int64_t T_out, int n_threads, int flags);
 h3_status h3_conv1d(const h3_linear *lin, const float *x, int64_t T, int64_t Cin, int k,
-                    int dil, int pad, const float *resid, float *y, h3_pool *pool,
+                    int dil, int pad, const float *resid, float *y, int flags, h3_pool *pool,
                     void *ws, size_t ws_bytes, h3_err *err);
 
 /* ConvTranspose1d (torch nn.ConvTranspose1d, output_padding 0, dilation 1):

@@ -62,4 +62,18 @@ uint16_t h3_f32_to_f16(float f);
 int h3_cpu_has_avx512_bf16(void);
 int h3_cpu_has_avx512_vnni(void);
 
+/* A Conv1d's im2col rows, read in place by the GEMM (conv.c -> gemm.c): row m of A
+ * (K = k*Cin, tap-major) is x[(r0 + m + j*dil - pad) * Cin + ci] for tap j, channel ci,
+ * zero where that step lies outside [0, T).  The packed A panels hold the same values an
+ * im2col buffer would give, so results are the same bits without the buffer. */
+typedef struct {
+    const float *x;
+    int64_t T, Cin, r0;
+    int k, dil, pad;
+} h3_conv_rows;
+size_t h3_linear_rows_workspace_bytes(const h3_linear *l, int64_t M, int nth, const h3_epilogue *epi);
+h3_status h3_linear_forward_rows(const h3_linear *l, h3_pool *pool, const h3_conv_rows *a, int64_t M,
+                                 float *y, const h3_epilogue *epi, void *ws, size_t ws_bytes,
+                                 h3_err *err);
+
 #endif /* H3_INTERNAL_H */

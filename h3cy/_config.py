@@ -7,6 +7,8 @@ H3CY_DIT_PYTHON=1  run DiT blocks op by op from Python instead of the C block dr
               (same arithmetic; for A/B diagnosis).
 H3CY_LOOP_PYTHON=1 run h3cy.denoise's step loop in Python around DiT.forward instead of
               the Cython loop (same bits; for A/B diagnosis and benchmarks).
+H3CY_CONV_IM2COL=1 audio VAE convolutions build their im2col rows before each GEMM instead
+              of letting the GEMM read them in place (same bits; for A/B).
 """
 import os
 
@@ -17,6 +19,8 @@ _ENV_DIT_PYTHON = os.environ.get("H3CY_DIT_PYTHON", "").strip() == "1"
 
 _ENV_LOOP_PYTHON = os.environ.get("H3CY_LOOP_PYTHON", "").strip() == "1"
 
+_ENV_CONV_IM2COL = os.environ.get("H3CY_CONV_IM2COL", "").strip() == "1"
+
 _state = {"threads": None}
 
 
@@ -24,6 +28,11 @@ def loop_python():
     """H3CY_LOOP_PYTHON=1: denoise runs its Python step loop (A/B reference of the Cython
     loop).  Read at each call of denoise from this module's variable (tests patch it)."""
     return _ENV_LOOP_PYTHON
+
+
+def conv_im2col():
+    """H3CY_CONV_IM2COL=1: audio convolutions take the im2col route (A/B reference)."""
+    return _ENV_CONV_IM2COL
 
 
 def dit_python_blocks():

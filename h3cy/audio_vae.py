@@ -10,7 +10,9 @@ decoded as two mono items) become a waveform ``[2, 800 * A]`` in [-1, 1] at 32 k
 
 (spec section 6.3; diffusers ``AutoencoderKLMiniMaxH3Audio.decode`` plus the pipeline's
 de-normalisation).  Signals are kept channels-last, ``[T, C]``, so the convolutions are
-im2col GEMMs (h3_conv1d) and the activation runs 16 channels per vector (h3_snake_aa).
+im2col GEMMs (h3_conv1d: the GEMM reads the im2col rows in place, or, with
+``H3CY_CONV_IM2COL=1`` for A/B, builds them first) and the activation runs 16 channels
+per vector (h3_snake_aa).
 
 Weight norm (``weight_g`` / ``weight_v``) is folded at load: ``W = v * (g / ||v||)``,
 the norm over every dim but 0 (for ConvTranspose1d's ``[in, out, k]`` weights that is
@@ -25,7 +27,7 @@ import os
 
 import numpy as np
 
-from . import _kernels, ops
+from . import _config, _kernels, ops
 from ._progress import Ticker
 from .errors import CheckpointError, H3ValueError
 from .safetensors import SafetensorsFile
@@ -176,10 +178,10 @@ class _Conv:
         return T + 2 * self.pad - self.dil * (self.k - 1)
 
     def ws_bytes(self, T):
-        return _kernels.conv1d_workspace_bytes(self.core, self.out_len(T))
+        return _kernels.conv1d_workspace_bytes(self.core, self.out_len(T), _config.conv_im2col())
 
     def __call__(self, x, y, add=False, ws=None):
-        _kernels.conv1d(self.core, x, self.k, self.dil, self.pad, y, add, ws)
+        _kernels.conv1d(self.core, x, self.k, self.dil, self.pad, y, add, ws, _config.conv_im2col())
         return y
 
 

@@ -23,9 +23,9 @@ cdef char *_ws_ptr(object ws, size_t *nbytes) except? NULL:
     return p
 
 
-def conv1d_workspace_bytes(LinearCore lin, int64_t T_out):
+def conv1d_workspace_bytes(LinearCore lin, int64_t T_out, bint im2col=False):
     """Bytes (plus 64 for alignment) conv1d needs for T_out output steps."""
-    return h3_conv1d_workspace_bytes(lin.c, T_out, lin.pool.threads) + 64
+    return h3_conv1d_workspace_bytes(lin.c, T_out, lin.pool.threads, H3_CONV_IM2COL if im2col else 0) + 64
 
 
 def conv_transpose1d_workspace_bytes(LinearCore lin, int64_t T, int stride):
@@ -34,8 +34,9 @@ def conv_transpose1d_workspace_bytes(LinearCore lin, int64_t T, int stride):
 
 
 def conv1d(LinearCore lin, const float[:, ::1] x, int k, int dil, int pad,
-           float[:, ::1] y, bint add=False, ws=None):
-    """y[T_out, Cout] = conv1d(x[T, Cin]) (+ y itself with add=True); see h3_audio.h."""
+           float[:, ::1] y, bint add=False, ws=None, bint im2col=False):
+    """y[T_out, Cout] = conv1d(x[T, Cin]) (+ y itself with add=True); see h3_audio.h.
+    im2col=True builds the im2col rows first (the A/B reference route; same bits)."""
     cdef h3_err err
     cdef h3_status rc
     cdef size_t wsb = 0
@@ -51,9 +52,10 @@ def conv1d(LinearCore lin, const float[:, ::1] x, int k, int dil, int pad,
     cdef const float *xp = &x[0, 0]
     cdef float *yp = &y[0, 0]
     cdef const float *rp = yp if add else NULL
+    cdef int flags = H3_CONV_IM2COL if im2col else 0
     with lin.pool.lock:
         with nogil:
-            rc = h3_conv1d(lin.c, xp, T, Cin, k, dil, pad, rp, yp, lin.pool.c, wp, wsb, &err)
+            rc = h3_conv1d(lin.c, xp, T, Cin, k, dil, pad, rp, yp, flags, lin.pool.c, wp, wsb, &err)
     check(rc, &err)
 
 

@@ -253,9 +253,10 @@ cdef extern from "h3_vit.h" nogil:
 
 cdef extern from "h3.h" nogil:
     # audio VAE decoder kernels (h3_audio.h): channels-last [T, C] signals
-    size_t h3_conv1d_workspace_bytes(const h3_linear *lin, int64_t T_out, int n_threads)
+    int H3_CONV_IM2COL
+    size_t h3_conv1d_workspace_bytes(const h3_linear *lin, int64_t T_out, int n_threads, int flags)
     h3_status h3_conv1d(const h3_linear *lin, const float *x, int64_t T, int64_t Cin, int k,
-                        int dil, int pad, const float *resid, float *y, h3_pool *pool,
+                        int dil, int pad, const float *resid, float *y, int flags, h3_pool *pool,
                         void *ws, size_t ws_bytes, h3_err *err)
     size_t h3_conv_transpose1d_workspace_bytes(const h3_linear *lin, int64_t T, int stride,
                                                int n_threads)

@@ -80,6 +80,20 @@ def test_thread_count_does_not_change_the_result_beyond_rounding(tiny):
     assert max_rel(one, two) <= 1e-5   # chunking changes only the GEMM's small-M path
 
 
+@pytest.mark.parametrize("weights", ["fp32", "int8"])
+def test_im2col_switch_gives_the_same_bits(tiny, weights, monkeypatch):
+    """H3CY_CONV_IM2COL=1 (the A/B route that builds the im2col rows) decodes to the same
+    bits as the default, which lets the GEMM read them in place."""
+    from h3cy import _config
+    model, folders = tiny["a"]
+    lat = latents(model, 9)
+    dec = h3cy.AudioDecoder.from_pretrained(folders["diffusers"], weights=weights, threads=2)
+    default = dec.decode(lat)
+    monkeypatch.setattr(_config, "_ENV_CONV_IM2COL", True)
+    assert _config.conv_im2col()
+    assert np.array_equal(dec.decode(lat), default)
+
+
 def test_progress_reaches_total_and_is_monotonic(tiny):
     model, folders = tiny["a"]
     dec = h3cy.AudioDecoder.from_pretrained(folders["diffusers"], threads=2)

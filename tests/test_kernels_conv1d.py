@@ -111,6 +111,55 @@ def test_conv1d_residual_add(isa, rng):
     assert max_rel(y, y0 + conv1d_ref(x, W, b, 1, 3)) <= 5e-6   # observed ~2e-7
 
 
+IN_PLACE_CASES = [  # T, Cin, Cout, k, dil, pad, threads
+    (300, 24, 128, 3, 1, 1, 2),    # columns split (BY_COLS), taps in one span
+    (600, 32, 300, 5, 2, 4, 2),    # columns split, dilated: each tap its own span
+    (5000, 8, 8, 11, 1, 5, 2),     # time chunks per thread (BY_TIME), 8-channel taps
+    (2000, 16, 64, 7, 3, 9, 2),    # time chunks, dilated, padding at both ends
+    (3, 16, 40, 3, 1, 1, 2),       # 3 rows: the small-M (gemv) path gathers them
+    (37, 17, 19, 7, 3, 9, 1),      # odd widths, one thread
+]
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("weights", ["fp32", "bf16", "fp16", "int8", "int4"])
+def test_conv1d_in_place_rows_are_the_im2col_bits(isa, weights, rng):
+    """The GEMM reading the im2col rows in place (the default) gives the bits of the route
+    that builds them first (im2col=True, the A/B reference), with and without add."""
+    for T, Cin, Cout, k, dil, pad, threads in IN_PLACE_CASES:
+        x = rng.standard_normal((T, Cin), dtype=np.float32)
+        W = rng.standard_normal((Cout, Cin, k), dtype=np.float32)
+        b = rng.standard_normal(Cout, dtype=np.float32)
+        core = lin(W.transpose(0, 2, 1).reshape(Cout, k * Cin), b, isa, POOLS[threads], weights)
+        To = T + 2 * pad - dil * (k - 1)
+        y0 = rng.standard_normal((To, Cout), dtype=np.float32)
+        got = {}
+        for im2col in (False, True):
+            ws = np.empty(_kernels.conv1d_workspace_bytes(core, To, im2col), np.uint8)
+            y = np.empty((To, Cout), np.float32)
+            _kernels.conv1d(core, x, k, dil, pad, y, False, ws, im2col)
+            ya = y0.copy()
+            _kernels.conv1d(core, x, k, dil, pad, ya, True, ws, im2col)
+            got[im2col] = (y, ya)
+        case = (T, Cin, Cout, k, dil, pad)
+        assert_nontrivial(got[True][0])
+        assert np.array_equal(got[False][0], got[True][0]), case
+        assert np.array_equal(got[False][1], got[True][1]), case
+        # and both are the convolution (int4's error is its quantisation's)
+        tol = {"fp32": 1e-5, "bf16": 2e-2, "fp16": 2e-2, "int8": 5e-2, "int4": 0.3}[weights]
+        assert max_rel(got[False][0], conv1d_ref(x, W, b, dil, pad)) <= tol, case
+
+
+def test_conv1d_workspace_is_smaller_in_place():
+    """Reading the rows in place needs no im2col buffer: for a wide layer the workspace
+    drops by about the buffer's size (the rows x k*Cin floats of one chunk)."""
+    W = np.zeros((512, 11 * 512), np.float32)
+    core = lin(W, None, "ref", POOLS[2])
+    direct = _kernels.conv1d_workspace_bytes(core, 200)
+    built = _kernels.conv1d_workspace_bytes(core, 200, True)
+    assert built - direct >= 200 * 11 * 512 * 4
+
+
 def test_conv1d_low_precision_weights(rng):
     """bf16 / int8 conv weights stay close (the decoder's reduced modes)."""
     T, Cin, Cout, k = 64, 32, 48, 7
