@@ -272,6 +272,28 @@ def test_swiglu_epilogue_is_the_same_bits_on_every_path(isa, wmode, rng):
     assert_close(s, want, max_rel_tol=5e-6, what="swiglu")
 
 
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("wmode", ["int8", "int4"])
+def test_int_row_groups_keep_the_bits(isa, wmode, rng):
+    """With >= 4 threads and packed A over 2 MB, int modes split the rows over the threads
+    too (gemm.c row_groups); every epilogue must give the one-thread bits.  M x Kp here is
+    4.2 MB: 2 row groups at 8 threads, 4 at 16."""
+    M, K, H = 1040, 4096, 96
+    w = rng.standard_normal((2 * H, K), dtype=np.float32)
+    b = rng.standard_normal(2 * H, dtype=np.float32)
+    x = rng.standard_normal((M, K), dtype=np.float32)
+    r = rng.standard_normal((M, 2 * H), dtype=np.float32)
+    kw = dict(group_size=64) if wmode == "int4" else {}
+    got = {}
+    for threads in (1, 8, 16):
+        lin = Linear(w, bias=b, weights=wmode, isa=isa, pair=True, threads=threads, **kw)
+        got[threads] = (lin(x), lin.swiglu(x), lin.residual(x, r))
+    assert_nontrivial(got[1][0])
+    for threads in (8, 16):
+        for a, one in zip(got[threads], got[1]):
+            np.testing.assert_array_equal(a, one)
+
+
 # ---------------------------------------------------------------- bad input
 
 def test_bad_input_raises():
