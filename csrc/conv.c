@@ -82,18 +82,6 @@ typedef struct {
     h3_err err[MAX_SHARES];
 } conv_job;
 
-/* One tap's Cin floats.  BigVGAN's late stages have 8-32 channels, where a memcpy call
- * per tap cost more than the GEMM: copy those sizes inline (gemm.c's conv_row_span, which
- * gathers the same values for the in-place route, does likewise). */
-static inline void copy_tap(float *dst, const float *src, int64_t Cin) {
-    switch (Cin) {
-    case 8: memcpy(dst, src, 8 * 4); return;
-    case 16: memcpy(dst, src, 16 * 4); return;
-    case 32: memcpy(dst, src, 32 * 4); return;
-    default: memcpy(dst, src, (size_t)Cin * 4);
-    }
-}
-
 /* im2col rows [r0, r1) of the output into col: col[r - r0, j*Cin + ci] = x[r + j*dil - pad, ci] */
 static void im2col(const conv_job *c, int64_t r0, int64_t r1, float *col) {
     const int64_t Cin = c->Cin, K = c->k * Cin, dil = c->dil;
@@ -104,7 +92,7 @@ static void im2col(const conv_job *c, int64_t r0, int64_t r1, float *col) {
             if (dil == 1) {                       /* the taps are consecutive rows of x */
                 memcpy(dst, c->x + t0 * Cin, (size_t)K * 4);
             } else {
-                for (int j = 0; j < c->k; j++) copy_tap(dst + j * Cin, c->x + (t0 + j * dil) * Cin, Cin);
+                for (int j = 0; j < c->k; j++) h3_copy_tap(dst + j * Cin, c->x + (t0 + j * dil) * Cin, Cin);
             }
             continue;
         }

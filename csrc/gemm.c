@@ -494,17 +494,6 @@ size_t h3_linear_workspace_bytes(const h3_linear *l, int64_t M, int nth,
     return shared + (size_t)nth * float_thread_bytes(l->kt, M, ns);
 }
 
-/* One tap's n floats.  BigVGAN's late stages have 8-32 channels, where a memcpy call
- * per tap costs more than the copy: copy those sizes inline. */
-static inline void copy_floats(float *dst, const float *src, int64_t n) {
-    switch (n) {
-    case 8: memcpy(dst, src, 8 * 4); return;
-    case 16: memcpy(dst, src, 16 * 4); return;
-    case 32: memcpy(dst, src, 32 * 4); return;
-    default: memcpy(dst, src, (size_t)n * 4);
-    }
-}
-
 /* A[m, k0 : k0+n] of conv rows into dst: the values an im2col row holds there. */
 static void conv_row_span(const h3_conv_rows *a, int64_t m, int64_t k0, int64_t n, float *dst) {
     const int64_t Cin = a->Cin, t0 = a->r0 + m - a->pad;
@@ -516,7 +505,7 @@ static void conv_row_span(const h3_conv_rows *a, int64_t m, int64_t k0, int64_t 
     while (n > 0) {
         const int64_t len = H3_MIN(n, Cin - ci), t = t0 + j * a->dil;
         if (t < 0 || t >= a->T) memset(dst, 0, (size_t)len * 4);
-        else copy_floats(dst, a->x + t * Cin + ci, len);
+        else h3_copy_tap(dst, a->x + t * Cin + ci, len);
         dst += len;
         n -= len;
         j++;

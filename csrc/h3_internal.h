@@ -4,6 +4,7 @@
 
 #include "h3.h"
 #include <stdarg.h>
+#include <string.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define H3_X86 1
@@ -61,6 +62,17 @@ uint16_t h3_f32_to_f16(float f);
 /* Whether the pool/thread count is valid etc. */
 int h3_cpu_has_avx512_bf16(void);
 int h3_cpu_has_avx512_vnni(void);
+
+/* n floats of one conv tap.  BigVGAN's late stages have 8-32 channels, where a memcpy
+ * call per tap costs more than the copy: those sizes are copied inline. */
+static inline void h3_copy_tap(float *dst, const float *src, int64_t n) {
+    switch (n) {
+    case 8: memcpy(dst, src, 8 * 4); return;
+    case 16: memcpy(dst, src, 16 * 4); return;
+    case 32: memcpy(dst, src, 32 * 4); return;
+    default: memcpy(dst, src, (size_t)n * 4);
+    }
+}
 
 /* A Conv1d's im2col rows, read in place by the GEMM (conv.c -> gemm.c): row m of A
  * (K = k*Cin, tap-major) is x[(r0 + m + j*dil - pad) * Cin + ci] for tap j, channel ci,
