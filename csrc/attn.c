@@ -43,6 +43,9 @@ size_t h3_attn_workspace_bytes(const h3_attn_args *a, int n_threads) {
         size_t b = ws_bytes_for(attn_table((h3_isa)i), a->D, n_threads);
         if (b > best) best = b;
     }
+#if H3_X86
+    best = H3_MAX(best, ws_bytes_for(&attn_kernels_amx, a->D, n_threads));
+#endif
     return best;
 }
 
@@ -151,6 +154,9 @@ h3_status h3_attention(const h3_attn_args *a, const float *q, const float *k, co
     if (a->S == 0) return H3_OK;
 
     const attn_kernels *kt = attn_table(isa);
+#if H3_X86
+    if (isa == H3_ISA_AMX && attn_amx_usable(a)) kt = &attn_kernels_amx;
+#endif
     const int nth = h3_pool_threads(pool);
     const size_t need = ws_bytes_for(kt, a->D, nth);
     void *own = NULL;

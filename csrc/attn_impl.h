@@ -33,6 +33,8 @@ extern const attn_kernels attn_kernels_ref;
 #if H3_X86
 extern const attn_kernels attn_kernels_avx2;
 extern const attn_kernels attn_kernels_avx512;
+extern const attn_kernels attn_kernels_amx; /* bf16_inputs only (attn_amx.c) */
+int attn_amx_usable(const h3_attn_args *a);
 #endif
 #if H3_ARM64
 extern const attn_kernels attn_kernels_neon;

@@ -177,14 +177,18 @@ h3_status h3_linear_forward(const h3_linear *lin, h3_pool *pool, const float *x,
  * Memory: workspace only, O(n_threads * tile * D), never S x S; workspace_bytes does not
  * depend on S and covers every isa.  ws == NULL: allocated and freed inside (ENOMEM
  * possible); else it must be 64-byte aligned and at least workspace_bytes.
- * isa H3_ISA_AMX runs the AVX-512 kernels (the products are f32).  Results do not
- * depend on the thread count. */
+ * isa H3_ISA_AMX runs the AVX-512 kernels (the products are f32), except with
+ * bf16_inputs: q, k, v hold bf16-representable values (a bf16 model), and then non-causal
+ * attention with D a multiple of 32 runs on AMX bf16 tiles, with the softmax numerators
+ * rounded to bf16 before P.V as torch's bf16 attention rounds them (attn_amx.c); other
+ * paths ignore the flag.  Results do not depend on the thread count. */
 typedef struct {
     int64_t S;
     int Hq, Hkv, D;
     int64_t ldq, ldk, ldv, ldo;
     float scale;
     int causal;
+    int bf16_inputs;
 } h3_attn_args;
 size_t h3_attn_workspace_bytes(const h3_attn_args *a, int n_threads);
 h3_status h3_attention(const h3_attn_args *a, const float *q, const float *k, const float *v,

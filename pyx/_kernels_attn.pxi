@@ -34,8 +34,10 @@ def attn_workspace_bytes(int64_t S, int Hq, int Hkv, int D, int threads, bint ca
 
 
 def attention(const float[:, :, :] q, const float[:, :, :] k, const float[:, :, :] v,
-              float[:, :, :] out, float scale, bint causal, str isa, ThreadPool pool):
-    """out = softmax(q k^T * scale) v per head; returns the name of the ISA path that ran."""
+              float[:, :, :] out, float scale, bint causal, str isa, ThreadPool pool,
+              bint bf16_inputs=False):
+    """out = softmax(q k^T * scale) v per head; returns the name of the ISA path that ran.
+    bf16_inputs: q, k, v are bf16-valued (see h3_attn_args; AMX then uses bf16 tiles)."""
     cdef h3_attn_args a
     cdef h3_err err
     cdef h3_status rc
@@ -51,6 +53,7 @@ def attention(const float[:, :, :] q, const float[:, :, :] k, const float[:, :, 
     a.ldo = _row_stride(out, "out")
     a.scale = scale
     a.causal = causal
+    a.bf16_inputs = bf16_inputs
     if (k.shape[0] != a.S or v.shape[0] != a.S or out.shape[0] != a.S
             or v.shape[1] != a.Hkv or out.shape[1] != a.Hq
             or k.shape[2] != a.D or v.shape[2] != a.D or out.shape[2] != a.D):

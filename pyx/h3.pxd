@@ -92,6 +92,7 @@ cdef extern from "h3.h" nogil:
         int64_t ldo
         float scale
         int causal
+        int bf16_inputs
     size_t h3_attn_workspace_bytes(const h3_attn_args *a, int n_threads)
     h3_status h3_attention(const h3_attn_args *a, const float *q, const float *k,
                            const float *v, float *out, h3_pool *pool, void *ws,
