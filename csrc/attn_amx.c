@@ -1,7 +1,7 @@
 /* attn_amx.c — attention on Intel AMX bf16 tiles, for bf16 models (h3_attn_args.bf16_inputs:
  * q, k and v hold bf16-representable values, as a bf16 DiT or ViT block gives them).
  *
- * A unit is one head and 64 queries, walked over the keys 32 at a time:
+ * A unit is one head and 128 queries, walked over the keys 32 at a time:
  *   S  = Q K^T     TDPBF16PS, fp32 sums of exact bf16 products (2 x 2 C tiles per 32 rows)
  *   online softmax in AVX-512 (h3v_exp), fp32 running max and sum per row;
  *   P  = softmax numerators rounded to bf16 (as torch's bf16 attention rounds them)
@@ -21,7 +21,7 @@
 
 #include "simd_avx512.h"
 
-#define BQ 64 /* queries per unit: two 32-row halves */
+#define BQ 128 /* queries per unit: four 32-row quarters, which share each packed key block */
 #define BK 32 /* keys per step */
 
 /* GCC's tile intrinsics are asm statements without a memory clobber: fence the buffers a
@@ -127,8 +127,8 @@ static void attn_unit_amx(const h3_attn_args *a, const float *q, const float *k,
     const int g = h / (a->Hq / a->Hkv);
     const int64_t S = a->S;
     const int nq = (int)H3_MIN((int64_t)BQ, S - q0);
-    /* scratch (attn_ws_floats(BQ, BK) = 128 D + 2240 floats): */
-    uint16_t *Qb = (uint16_t *)ws;                 /* [2 halves][nch][32 rows][32]  64 D bf16 */
+    /* scratch, 224 D + 1792 floats (attn_ws_floats gives 256 D + 4480 for BQ, BK): */
+    uint16_t *Qb = (uint16_t *)ws;                 /* [BQ/32][nch][32 rows][32]    128 D bf16 */
     uint16_t *Kb = Qb + (size_t)BQ * D;            /* [nch][2][16][32]              32 D bf16 */
     uint16_t *Vb = Kb + (size_t)BK * D;            /* [D/16][16][32]                32 D bf16 */
     float *O = (float *)(Vb + (size_t)BK * D);     /* [BQ][D] f32 */
@@ -137,7 +137,7 @@ static void attn_unit_amx(const h3_attn_args *a, const float *q, const float *k,
     float *mrow = (float *)(Pb + 32 * 32);         /* [BQ] running max (scaled scores) */
     float *lrow = mrow + BQ;                       /* [BQ] running sum */
 
-    /* Q -> A tiles: half hf, chunk c: 32 rows x 32 bf16 (rows past S zero) */
+    /* Q -> A tiles: quarter hf, chunk c: 32 rows x 32 bf16 (rows past S zero) */
     for (int i = 0; i < BQ; i++) {
         const float *qr = q + (q0 + i) * a->ldq + (int64_t)h * D;
         for (int c = 0; c < nch; c++) {
@@ -160,7 +160,7 @@ static void attn_unit_amx(const h3_attn_args *a, const float *q, const float *k,
         const __mmask16 m1 = nk >= 32 ? 0xffff : nk <= 16 ? 0 : (__mmask16)((1u << (nk - 16)) - 1u);
         MEMORY_FENCE();
         for (int hf = 0; hf < BQ / 32 && hf * 32 < nq; hf++) {
-            /* S = Q K^T for rows hf*32 .. +31 */
+            /* S = Q K^T for the quarter's rows hf*32 .. +31 */
             _tile_zero(0);
             _tile_zero(1);
             _tile_zero(2);
