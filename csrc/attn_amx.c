@@ -19,33 +19,11 @@
 #include <math.h>
 #include <string.h>
 
+#include "amx_tiles.h"
 #include "simd_avx512.h"
 
 #define BQ 128 /* queries per unit: four 32-row quarters, which share each packed key block */
 #define BK 32 /* keys per step */
-
-/* GCC's tile intrinsics are asm statements without a memory clobber: fence the buffers a
- * tile store writes or a tile load reads against the compiler moving our own accesses. */
-#define MEMORY_FENCE() __asm__ volatile("" ::: "memory")
-
-typedef struct {
-    uint8_t palette_id;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} __attribute__((packed, aligned(64))) tilecfg;
-
-static void config_tiles(void) {
-    tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
-    }
-    _tile_loadconfig(&cfg);
-}
 
 int attn_amx_usable(const h3_attn_args *a) {
     return a->bf16_inputs && !a->causal && a->D % 32 == 0 && a->D <= 256;
@@ -150,7 +128,7 @@ static void attn_unit_amx(const h3_attn_args *a, const float *q, const float *k,
         mrow[i] = -INFINITY;
         lrow[i] = 0.0f;
     }
-    config_tiles();
+    amx_config_tiles();
     const __m512 scale = _mm512_set1_ps(a->scale);
     for (int64_t k0 = 0; k0 < S; k0 += BK) {
         const int nk = (int)H3_MIN((int64_t)BK, S - k0);

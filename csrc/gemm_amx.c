@@ -22,35 +22,12 @@
 
 #include <immintrin.h>
 
+#include "amx_tiles.h"
 #include "gemm_store_avx512.h"
 #include <string.h>
 
 #define MR 32
 #define NR 32
-
-/* GCC's tile load/store intrinsics are asm statements without a "memory" clobber: the
- * compiler does not know they read or write memory, and may drop or move our stores to
- * a buffer a tile then loads (or our loads of a buffer a tile just stored).  Fence them. */
-#define MEMORY_FENCE() __asm__ volatile("" ::: "memory")
-
-typedef struct {
-    uint8_t palette_id;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} __attribute__((packed, aligned(64))) tilecfg;
-
-static void config_tiles(void) {
-    tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
-    }
-    _tile_loadconfig(&cfg);
-}
 
 /* acc[32][32] (+)= scales applied to the int32 block blk (minus off*asum). */
 static inline void apply_segment(float *acc, const int32_t *blk, int32_t off,
@@ -257,5 +234,5 @@ const gemm_kernels gemm_kernels_amx = {
     .quant_row = gemm_quant_row_avx512, .swiglu_row = gemm_swiglu_row_avx512,
     /* LDTILECFG once per output block, not per micro-kernel call: -22% of a single
      * thread's int8 time at M = 2048, K = 5376 (bench/results/amx_gemm_overheads.txt) */
-    .begin = config_tiles,
+    .begin = amx_config_tiles,
 };
