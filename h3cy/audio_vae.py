@@ -164,6 +164,41 @@ class _Reader:
         self.f.close()
 
 
+# Narrow convolutions (the late stages' 4-16 channels) fill only Cout of a GEMM panel's 32
+# columns.  They run as a convolution over groups of g = 32 // C time steps instead: the
+# signal [T, C] is viewed as [T/g, g*C], the output likewise, and the weights are expanded
+# to the g outputs of a group over the few groups their taps reach (zeros elsewhere).
+# In float modes the non-zero products are summed in the same order and the added zeros
+# are exact, so for finite signals the result is the same bits (tested).  int8 quantises
+# activations per group window instead of per output step: as accurate, not the same bits.
+# 2 threads, 1 s of audio: the 8-channel k=11 convolutions 11.1 -> 5.2 ms, the whole fp32
+# decode ~3 % and int8 ~8 % faster.  Module switch for A/B:
+_GROUP_NARROW_TIME = True
+_PANEL = 32
+
+
+def _time_grouping(w, dilation, padding):
+    """(g, k', pad', expanded weight [g*Cout, g*Cin, k']) when grouping time steps makes
+    the convolution cheaper, else None.  Output group s, position u needs the input steps
+    g*s + u + j*dil - pad, which lie in groups s + J for J in [J0, J1]."""
+    cout, cin, k = w.shape
+    if cin != cout or _PANEL % cin or cin >= _PANEL:
+        return None
+    g = _PANEL // cin
+    j0 = -padding // g                                   # floor division
+    j1 = (g - 1 + (k - 1) * dilation - padding) // g
+    kg, padg = j1 - j0 + 1, -j0
+    # cost per output step: k' taps of a full panel vs k taps of a panel Cin/32 full
+    if kg >= k or 2 * padg != kg - 1 or 2 * padding != (k - 1) * dilation:
+        return None
+    wg = np.zeros((g, cout, kg, g, cin), np.float32)     # [u, co, J', p, ci]
+    for u in range(g):
+        for j in range(k):
+            o = u + j * dilation - padding               # input offset from g*s
+            wg[u, :, o // g - j0, o % g, :] = w[:, :, j]
+    return g, kg, padg, wg.reshape(g * cout, kg, g * cin)
+
+
 class _Conv:
     """Conv1d (stride 1) over channels-last [T, Cin] -> [T_out, Cout]."""
 
@@ -171,16 +206,36 @@ class _Conv:
         cout, cin, k = w.shape
         self.cin, self.cout, self.k, self.dil, self.pad = cin, cout, k, dilation, padding
         w2 = np.ascontiguousarray(w.transpose(0, 2, 1).reshape(cout, k * cin))   # tap-major rows
-        self.core = _kernels.LinearCore(w2, 0, None if b is None else np.ascontiguousarray(b),
-                                        mode, 0, 0, 0, isa, pool)
+        b = None if b is None else np.ascontiguousarray(b)
+        self.core = _kernels.LinearCore(w2, 0, b, mode, 0, 0, 0, isa, pool)
+        self.grouped = None
+        tg = _time_grouping(w, dilation, padding) if _GROUP_NARROW_TIME else None
+        if tg is not None:
+            g, kg, padg, wg = tg
+            bg = None if b is None else np.tile(b, g)
+            core = _kernels.LinearCore(np.ascontiguousarray(wg.reshape(g * cout, kg * g * cin)), 0, bg,
+                                       mode, 0, 0, 0, isa, pool)
+            self.grouped = (g, kg, padg, core)
+
+    def _grouped_for(self, T):
+        return self.grouped if self.grouped is not None and T % self.grouped[0] == 0 else None
 
     def out_len(self, T):
         return T + 2 * self.pad - self.dil * (self.k - 1)
 
     def ws_bytes(self, T):
+        grp = self._grouped_for(T)
+        if grp is not None:
+            return _kernels.conv1d_workspace_bytes(grp[3], T // grp[0], _config.conv_im2col())
         return _kernels.conv1d_workspace_bytes(self.core, self.out_len(T), _config.conv_im2col())
 
     def __call__(self, x, y, add=False, ws=None):
+        grp = self._grouped_for(x.shape[0])
+        if grp is not None:   # "same" padding: T_out == T
+            g, kg, padg, core = grp
+            _kernels.conv1d(core, x.reshape(-1, g * self.cin), kg, 1, padg, y.reshape(-1, g * self.cout),
+                            add, ws, _config.conv_im2col())
+            return y
         _kernels.conv1d(self.core, x, self.k, self.dil, self.pad, y, add, ws, _config.conv_im2col())
         return y
 
