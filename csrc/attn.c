@@ -27,6 +27,14 @@ static const attn_kernels *attn_table(h3_isa isa) {
     }
 }
 
+#if H3_X86
+/* bf16 models' q, k, v (h3_attn_args.bf16_inputs) take the bf16 dot-product kernels where
+ * the CPU has them, for non-causal attention with D a multiple of 32 (attn_bf16.inc) */
+static int attn_bf16_usable(const h3_attn_args *a) {
+    return a->bf16_inputs && !a->causal && a->D % 32 == 0 && a->D <= 256;
+}
+#endif
+
 static size_t per_thread_bytes(const attn_kernels *kt, int D) {
     return H3_ALIGN_UP(attn_ws_floats(kt, D) * sizeof(float), 64);
 }
@@ -45,6 +53,7 @@ size_t h3_attn_workspace_bytes(const h3_attn_args *a, int n_threads) {
     }
 #if H3_X86
     best = H3_MAX(best, ws_bytes_for(&attn_kernels_amx, a->D, n_threads));
+    best = H3_MAX(best, ws_bytes_for(&attn_kernels_bf16dp, a->D, n_threads));
 #endif
     return best;
 }
@@ -155,7 +164,10 @@ h3_status h3_attention(const h3_attn_args *a, const float *q, const float *k, co
 
     const attn_kernels *kt = attn_table(isa);
 #if H3_X86
-    if (isa == H3_ISA_AMX && attn_amx_usable(a)) kt = &attn_kernels_amx;
+    if (attn_bf16_usable(a)) {
+        if (isa == H3_ISA_AMX) kt = &attn_kernels_amx;
+        else if (isa == H3_ISA_AVX512 && h3_cpu_has_avx512_bf16()) kt = &attn_kernels_bf16dp;
+    }
 #endif
     const int nth = h3_pool_threads(pool);
     const size_t need = ws_bytes_for(kt, a->D, nth);

@@ -33,8 +33,9 @@ extern const attn_kernels attn_kernels_ref;
 #if H3_X86
 extern const attn_kernels attn_kernels_avx2;
 extern const attn_kernels attn_kernels_avx512;
-extern const attn_kernels attn_kernels_amx; /* bf16_inputs only (attn_amx.c) */
-int attn_amx_usable(const h3_attn_args *a);
+/* bf16_inputs only (attn_bf16.inc): AMX tiles, or VDPBF16PS on AVX512-BF16 CPUs */
+extern const attn_kernels attn_kernels_amx;
+extern const attn_kernels attn_kernels_bf16dp;
 #endif
 #if H3_ARM64
 extern const attn_kernels attn_kernels_neon;

@@ -181,9 +181,10 @@ BF16_CASES = [  # S, Hq, Hkv, D, causal
 @pytest.mark.parametrize("case", BF16_CASES, ids=case_id)
 @pytest.mark.parametrize("isa", isa_params())
 def test_bf16_inputs(isa, case):
-    """bf16_inputs (a bf16 model's q, k, v): on AMX, non-causal attention with D % 32 == 0
-    runs on bf16 tiles and rounds the softmax numerators to bf16 before P.V, as torch's bf16
-    attention does; every other path and case ignores the flag (the same bits)."""
+    """bf16_inputs (a bf16 model's q, k, v): non-causal attention with D % 32 == 0 multiplies
+    bf16 pairs (AMX tiles, or VDPBF16PS on AVX-512 CPUs with AVX512-BF16) and rounds the
+    softmax numerators to bf16 before P.V, as torch's bf16 attention does; every other path
+    and case ignores the flag (the same bits)."""
     S, Hq, Hkv, D, causal = case
     rng = np.random.default_rng(S + D)
     q = _round_bf16(rng.standard_normal((S, Hq, D), dtype=np.float32) * 2)
@@ -199,13 +200,20 @@ def test_bf16_inputs(isa, case):
             _kernels.attention(q, k, v, out, scale, causal, isa, h3cy.ops.ThreadPool(threads), flag)
             got[flag, threads] = out
     np.testing.assert_array_equal(got[True, 1], got[True, 2])   # thread count: same bits
-    if isa != "amx" or causal or D % 32:
+    if not _has_bf16_attention(isa) or causal or D % 32:
         np.testing.assert_array_equal(got[True, 2], got[False, 2])
     else:
-        # bf16 numerators, ~2^-9 relative each: observed on Sapphire Rapids rel L2 8.1e-4 to
-        # 8.6e-4, max rel 6.4e-4 to 8.8e-4 (S = 257-1000, D = 64/128); a wrong tile layout,
-        # pair order or key mask gives O(1)
-        assert_close(got[True, 2], want, rel_l2_tol=3e-3, max_rel_tol=5e-3, what="amx bf16 vs float64")
+        # bf16 numerators, ~2^-9 relative each: observed rel L2 8.1e-4 to 8.6e-4, max rel
+        # 6.4e-4 to 8.8e-4 (AMX, Sapphire Rapids; S = 257-1000, D = 64/128), likewise with
+        # VDPBF16PS on Zen 4; a wrong layout, pair order or key mask gives O(1)
+        assert_close(got[True, 2], want, rel_l2_tol=3e-3, max_rel_tol=5e-3, what=f"{isa} bf16 vs float64")
+        if S > 1:   # (one key: both give v itself)
+            assert not np.array_equal(got[True, 2], got[False, 2]), "the bf16 kernel did not run"
+
+
+def _has_bf16_attention(isa):
+    """Paths whose attention takes bf16_inputs: AMX tiles, or AVX-512 with AVX512-BF16."""
+    return isa == "amx" or (isa == "avx512" and "avx512_bf16" in h3cy.ops.cpu_features())
 
 
 def test_workspace_is_independent_of_S():
