@@ -211,6 +211,27 @@ def test_bf16_inputs(isa, case):
             assert not np.array_equal(got[True, 2], got[False, 2]), "the bf16 kernel did not run"
 
 
+@pytest.mark.parametrize("isa", isa_params())
+def test_bf16_inputs_on_fused_qkv_views_and_in_place(isa):
+    """The bf16 kernels read q, k, v through their row strides (views into one fused QKV
+    row, as the DiT's are) and may write out over q."""
+    rng = np.random.default_rng(6)
+    S, Hq, Hkv, D = 150, 4, 2, 64
+    fused = _round_bf16(rng.standard_normal((S, Hq + 2 * Hkv, D), dtype=np.float32))
+    q, k, v = fused[:, :Hq], fused[:, Hq:Hq + Hkv], fused[:, Hq + Hkv:]
+    assert not q.flags.c_contiguous
+    want = naive(q, k, v, 0.125, False)
+    kv = fused[:, Hq:].copy()
+    pool = h3cy.ops.ThreadPool(2)
+    out = np.empty((S, Hq, D), np.float32)
+    _kernels.attention(q, k, v, out, 0.125, False, isa, pool, True)
+    tol = dict(rel_l2_tol=3e-3, max_rel_tol=5e-3) if _has_bf16_attention(isa) else dict(max_rel_tol=MAX_REL)
+    assert_close(out, want, what="strided", **tol)
+    _kernels.attention(q, k, v, q, 0.125, False, isa, pool, True)   # out == q
+    np.testing.assert_array_equal(fused[:, :Hq], out)
+    np.testing.assert_array_equal(fused[:, Hq:], kv)
+
+
 def _has_bf16_attention(isa):
     """Paths whose attention takes bf16_inputs: AMX tiles, or AVX-512 with AVX512-BF16."""
     return isa == "amx" or (isa == "avx512" and "avx512_bf16" in h3cy.ops.cpu_features())
