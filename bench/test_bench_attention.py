@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import h3cy
+from h3cy._bf16 import round_bf16
 
 HEADS, D = 56, 128
 SEQS = [int(s) for s in os.environ.get("H3CY_BENCH_S", "2048").split(",")]
@@ -77,13 +78,8 @@ def test_h3cy(benchmark, S, isa, threads):
 # ---- bf16 models (h3_attn_args.bf16_inputs): q, k, v hold bf16 values; on AMX the products
 # run on bf16 tiles (csrc/attn_amx.c), elsewhere the float32 kernels run.  Baseline: torch's
 # bf16 scaled_dot_product_attention on the same values.
-def _round_bf16(a):
-    u = a.view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
-
-
 def inputs_bf16(S):
-    return tuple(_round_bf16(a) for a in inputs(S))
+    return tuple(round_bf16(a) for a in inputs(S))
 
 
 @pytest.mark.parametrize("S", SEQS)

@@ -52,6 +52,7 @@ size_t h3_attn_workspace_bytes(const h3_attn_args *a, int n_threads) {
         if (b > best) best = b;
     }
 #if H3_X86
+    /* whatever a->bf16_inputs says: block drivers size one workspace for either mode */
     best = H3_MAX(best, ws_bytes_for(&attn_kernels_amx, a->D, n_threads));
     best = H3_MAX(best, ws_bytes_for(&attn_kernels_bf16dp, a->D, n_threads));
 #endif

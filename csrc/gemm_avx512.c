@@ -44,34 +44,6 @@ static void ukr_f32_avx512(int mr_, int nr_, int64_t kc, const float *ap, const 
         if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, accumulate);
 }
 
-/* In-register 16x16 transpose: r[i][j] -> r[j][i]. */
-static inline void transpose16(__m512 r[16]) {
-    __m512 t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-    }
-    /* r[4b + c] now holds, in each 128-bit lane L, column c of rows 4L'.. of block b */
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
-        t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
-        t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
-        t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
-        r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
-        r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
-        r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xdd);
-    }
-}
-
 static inline __m512 maskload_w(int wtype, const void *w, int64_t idx, __mmask16 m);
 
 /* W block -> f32 panels out[j/NR][k][j%NR]: 16 rows x 16 k per step, widened and
@@ -92,7 +64,7 @@ static void unpack_avx512(int wtype, const void *w, int64_t ldw, int64_t n0, int
                 int64_t n = n0 + j + t;
                 r[t] = n < n_valid ? maskload_w(wtype, w, n * ldw + k0 + k, km) : _mm512_setzero_ps();
             }
-            transpose16(r);
+            h3v_transpose16(r);
             for (int t = 0; t < kk; t++) _mm512_store_ps(o + (k + t) * nr, r[t]);
         }
     }
@@ -113,7 +85,7 @@ static void pack_a_avx512(const float *x, int64_t ldx, int64_t rows, int64_t kc,
         __m512 r[16];
         for (int i = 0; i < 16; i++)
             r[i] = i < rows ? _mm512_maskz_loadu_ps(km, x + i * ldx + k) : _mm512_setzero_ps();
-        transpose16(r);
+        h3v_transpose16(r);
         for (int t = 0; t < kk; t++) _mm512_mask_storeu_ps(dst + (k + t) * MR_, rm, r[t]);
     }
 }

@@ -45,5 +45,36 @@ static inline h3v h3v_pow2n(h3v n) {
 static inline h3v h3v_round(h3v x) { /* to nearest even */
     return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
+
+/* In-register 16 x 16 transpose of 32-bit lanes, r[i][j] -> r[j][i]: pairs, quads, then
+ * two rounds of 128-bit lane shuffles (64 shuffles).  Moves bits only, so it serves float
+ * panels (GEMM unpack, attention's K^T) and bf16 pairs alike (cast __m512i to __m512). */
+static inline void h3v_transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 2]);
+        __m512d c = _mm512_castps_pd(t[i + 1]), d = _mm512_castps_pd(t[i + 3]);
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    /* r[4g + j] holds columns j, j+4, j+8, j+12 of rows 4g..4g+3 (one per 128-bit lane) */
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_shuffle_f32x4(r[j], r[j + 4], 0x88);          /* cols j, j+8: rows 0-7 */
+        t[j + 4] = _mm512_shuffle_f32x4(r[j], r[j + 4], 0xdd);      /* cols j+4, j+12 */
+        t[j + 8] = _mm512_shuffle_f32x4(r[j + 8], r[j + 12], 0x88); /* rows 8-15 */
+        t[j + 12] = _mm512_shuffle_f32x4(r[j + 8], r[j + 12], 0xdd);
+    }
+    for (int j = 0; j < 8; j++) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+    }
+}
+
 #include "simd_math.inc"
 #endif

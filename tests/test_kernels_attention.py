@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import h3cy
+from h3cy._bf16 import round_bf16
 from h3cy import _kernels
 from h3cy.errors import H3ValueError
 from h3cy.ops import Attention, attention, attention_workspace_bytes
@@ -161,12 +162,6 @@ def test_empty_sequence_is_a_no_op():
     assert out.shape == (0, 2, 16)
 
 
-def _round_bf16(x):
-    u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16
-    return u.astype(np.uint32).view(np.float32)
-
-
 BF16_CASES = [  # S, Hq, Hkv, D, causal
     (1, 2, 2, 64, False),      # one key: a 31-key masked tail
     (31, 3, 3, 64, False),     # one partial query half and key block
@@ -187,9 +182,9 @@ def test_bf16_inputs(isa, case):
     and case ignores the flag (the same bits)."""
     S, Hq, Hkv, D, causal = case
     rng = np.random.default_rng(S + D)
-    q = _round_bf16(rng.standard_normal((S, Hq, D), dtype=np.float32) * 2)
-    k = _round_bf16(rng.standard_normal((S, Hkv, D), dtype=np.float32))
-    v = _round_bf16(rng.standard_normal((S, Hkv, D), dtype=np.float32))
+    q = round_bf16(rng.standard_normal((S, Hq, D), dtype=np.float32) * 2)
+    k = round_bf16(rng.standard_normal((S, Hkv, D), dtype=np.float32))
+    v = round_bf16(rng.standard_normal((S, Hkv, D), dtype=np.float32))
     scale = 1.0 / np.sqrt(D)
     want = naive(q, k, v, scale, causal)
     assert_nontrivial(want)
@@ -217,7 +212,7 @@ def test_bf16_inputs_on_fused_qkv_views_and_in_place(isa):
     row, as the DiT's are) and may write out over q."""
     rng = np.random.default_rng(6)
     S, Hq, Hkv, D = 150, 4, 2, 64
-    fused = _round_bf16(rng.standard_normal((S, Hq + 2 * Hkv, D), dtype=np.float32))
+    fused = round_bf16(rng.standard_normal((S, Hq + 2 * Hkv, D), dtype=np.float32))
     q, k, v = fused[:, :Hq], fused[:, Hq:Hq + Hkv], fused[:, Hq + Hkv:]
     assert not q.flags.c_contiguous
     want = naive(q, k, v, 0.125, False)
