@@ -22,7 +22,9 @@ from test_bench_block import block_inputs       # noqa: E402
 
 
 def profile(mode, S, threads, reps):
-    d = DiT(SyntheticSource(num_layers=1, num_refiner_layers=0), weights=mode, threads=threads)
+    weights, _, attention = mode.partition(":")      # e.g. int8:fp32 = float32 attention products
+    d = DiT(SyntheticSource(num_layers=1, num_refiner_layers=0), weights=weights, threads=threads,
+            attention=attention or None)
     h0, rows, tables, pos = block_inputs(S)
     ang = (pos[:, :, None] * d.inv_freq[None, None, :]).reshape(S, -1).astype(np.float32)
     cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
@@ -35,7 +37,7 @@ def profile(mode, S, threads, reps):
         st = np.zeros(len(_kernels.DIT_STAGE_NAMES))
         t = time.perf_counter()
         blk.core.forward(h0.copy(), d.heads, d.rot_dim, cfg["norm_eps"], cfg["qk_norm_eps"],
-                         int(d.round_bf16), d.isa, ws, rows, tables, cos, sin, st)
+                         int(d.round_bf16), d.isa, ws, rows, tables, cos, sin, st, int(d.attn_bf16))
         total = time.perf_counter() - t
         if r:
             runs.append(np.concatenate([st, [total]]))
@@ -52,11 +54,11 @@ def main():
     names = list(_kernels.DIT_STAGE_NAMES) + ["total"]
     print(f"# one full-size block (hidden 5376, 56x128, FFN 14336), S={a.S}, {a.threads} threads, "
           f"median of {a.reps}; seconds per stage (share of the block)")
-    print(f"{'mode':6s} {'isa':7s} " + " ".join(f"{n:>15s}" for n in names))
+    print(f"{'mode':9s} {'isa':7s} " + " ".join(f"{n:>15s}" for n in names))
     for mode in a.modes.split(","):
         isa, med = profile(mode, a.S, a.threads, a.reps)
         cells = [f"{v:7.3f} ({100 * v / med[-1]:4.1f}%)" for v in med[:-1]] + [f"{med[-1]:15.3f}"]
-        print(f"{mode:6s} {isa:7s} " + " ".join(f"{c:>15s}" for c in cells), flush=True)
+        print(f"{mode:9s} {isa:7s} " + " ".join(f"{c:>15s}" for c in cells), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ random weights), seconds per block, beside diffusers' MiniMaxH3TransformerBlock 
 CPU in fp32 and bf16, same thread count.  Sequence lengths: 1872 (512x512, 22 frames, a
 6-token prompt), 2048, 4096 (H3CY_BENCH_S to choose).  Peak RSS is in bench/block_memory.py
 (one fresh process per mode).  Extrapolations: x50 blocks = one forward, x20 steps.
+A mode may name the attention products after a colon, e.g. H3CY_BENCH_MODES=int8,int8:fp32
+(the int modes take bf16 products by default where the CPU has them; h3cy.ops.attention_bf16).
 
     pytest bench/test_bench_block.py --benchmark-json=bench/results/block.json
     python bench/report.py bench/results/block.json
@@ -38,7 +40,8 @@ def h3cy_block(mode, threads):
     if key not in _models:
         _models.clear()
         src = SyntheticSource(num_layers=1, num_refiner_layers=0)
-        _models[key] = DiT(src, weights=mode, threads=threads)
+        weights, _, attention = mode.partition(":")
+        _models[key] = DiT(src, weights=weights, threads=threads, attention=attention or None)
     return _models[key]
 
 

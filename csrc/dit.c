@@ -247,7 +247,7 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
         }
     }
     STAGE(2);
-    h3_attn_args aa = {S, H, H, D, I, I, I, I, 1.0f / sqrtf((float)D), 0, R};
+    h3_attn_args aa = {S, H, H, D, I, I, I, I, 1.0f / sqrtf((float)D), 0, R || a->attn_bf16};
     TRY(h3_attention(&aa, q, k, v, o, pool, aws, aws_b, isa, err));
     if (R) TRY(h3_round_bf16(o, S * I, pool, err));
     STAGE(3);

@@ -178,8 +178,10 @@ h3_status h3_linear_forward(const h3_linear *lin, h3_pool *pool, const float *x,
  * depend on S and covers every isa.  ws == NULL: allocated and freed inside (ENOMEM
  * possible); else it must be 64-byte aligned and at least workspace_bytes.
  * isa H3_ISA_AMX runs the AVX-512 kernels (the products are f32), except with
- * bf16_inputs: q, k, v hold bf16-representable values (a bf16 model), and then non-causal
- * attention with D a multiple of 32 multiplies bf16 pairs exactly and sums in fp32 (AMX
+ * bf16_inputs: q, k, v are multiplied as bf16 (rounded to nearest even when packed; exact
+ * for the bf16 values of a bf16 model, a deliberate rounding for the int8/int4 models, see
+ * h3_dit_block_args.attn_bf16), and then non-causal attention with D a multiple of 32
+ * multiplies bf16 pairs exactly and sums in fp32 (AMX
  * tiles on H3_ISA_AMX, VDPBF16PS on H3_ISA_AVX512 where the CPU has AVX512-BF16), with the
  * softmax numerators rounded to bf16 before P.V as torch's bf16 attention rounds them
  * (attn_bf16.inc); other paths and cases ignore the flag.  Results do not depend on the thread count. */

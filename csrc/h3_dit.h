@@ -25,7 +25,10 @@ typedef struct {
  *   Modulation tables (transformer blocks; all NULL for refiner blocks): [table_rows,
  *   hidden] each, row r of packed row i = rows[i]; scale tables hold (1 + scale).
  *   cos, sin: [S, rot_dim/2] RoPE tables (NULL: no RoPE, as in the refiner).
- *   round_bf16: reproduce diffusers' bf16 activation roundings (spec 4.6). */
+ *   round_bf16: reproduce diffusers' bf16 activation roundings (spec 4.6).
+ *   attn_bf16: multiply q, k, v (and the softmax numerators) as bf16 in the attention
+ *     where the CPU has bf16 dot products (h3_attn_args.bf16_inputs); implied by round_bf16.
+ *     The int8/int4 models set it by default (a quantised mode's choice of speed). */
 typedef struct {
     int64_t S;
     int hidden, heads, head_dim, ffn, rot_dim;
@@ -38,6 +41,7 @@ typedef struct {
     /* optional, for profiling (bench/block_profile.py): wall seconds added per stage,
      * H3_DIT_STAGES entries in the order of h3_dit_stage_names; NULL = not timed */
     double *stage_seconds;
+    int attn_bf16; /* see above; last, so positional initialisers written before it still hold */
 } h3_dit_block_args;
 
 enum { H3_DIT_STAGES = 8 };

@@ -37,13 +37,15 @@ typedef struct {
  * round_bf16: reproduce diffusers' decoder loaded in bfloat16 (spec §6.2 "Dtypes"):
  * every projection input and output, the q/k norms, RoPE, attention and SwiGLU are
  * rounded to bf16 as torch rounds them; the residual stream and scale1/scale2 products
- * stay float32 (bf16 * fp32 parameter promotes). */
+ * stay float32 (bf16 * fp32 parameter promotes).
+ * attn_bf16: bf16 products in the attention where the CPU has them (as h3_dit_block_args). */
 typedef struct {
     int64_t S;
     int hidden, heads, head_dim, ffn, rot_dim;
     float eps;
     int round_bf16;
     const float *cos, *sin;
+    int attn_bf16; /* last, so positional initialisers written before it still mean the same */
 } h3_vit_block_args;
 
 size_t h3_vit_block_workspace_bytes(const h3_vit_block *w, const h3_vit_block_args *a,

@@ -209,7 +209,7 @@ h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a
         TRY(h3_rope(q, a->cos, a->sin, S, H, D, a->rot_dim, pool, eisa, NULL, err));
         TRY(h3_rope(k, a->cos, a->sin, S, H, D, a->rot_dim, pool, eisa, NULL, err));
     }
-    h3_attn_args aa = {S, H, H, D, I, I, I, I, 1.0f / sqrtf((float)D), 0, R};
+    h3_attn_args aa = {S, H, H, D, I, I, I, I, 1.0f / sqrtf((float)D), 0, R || a->attn_bf16};
     TRY(h3_attention(&aa, q, k, v, o, pool, aws, aws_b, isa, err));
     if (R) TRY(h3_round_bf16(o, S * I, pool, err));
     TRY(scaled_residual(w->out, o, w->scale1, a, h, br, pool, lws, lws_b, err));

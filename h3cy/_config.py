@@ -7,6 +7,8 @@ H3CY_DIT_PYTHON=1  run DiT blocks op by op from Python instead of the C block dr
               (same arithmetic; for A/B diagnosis).
 H3CY_LOOP_PYTHON=1 run h3cy.denoise's step loop in Python around DiT.forward instead of
               the Cython loop (same bits; for A/B diagnosis and benchmarks).
+H3CY_ATTENTION   default attention products of models made with attention=None: auto |
+              fp32 | bf16 (see h3cy.ops.attention_bf16; fp32 for A/B of the int modes).
 H3CY_CONV_IM2COL=1 audio VAE convolutions build their im2col rows before each GEMM instead
               of letting the GEMM read them in place (same bits; for A/B).
 """
@@ -20,6 +22,8 @@ _ENV_DIT_PYTHON = os.environ.get("H3CY_DIT_PYTHON", "").strip() == "1"
 _ENV_LOOP_PYTHON = os.environ.get("H3CY_LOOP_PYTHON", "").strip() == "1"
 
 _ENV_CONV_IM2COL = os.environ.get("H3CY_CONV_IM2COL", "").strip() == "1"
+
+_ENV_ATTENTION = os.environ.get("H3CY_ATTENTION", "").strip().lower() or None
 
 _state = {"threads": None}
 
@@ -38,6 +42,12 @@ def conv_im2col():
 def dit_python_blocks():
     """H3CY_DIT_PYTHON=1: run transformer blocks op by op from Python (A/B reference)."""
     return _ENV_DIT_PYTHON
+
+
+def env_attention():
+    """The attention mode named by H3CY_ATTENTION at import, or None (checked by
+    h3cy.ops.attention_bf16)."""
+    return _ENV_ATTENTION
 
 
 def env_isa():

@@ -66,6 +66,11 @@ class Attention:
         process default (see :mod:`h3cy.ops`).  ``amx`` runs the AVX-512 attention.
     threads : int, optional
         Threads of the shared pool; default the process default.
+    bf16 : bool, default False
+        Multiply q, k, v as bf16 (rounded to nearest even) and round the softmax
+        numerators to bf16, summing in float32, where the CPU has bf16 dot products (AMX,
+        AVX512-BF16) and the attention is non-causal with D a multiple of 32 up to 256;
+        elsewhere the float32 kernels run.  Exact for bf16-valued inputs.
 
     Attributes
     ----------
@@ -74,13 +79,14 @@ class Attention:
     threads : int
     """
 
-    def __init__(self, *, scale=None, causal=False, isa=None, threads=None):
+    def __init__(self, *, scale=None, causal=False, isa=None, threads=None, bf16=False):
         ops = _ops()
         if scale is not None and not (isinstance(scale, (int, float, np.floating))
                                       and math.isfinite(scale)):
             raise H3ValueError(f"scale must be a finite number, got {scale!r}")
         self.scale = None if scale is None else float(scale)
         self.causal = bool(causal)
+        self.bf16 = bool(bf16)
         self.isa = ops.resolve_isa(isa)
         self._pool = ops._pool(threads)
 
@@ -127,7 +133,7 @@ class Attention:
         if S == 0:
             return out
         scale = self.scale if self.scale is not None else 1.0 / math.sqrt(D)
-        _kernels.attention(q, k, v, out, scale, self.causal, self.isa, self._pool)
+        _kernels.attention(q, k, v, out, scale, self.causal, self.isa, self._pool, self.bf16)
         return out
 
     def __repr__(self):

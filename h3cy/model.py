@@ -127,7 +127,7 @@ class DiT:
 
     @classmethod
     def from_pretrained(cls, path, weights="bf16", threads=None, streaming=False, cache_dir=None,
-                        qkv_layout=None, isa=None, ffn_act_group=None):
+                        qkv_layout=None, isa=None, ffn_act_group=None, attention=None):
         """Load a transformer folder: diffusers layout (``transformer/``) or the original
         release (``FL2VA/transformer``, ``Ref2VA/transformer``), memory-mapped.
 
@@ -153,6 +153,11 @@ class DiT:
         cache_dir : str, optional — where the converted-weight cache of fp16/int8/int4
             goes (default: next to the checkpoint, else ~/.cache/h3cy); it is mapped on
             later loads and rebuilt when stale, truncated or edited
+        attention : {None, "auto", "fp32", "bf16"} — products inside the attention
+            (see :func:`h3cy.ops.attention_bf16`): by default bf16 models follow the
+            reference's bf16 attention, int8/int4 models multiply bf16 pairs where the CPU
+            has bf16 dot products (AMX, AVX512-BF16), fp32/fp16 models float32; "fp32"
+            keeps float32 products for int8/int4 too.  ``H3CY_ATTENTION`` sets the default.
         """
         from .checkpoint import open_transformer
         from . import weights_cache
@@ -183,13 +188,14 @@ class DiT:
                 cache[1].finish()
                 cache = (weights_cache.open_cache(cpath, key), None)
             model = cls(_CheckpointSource(ckpt), weights=weights, threads=threads, isa=isa,
-                        ffn_act_group=ffn_act_group, cache=cache, streaming=streaming)
+                        ffn_act_group=ffn_act_group, cache=cache, streaming=streaming,
+                        attention=attention)
             if cache is not None and cache[1] is not None:
                 cache[1].finish()
             model._cache_writer = None
             model._load_args = dict(path=path, threads=threads, streaming=streaming,
                                     cache_dir=cache_dir, qkv_layout=qkv_layout, isa=isa,
-                                    ffn_act_group=ffn_act_group)
+                                    ffn_act_group=ffn_act_group, attention=attention)
             return model
         except BaseException:
             if cache is not None and cache[1] is not None:
@@ -202,9 +208,11 @@ class DiT:
 
 
     def __init__(self, source, weights="bf16", threads=None, isa=None, ffn_act_group=None,
-                 cache=None, streaming=False):
+                 cache=None, streaming=False, attention=None):
         if weights not in ops.WEIGHT_MODES:
             raise H3ValueError(f"weights must be one of {ops.WEIGHT_MODES}, got {weights!r}")
+        # bf16 products in the attention (C blocks and the Python reference path alike)
+        self.attn_bf16 = ops.attention_bf16(attention, weights)
         cfg = source.config
         self.config = cfg
         self.weights = weights
@@ -264,7 +272,8 @@ class DiT:
                                             bias=_f32(source.get("norm_out.linear.bias")),
                                             name="norm_out.linear")
         self.inv_freq = rope_inv_freq(cfg["rope_freq_dim"], float(cfg["rope_theta"]))
-        self._attn = ops.Attention(scale=1.0 / np.sqrt(self.head_dim), isa=self.isa, threads=self.threads)
+        self._attn = ops.Attention(scale=1.0 / np.sqrt(self.head_dim), isa=self.isa, threads=self.threads,
+                                   bf16=self.attn_bf16)
         self._tables = {}          # timestep value (float32 bits) -> prepared AdaLN tables
         self._ws = None            # block workspace, kept between forwards
         # A/B switch: H3CY_DIT_PYTHON=1 runs each block op by op from Python (the
@@ -538,7 +547,8 @@ class DiT:
             self._ws = np.empty(need, np.uint8)
         cfg = self.config
         blk.core.forward(h, self.heads, self.rot_dim, cfg["norm_eps"], cfg["qk_norm_eps"],
-                         int(self.round_bf16), self.isa, self._ws, rows, tables, cos, sin)
+                         int(self.round_bf16), self.isa, self._ws, rows, tables, cos, sin,
+                         attn_bf16=int(self.attn_bf16))
 
     # ---- forward -----------------------------------------------------------------------------
     def _rope_tables(self, position_ids):

@@ -19,9 +19,10 @@ from . import _kernels
 from .errors import H3ValueError
 
 __all__ = ["active_isa", "available_isas", "cpu_features", "resolve_isa", "ThreadPool",
-           "Linear", "WEIGHT_MODES"]
+           "Linear", "WEIGHT_MODES", "ATTENTION_MODES", "attention_bf16"]
 
 WEIGHT_MODES = ("fp32", "bf16", "fp16", "int8", "int4")
+ATTENTION_MODES = ("auto", "fp32", "bf16")
 ThreadPool = _kernels.ThreadPool
 cpu_features = _kernels.cpu_features
 
@@ -39,6 +40,30 @@ def resolve_isa(isa=None):
         raise H3ValueError(f"isa must be a string, got {type(name).__name__}")
     _kernels.isa_check(name.lower())
     return name.lower()
+
+
+def attention_bf16(attention, weights):
+    """Whether a model in ``weights`` mode multiplies its attention's q, k, v (and softmax
+    numerators) as bf16 pairs, given ``attention`` (None: ``H3CY_ATTENTION``, else "auto").
+
+    - bf16 weights: always (the reference's bf16 attention; "fp32" does not apply).
+    - "auto": int8 and int4 too (quantised modes trade precision for speed: on AMX this
+      halves the attention's time; its rounding, ~1e-3 relative, is far inside their
+      3e-2 / 8e-2 tolerance), float32 for fp32 and fp16.
+    - "fp32" / "bf16": float32 / bf16 products for the other modes.
+    The bf16 products run only where the CPU multiplies bf16 natively (AMX tiles,
+    AVX512-BF16) and for non-causal attention with head_dim a multiple of 32 up to 256;
+    elsewhere the float32 kernels run whatever this says.
+    """
+    mode = attention if attention is not None else (_config.env_attention() or "auto")
+    if not isinstance(mode, str) or mode.lower() not in ATTENTION_MODES:
+        raise H3ValueError(f"attention must be one of {ATTENTION_MODES} or None, got {mode!r}")
+    mode = mode.lower()
+    if weights == "bf16":
+        return True
+    if mode == "auto":
+        return weights in ("int8", "int4")
+    return mode == "bf16"
 
 
 def active_isa():

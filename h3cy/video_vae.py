@@ -312,7 +312,7 @@ class VideoDecoder:
     """
 
     @classmethod
-    def from_pretrained(cls, path, weights="fp32", threads=None, isa=None):
+    def from_pretrained(cls, path, weights="fp32", threads=None, isa=None, attention=None):
         """Load a video VAE folder, memory-mapped; only decoder tensors are read.
 
         Parameters
@@ -326,6 +326,10 @@ class VideoDecoder:
         weights : {"fp32", "bf16", "fp16", "int8"}
         threads : int, optional — default :func:`h3cy.get_num_threads`
         isa : str, optional — kernel path (default ``H3CY_ISA`` or the best available)
+        attention : {None, "auto", "fp32", "bf16"} — products inside the ViT attention, as
+            for :meth:`h3cy.DiT.from_pretrained` (:func:`h3cy.ops.attention_bf16`): by
+            default bf16 pairs for bf16 and int8 weights where the CPU multiplies bf16
+            natively, float32 for fp32 and fp16
 
         Raises
         ------
@@ -334,14 +338,16 @@ class VideoDecoder:
         """
         if weights not in WEIGHT_MODES:
             raise H3ValueError(f"weights must be one of {WEIGHT_MODES}, got {weights!r}")
+        attn_bf16 = ops.attention_bf16(attention, weights)
         conf, files = _open(path)
         try:
-            return cls(conf, files, weights, threads, isa)
+            return cls(conf, files, weights, threads, isa, attn_bf16)
         finally:
             files.close()       # views keep the mapping of what the linears attached
 
-    def __init__(self, conf, files, weights, threads, isa):
+    def __init__(self, conf, files, weights, threads, isa, attn_bf16=False):
         self.weights = weights
+        self.attn_bf16 = bool(attn_bf16)
         self.isa = ops.resolve_isa(isa)
         self._pool = ops._pool(threads)
         self.threads = self._pool.threads
@@ -487,7 +493,8 @@ class VideoDecoder:
             self._ws = None
             self._ws = np.empty(need, np.uint8)
         for blk in self.blocks:
-            blk.core.forward(h, c.heads, self.rot_dim, c.eps, int(self.round_bf16), self.isa, self._ws, cos, sin)
+            blk.core.forward(h, c.heads, self.rot_dim, c.eps, int(self.round_bf16), self.isa, self._ws, cos, sin,
+                             attn_bf16=int(self.attn_bf16))
             tick()
         hn = np.empty((N, self.hidden), np.float32)
         _kernels.elem_layernorm(h[:N], self.norm_out_w, self.norm_out_b, hn, c.eps, self.isa, self._pool)

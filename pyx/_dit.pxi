@@ -53,11 +53,12 @@ cdef class DitBlockCore:
 
     def forward(self, float[:, ::1] h, int heads, int rot_dim, float eps, float qk_eps,
                 int round_bf16, str isa, ws, rows=None, tables=None, cos=None, sin=None,
-                double[::1] stage_seconds=None):
+                double[::1] stage_seconds=None, int attn_bf16=0):
         """h: (S, hidden) updated in place.  tables: (shift_msa, scale1p_msa, gate_msa,
         shift_mlp, scale1p_mlp, gate_mlp), each (T, hidden); rows: (S,) int32 in [0, T).
         stage_seconds: optional float64 (8,) array; wall seconds per stage are added to it
-        (names in DIT_STAGE_NAMES; profiling)."""
+        (names in DIT_STAGE_NAMES; profiling).  attn_bf16: bf16 products in the attention
+        where the CPU has them (h3_dit_block_args.attn_bf16)."""
         cdef h3_dit_block_args a
         cdef h3_err err
         cdef h3_status rc
@@ -76,6 +77,7 @@ cdef class DitBlockCore:
         a.S = S; a.hidden = self.hidden; a.heads = heads; a.head_dim = self.head_dim
         a.ffn = self.ffn; a.rot_dim = rot_dim; a.eps = eps; a.qk_eps = qk_eps
         a.round_bf16 = round_bf16
+        a.attn_bf16 = attn_bf16
         cdef cnp.ndarray rarr
         if tables is not None:
             T = tables[0].shape[0]

@@ -100,7 +100,7 @@ cdef class DenoiseLoop:
     cdef const float *sin
     cdef const float *x_txt
     cdef h3_isa isa
-    cdef int round_bf16, heads, rot_dim, head_dim, ffn
+    cdef int round_bf16, attn_bf16, heads, rot_dim, head_dim, ffn
     cdef float eps, qk_eps, feps
     cdef h3_pool *pool
     cdef PyThread_type_lock plock
@@ -325,6 +325,7 @@ cdef class DenoiseLoop:
         refs += [x_txt, cos, sin, pin, ain, pout, aout]
         self.isa = isa_id(model.isa)
         self.round_bf16 = int(model.round_bf16)
+        self.attn_bf16 = int(model.attn_bf16)
         self.heads, self.rot_dim = model.heads, model.rot_dim
         self.head_dim, self.ffn = model.head_dim, cfg["ffn_dim"]
         self.eps, self.qk_eps, self.feps = cfg["norm_eps"], cfg["qk_norm_eps"], cfg["final_norm_eps"]
@@ -445,6 +446,7 @@ cdef class DenoiseLoop:
         a.S = S; a.hidden = <int>Hd; a.heads = self.heads; a.rot_dim = self.rot_dim
         a.head_dim = self.head_dim; a.ffn = self.ffn
         a.eps = self.eps; a.qk_eps = self.qk_eps; a.round_bf16 = self.round_bf16
+        a.attn_bf16 = self.attn_bf16
         a.rows = self.rows + <int64_t>i * S
         a.table_rows = 3 * U
         a.cos = self.cos; a.sin = self.sin

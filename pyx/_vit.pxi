@@ -55,8 +55,9 @@ cdef class VitBlockCore:
         return h3_vit_block_workspace_bytes(&self.w, &a, self.pool.threads)
 
     def forward(self, float[:, ::1] h, int heads, int rot_dim, float eps, int round_bf16,
-                str isa, ws, cos, sin):
-        """h: (S, hidden) updated in place; cos, sin: (S, rot_dim // 2) float32."""
+                str isa, ws, cos, sin, int attn_bf16=0):
+        """h: (S, hidden) updated in place; cos, sin: (S, rot_dim // 2) float32;
+        attn_bf16: bf16 products in the attention where the CPU has them."""
         cdef h3_vit_block_args a
         cdef h3_err err
         cdef h3_status rc
@@ -75,6 +76,7 @@ cdef class VitBlockCore:
         memset(&a, 0, sizeof(a))
         a.S = S; a.hidden = self.hidden; a.heads = heads; a.head_dim = self.inner // heads
         a.ffn = self.ffn; a.rot_dim = rot_dim; a.eps = eps; a.round_bf16 = round_bf16
+        a.attn_bf16 = attn_bf16
         a.cos = _fptr(cos, "cos", S * (rot_dim // 2))
         a.sin = _fptr(sin, "sin", S * (rot_dim // 2))
         cdef h3_isa iid = isa_id(isa)

@@ -139,6 +139,7 @@ cdef extern from "h3_dit.h" nogil:
         float eps
         float qk_eps
         int round_bf16
+        int attn_bf16
         const int32_t *rows
         int64_t table_rows
         const float *shift_msa
@@ -244,6 +245,7 @@ cdef extern from "h3_vit.h" nogil:
         int rot_dim
         float eps
         int round_bf16
+        int attn_bf16
         const float *cos
         const float *sin
     size_t h3_vit_block_workspace_bytes(const h3_vit_block *w, const h3_vit_block_args *a,

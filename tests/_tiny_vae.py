@@ -123,18 +123,20 @@ def _check_row_formula(osd, sd, heads, D):
         assert not np.array_equal(w1, proj)
 
 
-def build(root):
+def build(root, **overrides):
+    """The tiny VAE (TINY_VAE, with ``overrides`` of its keys) in both layouts under root."""
     import torch
     from diffusers import AutoencoderKLMiniMaxH3
     from safetensors.torch import save_file
 
+    cfg = dict(TINY_VAE, **overrides)
     torch.manual_seed(0)
-    model = AutoencoderKLMiniMaxH3(**TINY_VAE).eval()
+    model = AutoencoderKLMiniMaxH3(**cfg).eval()
     _randomise(model, torch)
     diff = os.path.join(root, "diffusers")
     model.save_pretrained(diff)
     sd = model.state_dict()
-    heads, D = TINY_VAE["decoder_num_attention_heads"], TINY_VAE["decoder_attention_head_dim"]
+    heads, D = cfg["decoder_num_attention_heads"], cfg["decoder_attention_head_dim"]
     osd = original_state_dict(sd, heads, D)
     _check_row_formula(osd, sd, heads, D)
     orig = os.path.join(root, "original")
@@ -146,14 +148,14 @@ def build(root):
                    "vae_tile_size": 256, "vae_tile_overlap_min": 64, "latent_channels": 24,
                    "latents_mean": LATENTS_MEAN, "latents_std": LATENTS_STD}, f, indent=2)
     with open(os.path.join(orig, "source", "config.json"), "w") as f:
-        json.dump({"z_channels": 24, "out_ch": 3, "space_down": TINY_VAE["spatial_downsample_factors"],
-                   "time_down": TINY_VAE["temporal_downsample_factors"],
-                   "vit_decoder_kwargs": {"num_layers": TINY_VAE["decoder_num_layers"], "heads": heads,
+        json.dump({"z_channels": 24, "out_ch": 3, "space_down": cfg["spatial_downsample_factors"],
+                   "time_down": cfg["temporal_downsample_factors"],
+                   "vit_decoder_kwargs": {"num_layers": cfg["decoder_num_layers"], "heads": heads,
                                           "dim_head": D, "rope_theta": 100.0, "rope_dim_ratio": 0.75,
                                           "norm_type": "rms_norm", "qk_norm_type": "rms_norm",
                                           "qk_norm_affine": False, "ffn_activation_fn": "silu",
                                           "ffn_use_gated": True}}, f, indent=2)
-    return TinyVae(dict(TINY_VAE), diff, orig)
+    return TinyVae(cfg, diff, orig)
 
 
 @pytest.fixture(scope="session")
