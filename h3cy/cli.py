@@ -131,7 +131,8 @@ def generate(args):
     import h3cy
     from . import media
     pipe = h3cy.load(args.model, weights=args.weights, streaming=args.streaming, threads=args.threads,
-                     cache_dir=args.cache_dir, vae_weights=args.vae_weights, isa=args.isa)
+                     cache_dir=args.cache_dir, vae_weights=args.vae_weights, isa=args.isa,
+                     attention=getattr(args, "attention", None))
     g = (h3cy.Geometry.from_seconds(args.seconds, args.width, args.height) if args.seconds is not None
          else h3cy.Geometry(args.width, args.height, 22 if args.frames is None else args.frames))
     decode = args.output is not None or args.frames_dir is not None
@@ -294,6 +295,8 @@ def main(argv=None):
     g.add_argument("--latent-out", default=None, help="also write the latents (.npz)")
     g.add_argument("--cache-dir", default=None)
     g.add_argument("--isa", default=None)
+    g.add_argument("--attention", default=None, choices=("auto", "fp32", "bf16"),
+                   help="attention products (default auto: bf16 for bf16/int8/int4 weights where the CPU has them)")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
     i = sub.add_parser("info", help="layout, components and memory needs of a model folder")

@@ -21,6 +21,7 @@ import numpy as np
 from ._memory import available_memory, fmt_bytes, peak_rss
 from .errors import Busy, Cancelled, H3ValueError
 from .layout import Geometry
+from . import ops
 from .model_folder import find_model
 from .result import Result
 
@@ -35,7 +36,7 @@ AUTO_STREAM_FRACTION = 0.8
 
 
 def load(path, weights="int8", streaming="auto", threads=None, cache_dir=None, vae_weights="fp32",
-         keep_loaded=False, isa=None):
+         keep_loaded=False, isa=None, attention=None):
     """Open a MiniMax-H3 model folder for generation.
 
     Parameters
@@ -56,18 +57,23 @@ def load(path, weights="int8", streaming="auto", threads=None, cache_dir=None, v
     keep_loaded : keep every component resident between calls (faster repeated calls, more
         memory)
     isa : kernel path override (see :func:`h3cy.ops.active_isa`)
+    attention : products inside the transformer's and the video decoder's attention: None
+        or "auto" (bf16 pairs for bf16 and int8/int4 weights where the CPU has bf16 dot
+        products, float32 otherwise), "fp32" or "bf16" (see :func:`h3cy.ops.attention_bf16`)
     """
     return Pipeline(path, weights=weights, streaming=streaming, threads=threads, cache_dir=cache_dir,
-                    vae_weights=vae_weights, keep_loaded=keep_loaded, isa=isa)
+                    vae_weights=vae_weights, keep_loaded=keep_loaded, isa=isa, attention=attention)
 
 
 class Pipeline:
     """A MiniMax-H3 model on disk, ready to generate.  Build it with :func:`h3cy.load`."""
 
     def __init__(self, path, weights="int8", streaming="auto", threads=None, cache_dir=None,
-                 vae_weights="fp32", keep_loaded=False, isa=None):
+                 vae_weights="fp32", keep_loaded=False, isa=None, attention=None):
         if weights not in WEIGHT_MODES:
             raise H3ValueError(f"weights must be one of {WEIGHT_MODES}, got {weights!r}")
+        ops.attention_bf16(attention, weights)      # a bad value fails now, not after encoding
+        self.attention = attention
         if vae_weights not in VAE_WEIGHT_MODES:
             raise H3ValueError(f"vae_weights must be one of {VAE_WEIGHT_MODES}, got {vae_weights!r}")
         if streaming not in (True, False, "auto"):
@@ -125,10 +131,10 @@ class Pipeline:
         if component == "transformer":
             return model.DiT.from_pretrained(
                 p, weights=self.weights, streaming=self.streaming_for(component), threads=self.threads,
-                isa=self.isa, cache_dir=self.cache_dir)
+                isa=self.isa, cache_dir=self.cache_dir, attention=self.attention)
         if component == "video_vae":
             return video_vae.VideoDecoder.from_pretrained(p, weights=self.vae_weights, threads=self.threads,
-                                                          isa=self.isa)
+                                                          isa=self.isa, attention=self.attention)
         if component == "audio_vae":
             return audio_vae.AudioDecoder.from_pretrained(p, weights=self.vae_weights, threads=self.threads,
                                                           isa=self.isa)

@@ -44,7 +44,8 @@ def test_generate_writes_mp4_frames_and_latents(tiny_pipeline, tmp_path):  # noq
     out = tmp_path / "g.mp4"
     r = _run("generate", "-m", tiny_pipeline.diffusers, "-p", "A red fox", "-o", str(out), "--width", "64",
              "--height", "64", "--steps", "2", "--weights", "fp32", "--frames-dir", str(tmp_path / "fr"),
-             "--latent-out", str(tmp_path / "lat.npz"), "--cache-dir", str(tmp_path / "c"))
+             "--latent-out", str(tmp_path / "lat.npz"), "--cache-dir", str(tmp_path / "c"),
+             "--attention", "fp32")
     assert r.returncode == 0, r.stderr
     p = _probe(out)
     assert (p["frames"], p["w"], p["h"], p["fps"], p["ch"]) == (22, 64, 64, 24, 2)

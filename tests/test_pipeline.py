@@ -233,6 +233,13 @@ def test_streaming_auto_follows_available_memory(tiny_pipeline, monkeypatch):  #
     assert _pipe(tiny_pipeline, "diffusers", streaming=True).streaming_for("text_encoder") is True
 
 
+def test_attention_choice_reaches_transformer_and_video_decoder(tiny_pipeline):  # noqa: F811
+    pipe = _pipe(tiny_pipeline, "diffusers", weights="int8", vae_weights="int8")
+    assert pipe._build("transformer").attn_bf16 and pipe._build("video_vae").attn_bf16
+    pipe = _pipe(tiny_pipeline, "diffusers", weights="int8", vae_weights="int8", attention="fp32")
+    assert not pipe._build("transformer").attn_bf16 and not pipe._build("video_vae").attn_bf16
+
+
 def test_bad_arguments(tiny_pipeline, tmp_path):  # noqa: F811
     tp = tiny_pipeline
     pipe = _pipe(tp, "diffusers")
@@ -246,5 +253,7 @@ def test_bad_arguments(tiny_pipeline, tmp_path):  # noqa: F811
             pipe.generate(**kw)
     with pytest.raises(h3cy.H3Error, match="weights"):
         h3cy.load(tp.diffusers, weights="int3")
+    with pytest.raises(h3cy.H3Error, match="attention must be one of"):
+        h3cy.load(tp.diffusers, attention="half")
     with pytest.raises(h3cy.CheckpointError, match="no such model folder"):
         h3cy.load(tmp_path / "nothing")
