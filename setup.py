@@ -69,7 +69,7 @@ class BuildExtWithISA(build_ext):
             objects += self.compiler.compile(
                 files, output_dir=self.build_temp, include_dirs=["csrc"],
                 extra_postargs=["-fPIC"] + BASE_CFLAGS + ISA_FLAGS[isa],
-                depends=glob.glob("csrc/*.h"))
+                depends=glob.glob("csrc/*.h") + glob.glob("csrc/*.inc"))
         ext.extra_objects = list(ext.extra_objects or []) + objects
         super().build_extension(ext)
 
@@ -85,7 +85,10 @@ ext = Extension(
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     extra_compile_args=BASE_CFLAGS,
     extra_link_args=["-pthread"],
-    depends=glob.glob("csrc/*.h") + glob.glob("pyx/*.pxd") + glob.glob("pyx/*.pxi"),
+    # the ISA files are compiled on the side (BuildExtWithISA) and linked as extra objects:
+    # list them (and the .inc bodies) here too, or an edit to one never relinks the module
+    depends=(glob.glob("csrc/*.h") + glob.glob("csrc/*.inc") + glob.glob("pyx/*.pxd") + glob.glob("pyx/*.pxi")
+             + [f for files in csrc_sources()[1].values() for f in files]),
 )
 
 setup(

@@ -44,6 +44,11 @@ static void ukr_bf16dp(int MR_, int NR_, int64_t kc, const float *ap, const floa
     const int64_t kp = kc32(kc);
     const uint16_t *a = (const uint16_t *)ap;
     const uint32_t *b = (const uint32_t *)bp;
+    /* the C tile is touched only at the end; start its (L3) lines on their way now */
+    for (int i = 0; i < mr; i++) {
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
+    }
     __m512 acc[MR][2];
 #pragma GCC unroll 14
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -64,8 +69,13 @@ static void ukr_bf16dp(int MR_, int NR_, int64_t kc, const float *ap, const floa
         if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, accumulate);
 }
 
+/* kc 1024 x nc 512 (a 1 MB bf16 weight block per thread) and the C prefetch above: this
+ * kernel does twice the f32 kernel's FLOPs per cycle, so C's passes (one per K block) and
+ * A's reloads weigh twice as much.  M = 2048, K = 5376, N = 7168 on Zen 4 through
+ * h3_linear_forward (C harness, preallocated workspace): kc 512 x nc 256 178-188 GFLOP/s on
+ * one thread and 373 on two; this 207-210 and 414-422 (torch's bf16 GEMM: ~420). */
 const gemm_kernels gemm_kernels_avx512_bf16dp = {
-    .mr = MR, .nr = NR, .kc = 512, .mc = MR * 24, .nc = 256, .mc_int = MR * 24,
+    .mr = MR, .nr = NR, .kc = 1024, .mc = MR * 24, .nc = 512, .mc_int = MR * 24,
     .gemv_max_m = 0,
     .ukr_f32 = ukr_bf16dp, .unpack = unpack_bf16, .pack_a = pack_a_bf16,
     .swiglu_row = gemm_swiglu_row_avx512,
