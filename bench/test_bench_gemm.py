@@ -24,8 +24,11 @@ SHAPES = {
 only = os.environ.get("H3CY_BENCH_SHAPES")
 if only:
     SHAPES = {k: v for k, v in SHAPES.items() if k in only.split(",")}
-MODES = ["fp32", "bf16", "fp16", "int8", "int4"]
-BOUND = {"fp32": 1e-4, "bf16": 1e-2, "fp16": 3e-3, "int8": 3e-2, "int4": 1.5e-1}
+# bf16in: bf16 weights times bf16-valued inputs (Linear(bf16_inputs=True), the DiT's bf16
+# mode, whose GEMM inputs are already rounded as torch's bf16 F.linear rounds them): VDPBF16PS
+# or AMX tiles where the CPU has them
+MODES = ["fp32", "bf16", "bf16in", "fp16", "int8", "int4"]
+BOUND = {"fp32": 1e-4, "bf16": 1e-2, "bf16in": 1e-2, "fp16": 3e-3, "int8": 3e-2, "int4": 1.5e-1}
 
 _cache = {}
 
@@ -61,7 +64,11 @@ def test_h3cy(benchmark, shape, mode, threads):
     w, x, _ = case(shape)
     N, K = w.shape
     kw = {"group_size": 128} if mode == "int4" else {}
-    lin = h3cy.ops.Linear(w, weights=mode, threads=threads, **kw)
+    if mode == "bf16in":
+        from h3cy._bf16 import round_bf16
+        x = round_bf16(x)
+        kw = {"bf16_inputs": True}
+    lin = h3cy.ops.Linear(w, weights="bf16" if mode == "bf16in" else mode, threads=threads, **kw)
     out = np.empty((M, N), np.float32)
     rows = slice(0, 64)
     want = x[rows].astype(np.float64) @ w.astype(np.float64).T
