@@ -5,9 +5,11 @@
    MiniMaxH3VideoTransformerBlock on torch CPU fp32 and bf16, same inputs, same thread count;
    extrapolated to a 512x512x22 decode (9 tiles x 1 clip x 36 blocks);
 2. peak RSS of whole decodes (a 2-block full-width model, streamed with on_frames) at two
-   canvas sizes, each in a fresh process: it grows by the output clip only, not per tile.
+   canvas sizes, each in a fresh process: it grows by the output clip only, not per tile;
+3. (--ab) the block ratio h3cy / torch at equal precision (fp32, bf16) over alternated rounds,
+   so that a machine whose speed drifts still gives a fair ratio (the median of the rounds).
 
-    H3CY_THREADS=2 python bench/video_vae.py [--rss-only|--block-only] > bench/results/video_vae_2threads.txt
+    H3CY_THREADS=2 python bench/video_vae.py [--rss-only|--block-only|--ab] > bench/results/video_vae_2threads.txt
 """
 import itertools
 import json
@@ -70,7 +72,8 @@ def h3cy_block_timer(folder, mode):
 
     def run():
         h = h0.copy()
-        blk.core.forward(h, HEADS, dec.rot_dim, 1e-5, int(dec.round_bf16), dec.isa, ws, cos, sin)
+        blk.core.forward(h, HEADS, dec.rot_dim, 1e-5, int(dec.round_bf16), dec.isa, ws, cos, sin,
+                         attn_bf16=int(dec.attn_bf16))
         return h
     return run, dec
 
@@ -185,9 +188,41 @@ def rss_table(mode="bf16"):
               f"{r['decode_peak_mib'] - r['load_peak_mib']:11.0f} {clip:17.0f} {r['seconds']:8.1f}")
 
 
+def best_of(fn, n=2):
+    ts = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return min(ts)
+
+
+def block_ab(rounds=7):
+    """torch and h3cy at equal precision, alternated: each round times both (best of 2)."""
+    folder = write_checkpoint(os.path.join(ROOT, "vae_1layer"), 1)
+    thr = os.environ.get("H3CY_THREADS", "2")
+    print(f"# one ViT decoder block (S={TOK}, dim {DIM}, {HEADS}x{HD}), h3cy vs torch at equal precision, "
+          f"{thr} threads, {rounds} alternated rounds (best of 2 calls each)")
+    print(f"{'precision':>9s} {'h3cy median':>12s} {'torch median':>13s} {'ratio of medians':>17s}  per-round ratios")
+    for prec in ("fp32", "bf16"):
+        ref = torch_block_timer(folder, prec)
+        run, dec = h3cy_block_timer(folder, prec)
+        ref(), run()                                   # warm-up
+        th, tt = [], []
+        for _ in range(rounds):
+            tt.append(best_of(ref))
+            th.append(best_of(run))
+        per = " ".join(f"{a / b:.2f}" for a, b in zip(tt, th))
+        print(f"{prec:>9s} {np.median(th):11.3f}s {np.median(tt):12.3f}s {np.median(tt) / np.median(th):16.2f}x  {per}",
+              flush=True)
+        del ref, run, dec
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
         rss_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
+    elif "--ab" in sys.argv:
+        block_ab()
     else:
         if "--rss-only" not in sys.argv:
             block_table()
