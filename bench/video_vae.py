@@ -188,17 +188,9 @@ def rss_table(mode="bf16"):
               f"{r['decode_peak_mib'] - r['load_peak_mib']:11.0f} {clip:17.0f} {r['seconds']:8.1f}")
 
 
-def best_of(fn, n=2):
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return min(ts)
-
-
 def block_ab(rounds=7):
     """torch and h3cy at equal precision, alternated: each round times both (best of 2)."""
+    from text_layer_ab import best_of          # this folder's other alternating bench
     folder = write_checkpoint(os.path.join(ROOT, "vae_1layer"), 1)
     thr = os.environ.get("H3CY_THREADS", "2")
     print(f"# one ViT decoder block (S={TOK}, dim {DIM}, {HEADS}x{HD}), h3cy vs torch at equal precision, "
@@ -210,8 +202,8 @@ def block_ab(rounds=7):
         ref(), run()                                   # warm-up
         th, tt = [], []
         for _ in range(rounds):
-            tt.append(best_of(ref))
-            th.append(best_of(run))
+            tt.append(best_of(ref, 2))
+            th.append(best_of(run, 2))
         per = " ".join(f"{a / b:.2f}" for a, b in zip(tt, th))
         print(f"{prec:>9s} {np.median(th):11.3f}s {np.median(tt):12.3f}s {np.median(tt) / np.median(th):16.2f}x  {per}",
               flush=True)

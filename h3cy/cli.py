@@ -132,7 +132,7 @@ def generate(args):
     from . import media
     pipe = h3cy.load(args.model, weights=args.weights, streaming=args.streaming, threads=args.threads,
                      cache_dir=args.cache_dir, vae_weights=args.vae_weights, isa=args.isa,
-                     attention=getattr(args, "attention", None))
+                     attention=args.attention)
     g = (h3cy.Geometry.from_seconds(args.seconds, args.width, args.height) if args.seconds is not None
          else h3cy.Geometry(args.width, args.height, 22 if args.frames is None else args.frames))
     decode = args.output is not None or args.frames_dir is not None
@@ -261,6 +261,7 @@ def demo(args):
     args.width, args.height = 384, 256
     args.frames, args.seconds, args.steps, args.seed = 39, None, 10, 42
     args.reuse, args.layers, args.frames_dir, args.latent_out = 1, None, None, None
+    args.attention = None
     print(f"prompt: {args.prompt!r}")
     return generate(args)
 
