@@ -464,9 +464,14 @@ static size_t float_thread_bytes(const gemm_kernels *kt, int64_t M, int need_scr
     if (need_scratch) b += (size_t)M * kt->nc * 4 + 128;
     return H3_ALIGN_UP(b, 64);
 }
+/* Large-M int4 calls widen one K block of a column block's nibbles at a time (ukr_i4w). */
+static int widens_i4(const h3_linear *l, int64_t M) {
+    return l->wtype == H3_DT_I4 && l->kt->ukr_i4w && M > 4 * (int64_t)l->kt->mr;
+}
 static size_t int_thread_bytes(const h3_linear *l, int64_t M, int need_scratch) {
     const gemm_kernels *kt = l->kt;
     size_t b = 256;
+    if (widens_i4(l, M)) b += H3_ALIGN_UP((size_t)l->kci * kt->nc, 64);
     if (need_scratch) b += (size_t)M * kt->nc * 4 + 128;
     return H3_ALIGN_UP(b, 64);
 }
@@ -642,7 +647,17 @@ static void float_block(run_ctx *c, char *tw, int64_t m0, int64_t m1, int64_t r0
 /* Rows [m0,m1) (m0 a multiple of MR) times packed rows [pr0, pr0+w) (panel aligned)
  * into C (ldc).  A panels come packed from phase 1; per K block, each MR-row A panel (L1)
  * meets every B panel of the column block (L2). */
-static void int_block(run_ctx *c, int64_t m0, int64_t m1, int64_t pr0, int64_t w, float *C, int64_t ldc) {
+void gemm_widen_i4(const uint8_t *src, int64_t kq, int nr, uint8_t *dst) {
+    const int64_t row = (int64_t)nr * 4;
+    for (int64_t j = 0; j < kq / 2; j++, src += row, dst += 2 * row)
+        for (int64_t t = 0; t < row; t++) {
+            dst[t] = src[t] & 15;
+            dst[row + t] = src[t] >> 4;
+        }
+}
+
+static void int_block(run_ctx *c, char *tw, int64_t m0, int64_t m1, int64_t pr0, int64_t w, float *C,
+                      int64_t ldc) {
     const h3_linear *l = c->l;
     const gemm_kernels *kt = c->kt;
     const int MR = kt->mr, NR = kt->nr;
@@ -651,6 +666,11 @@ static void int_block(run_ctx *c, int64_t m0, int64_t m1, int64_t pr0, int64_t w
     const int64_t ng = i4 ? Kp / l->group_size : 1;
     const uint8_t *pk = (const uint8_t *)l->w;
     gemm_ukr_int_fn ukr = i4 ? kt->ukr_i4 : kt->ukr_i8;
+    /* int4 at large M: widen the block's nibbles once per K block into tw (kci x w bytes,
+     * L2) and run the int8-layout kernel, rather than widening per micro-kernel call
+     * (M/MR times per panel); the widening costs ~1% of the block's arithmetic */
+    const int widen = widens_i4(l, M);
+    if (widen) ukr = kt->ukr_i4w;
     if (kt->begin) kt->begin();
     /* Small M is weight-bound: walk the weights 8 panels at a time over all of K.  Large
      * M: each A panel (L1) meets every B panel of the block (L2).  Either way every output
@@ -663,6 +683,13 @@ static void int_block(run_ctx *c, int64_t m0, int64_t m1, int64_t pr0, int64_t w
         for (int64_t pc = 0; pc < Kp; pc += kci) {
             /* Kp is a multiple of segeff, and of kci when seg > kci (choose_kci) */
             const int nseg = (int)(H3_MIN(kci, Kp - pc) / segeff);
+            const int64_t kb = H3_MIN(kci, Kp - pc);
+            if (widen)
+                for (int64_t jr = j0; jr < H3_MIN(w, j0 + jstep); jr += NR) {
+                    const int64_t p = (pr0 + jr) / NR;
+                    gemm_widen_i4(pk + ((p * (Kp / 8) + pc / 8) * NR) * 4, kb / 4, NR,
+                                  (uint8_t *)tw + (jr - j0) * kb);
+                }
             for (int64_t ir = m0; ir < m1; ir += MR) {
                 int mr = (int)H3_MIN(MR, m1 - ir);
                 const int64_t pa = ir / MR;
@@ -681,7 +708,11 @@ static void int_block(run_ctx *c, int64_t m0, int64_t m1, int64_t pr0, int64_t w
                     const uint8_t *b;
                     const float *sw;
                     int64_t sws;
-                    if (i4) {
+                    if (widen) {
+                        b = (const uint8_t *)tw + (jr - j0) * kb;
+                        sw = l->wscale + (p * ng + pc / l->group_size) * NR;
+                        sws = NR;
+                    } else if (i4) {
                         b = pk + ((p * (Kp / 8) + pc / 8) * NR) * 4;
                         sw = l->wscale + (p * ng + pc / l->group_size) * NR;
                         sws = NR;
@@ -709,7 +740,7 @@ static void run_block(run_ctx *c, char *tw, char *scratch, int64_t m0, int64_t m
     const int64_t lds = c->kt->nc;
     const int intm = is_int(l->wtype);
 #define MUL(rowstart, target, ld) \
-    (intm ? int_block(c, m0, m1, prow_of(l, rowstart), w, target, ld) : float_block(c, tw, m0, m1, rowstart, w, target, ld))
+    (intm ? int_block(c, tw, m0, m1, prow_of(l, rowstart), w, target, ld) : float_block(c, tw, m0, m1, rowstart, w, target, ld))
     if (kind == H3_EPI_NONE) {
         MUL(r0, c->y + o0, ldy);
         if (l->bias)

@@ -10,7 +10,8 @@
  *        unsigned B) gives sum a*(q+128); the +128 is removed with the row sums (asum).
  *        Per segment the 32x32 int32 block goes through memory once to apply the scales
  *        in the same order as the reference (bit-identical results).
- * int4:  the nibbles are widened to the int8 VNNI layout 64 k at a time, then as int8.
+ * int4:  the nibbles are widened to the int8 VNNI layout (by the driver once per K block
+ *        for large M, else here 64 k at a time), then as int8.
  * bf16:  only for bf16-stored weights (fp32/fp16 weights use the AVX-512 table, see
  *        gemm_kernels_for_mode): A = x rounded to bf16 in 32-k chunks [kc32/32][32][32]
  *        (pack_a_bf16_tiles),
@@ -80,7 +81,9 @@ static inline void store_c_tiles(void *dst) {
     MEMORY_FENCE();
 }
 
-/* Integer kernel.  bq(q) returns the 128-byte VNNI row of k-quad q (uint8, 32 columns). */
+/* Integer kernel.  is_i4: 0 int8 weights, 1 int4 nibbles as packed (widened here 16
+ * quads at a time), 2 int4 already widened by the driver (ukr_i4w: the int8 layout with
+ * values q_w + 8). */
 static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
                         const float *sa, const int32_t *asum, const float *sw,
                         int64_t sw_stride, float *c, int64_t ldc, int mr, int nr,
@@ -99,7 +102,7 @@ static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
         for (int q = q0; q < q0 + qfull; q += 16) {
             const uint8_t *brow;
-            if (is_i4) {
+            if (is_i4 == 1) {
                 /* packed rows q/2 .. q/2+7, each 128 bytes: low nibble quad 2j, high 2j+1 */
                 const __m512i lo = _mm512_set1_epi8(0x0f);
                 for (int j = 0; j < 8; j++) {
@@ -134,7 +137,7 @@ static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
                     int32_t d = 0;
                     for (int t = 0; t < 4; t++) {
                         int u;
-                        if (is_i4) {
+                        if (is_i4 == 1) {
                             uint8_t byte = bp[((int64_t)(q / 2) * NR + j) * 4 + t];
                             u = (q & 1) ? (byte >> 4) : (byte & 15);
                         } else {
@@ -168,6 +171,14 @@ static void ukr_i4_amx(int MR_, int NR_, int nseg, int seg_q, const int8_t *ap,
                        int nr, int accumulate) {
     (void)MR_; (void)NR_;
     ukr_int_amx(1, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
+}
+
+static void ukr_i4w_amx(int MR_, int NR_, int nseg, int seg_q, const int8_t *ap,
+                        const uint8_t *bp, const float *sa, const int32_t *asum,
+                        const float *sw, int64_t sw_stride, float *c, int64_t ldc, int mr,
+                        int nr, int accumulate) {
+    (void)MR_; (void)NR_;
+    ukr_int_amx(2, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
 }
 
 /* ---- bf16 ---------------------------------------------------------------------- */
@@ -228,7 +239,7 @@ const gemm_kernels gemm_kernels_amx = {
     .mr = MR, .nr = NR, .kc = 2048, .mc = MR * 8, .nc = 256, .mc_int = MR * 8,
     .gemv_max_m = 0,
     .ukr_f32 = ukr_bf16_amx, .unpack = unpack_bf16, .pack_a = pack_a_bf16_tiles,
-    .ukr_i8 = ukr_i8_amx, .ukr_i4 = ukr_i4_amx, .int_a_tiles = 1,
+    .ukr_i8 = ukr_i8_amx, .ukr_i4 = ukr_i4_amx, .ukr_i4w = ukr_i4w_amx, .int_a_tiles = 1,
     /* the activation quantiser is AVX-512's (a NULL member would be the scalar reference:
      * ~100 ms of a 650 ms single-thread int8 call at M = 2048, K = 5376) */
     .quant_row = gemm_quant_row_avx512, .swiglu_row = gemm_swiglu_row_avx512,

@@ -78,6 +78,11 @@ typedef struct {
     /* SwiGLU epilogue of one output row: g[j] = silu(g[j] + bg[j]) * (v[j] + bv[j]) (bg, bv
      * may be NULL).  Every path computes the same bits (gemm_swiglu.inc). */
     void (*swiglu_row)(float *g, const float *v, int64_t n, const float *bg, const float *bv);
+    /* NULL, or ukr_i4 reading widened weights: the driver turns each K block of a column
+     * block's nibbles into the I8 layout [kq][NR][4] (values q_w + 8, gemm_widen_i4) once,
+     * instead of every micro-kernel call widening its panel again for every MR rows.
+     * Same dots and epilogue as ukr_i4 (same bits); used for large M only. */
+    gemm_ukr_int_fn ukr_i4w;
     void (*begin)(void);    /* NULL, or called on the running thread before a block's micro-kernel
                                calls (AMX: load the tile configuration once, not per call) */
 } gemm_kernels;
@@ -126,11 +131,20 @@ void gemm_ukr_i8_avx512bw(int MR, int NR, int nseg, int seg_q, const int8_t *ap,
 void gemm_ukr_i4_avx512bw(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
                           const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
                           float *c, int64_t ldc, int mr, int nr, int accumulate);
+void gemm_ukr_i4w_avx512vnni(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                             const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                             float *c, int64_t ldc, int mr, int nr, int accumulate);
+void gemm_ukr_i4w_avx512bw(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                           const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                           float *c, int64_t ldc, int mr, int nr, int accumulate);
 void gemm_quant_row_avx512(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_t *q,
                            float *scales);
 void gemm_swiglu_row_avx512(float *g, const float *v, int64_t n, const float *bg, const float *bv);
 #endif
-/* The table of `isa` with every NULL member replaced by the reference one. */
+/* int4 panel K block [kq/2][nr][4] nibbles -> [kq][nr][4] bytes 0..15 (kq even). */
+void gemm_widen_i4(const uint8_t *src, int64_t kq, int nr, uint8_t *dst);
+/* The table of `isa` with every NULL member replaced by the reference one (ukr_i4w stays
+ * NULL where the ISA has none: the driver then calls ukr_i4). */
 const gemm_kernels *gemm_kernels_for(h3_isa isa);
 
 /* int_a_tiles layout: the byte of row i, k-offset k (0 <= k < kb) in a K block of length kb. */

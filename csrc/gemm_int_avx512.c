@@ -47,7 +47,9 @@ static inline __attribute__((always_inline)) __m512i dot4(const int I4, const in
     return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(a), ws), ones));
 }
 
-/* RB rows starting at the panel's row r0 (ap, sa, asum already offset by r0). */
+/* RB rows starting at the panel's row r0 (ap, sa, asum already offset by r0).
+ * I4: 0 int8 weights, 1 int4 nibbles as packed, 2 int4 widened to the int8 layout (bytes
+ * q_w + 8, gemm_widen_i4): loaded as int8, multiplied as int4. */
 static inline __attribute__((always_inline)) void
 int_rows(const int I4, const int VNNI, const int RB, int MR, int nseg, int seg_q, const int8_t *ap,
          const uint8_t *bp, const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
@@ -74,31 +76,31 @@ int_rows(const int I4, const int VNNI, const int RB, int MR, int nseg, int seg_q
             acc2[i][0] = acc2[i][1] = _mm512_setzero_si512();
         }
         const int8_t *a = ap + (int64_t)s * seg_q * MR * 4;
-        if (!I4) {
+        if (I4 != 1) {
             const uint8_t *b = bp + (int64_t)s * seg_q * NR * 4;
             for (int q = 0; q < seg_q; q += 2, a += 2 * MR * 4, b += 2 * NR * 4) {
                 /* seg_q is even: segments are multiples of 8 k */
                 __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64);
                 __m512i b2 = _mm512_loadu_si512(b + 128), b3 = _mm512_loadu_si512(b + 192);
-                if (!VNNI) {
+                if (!VNNI && !I4) {
                     b0 = _mm512_xor_si512(b0, flip); b1 = _mm512_xor_si512(b1, flip);
                     b2 = _mm512_xor_si512(b2, flip); b3 = _mm512_xor_si512(b3, flip);
                 }
 #pragma GCC unroll 16
                 for (int i = 0; i < RB; i++) {
                     __m512i av = bcast4(a + i * 4);
-                    acc[i][0] = dot4(0, VNNI, acc[i][0], b0, av);
-                    acc[i][1] = dot4(0, VNNI, acc[i][1], b1, av);
+                    acc[i][0] = dot4(I4, VNNI, acc[i][0], b0, av);
+                    acc[i][1] = dot4(I4, VNNI, acc[i][1], b1, av);
                 }
 #pragma GCC unroll 16
                 for (int i = 0; i < RB; i++) {
                     __m512i av = bcast4(a + MR * 4 + i * 4);
                     if (DUAL) {
-                        acc2[i][0] = dot4(0, VNNI, acc2[i][0], b2, av);
-                        acc2[i][1] = dot4(0, VNNI, acc2[i][1], b3, av);
+                        acc2[i][0] = dot4(I4, VNNI, acc2[i][0], b2, av);
+                        acc2[i][1] = dot4(I4, VNNI, acc2[i][1], b3, av);
                     } else {
-                        acc[i][0] = dot4(0, VNNI, acc[i][0], b2, av);
-                        acc[i][1] = dot4(0, VNNI, acc[i][1], b3, av);
+                        acc[i][0] = dot4(I4, VNNI, acc[i][0], b2, av);
+                        acc[i][1] = dot4(I4, VNNI, acc[i][1], b3, av);
                     }
                 }
             }
@@ -154,6 +156,62 @@ int_rows(const int I4, const int VNNI, const int RB, int MR, int nseg, int seg_q
     }
 }
 
+/* VNNI, one full 7-row block of int8 weights (off 128) or widened int4 ones (off 8, the
+ * I8 layout).  The float partial sums stay in an L1 tile that starts at zero, so every
+ * segment runs the same branch-free epilogue (fma(dot, sa*sw, 0) is what the reference's
+ * first segment computes: same bits) and C is written once.  int_rows' per-segment
+ * branches (first / last / i < mr) made GCC keep the int32 accumulators in memory around
+ * the epilogue: ~20% of an int4 (group 128) call at M = 2048, against ~10% for the
+ * epilogue's arithmetic itself. */
+static inline __attribute__((always_inline)) void
+rows7_vnni(const int32_t off, int MR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+           const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride, float *c,
+           int64_t ldc, int nr, int accumulate) {
+    float fbuf[7 * 32] __attribute__((aligned(64)));
+#pragma GCC unroll 14
+    for (int i = 0; i < 14; i++) _mm512_store_ps(fbuf + i * 16, _mm512_setzero_ps());
+    for (int i = 0; i < 7; i++) { /* C is touched at the end: start its lines on their way */
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
+    }
+    for (int s = 0; s < nseg; s++) {
+        __m512i acc[7][2];
+#pragma GCC unroll 7
+        for (int i = 0; i < 7; i++) acc[i][0] = acc[i][1] = _mm512_set1_epi32(-off * asum[s * MR + i]);
+        const int8_t *a = ap + (int64_t)s * seg_q * MR * 4;
+        const uint8_t *b = bp + (int64_t)s * seg_q * NR * 4;
+        for (int q = 0; q < seg_q; q += 2, a += 2 * MR * 4, b += 2 * NR * 4) {
+            __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64);
+            __m512i b2 = _mm512_loadu_si512(b + 128), b3 = _mm512_loadu_si512(b + 192);
+#pragma GCC unroll 7
+            for (int i = 0; i < 7; i++) {
+                __m512i av = bcast4(a + i * 4);
+                acc[i][0] = dot4(1, 1, acc[i][0], b0, av);
+                acc[i][1] = dot4(1, 1, acc[i][1], b1, av);
+            }
+#pragma GCC unroll 7
+            for (int i = 0; i < 7; i++) {
+                __m512i av = bcast4(a + MR * 4 + i * 4);
+                acc[i][0] = dot4(1, 1, acc[i][0], b2, av);
+                acc[i][1] = dot4(1, 1, acc[i][1], b3, av);
+            }
+        }
+        const __m512 sw0 = _mm512_loadu_ps(sw + s * sw_stride), sw1 = _mm512_loadu_ps(sw + s * sw_stride + 16);
+#pragma GCC unroll 7
+        for (int i = 0; i < 7; i++) {
+            __m512 sav = _mm512_set1_ps(sa[s * MR + i]);
+            __m512 f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][0]), _mm512_mul_ps(sav, sw0),
+                                        _mm512_load_ps(fbuf + i * 32));
+            __m512 f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][1]), _mm512_mul_ps(sav, sw1),
+                                        _mm512_load_ps(fbuf + i * 32 + 16));
+            _mm512_store_ps(fbuf + i * 32, f0);
+            _mm512_store_ps(fbuf + i * 32 + 16, f1);
+        }
+    }
+    for (int i = 0; i < 7; i++)
+        store_row(c + i * ldc, _mm512_load_ps(fbuf + i * 32), _mm512_load_ps(fbuf + i * 32 + 16), nr, accumulate);
+}
+
 /* The table's MR in row blocks of 7; the last block (and small M, where the GEMM is
  * memory-bound) uses the smallest of 1/2/4/7 rows that covers it. */
 #define DEFINE_UKR(name, I4, VNNI)                                                                  \
@@ -180,10 +238,31 @@ int_rows(const int I4, const int VNNI, const int RB, int MR, int nseg, int seg_q
         }                                                                                           \
     }
 
-DEFINE_UKR(ukr_i8_vnni_rb, 0, 1)
+DEFINE_UKR(ukr_i8_vnni_rb0, 0, 1)
 DEFINE_UKR(ukr_i4_vnni_rb, 1, 1)
 DEFINE_UKR(ukr_i8_bw_rb, 0, 0)
 DEFINE_UKR(ukr_i4_bw_rb, 1, 0)
+DEFINE_UKR(ukr_i4w_vnni_rb, 2, 1)
+DEFINE_UKR(ukr_i4w_bw_rb, 2, 0)
+
+/* VNNI entries for int8 and widened int4: full 7-row blocks through rows7_vnni, a last
+ * partial block through int_rows. */
+#define DEFINE_VNNI7(name, off, rest)                                                               \
+    static void name(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,     \
+                     const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,      \
+                     float *c, int64_t ldc, int mr, int nr, int accumulate) {                       \
+        for (int r0 = 0; r0 < mr; r0 += 7) {                                                        \
+            if (mr - r0 >= 7)                                                                       \
+                rows7_vnni(off, MR, nseg, seg_q, ap + r0 * 4, bp, sa + r0, asum + r0, sw, sw_stride, \
+                           c + r0 * ldc, ldc, nr, accumulate);                                      \
+            else                                                                                    \
+                rest(MR, NR_, nseg, seg_q, ap + r0 * 4, bp, sa + r0, asum + r0, sw, sw_stride,      \
+                     c + r0 * ldc, ldc, mr - r0, nr, accumulate);                                   \
+        }                                                                                           \
+    }
+
+DEFINE_VNNI7(ukr_i8_vnni_rb, 128, ukr_i8_vnni_rb0)
+DEFINE_VNNI7(ukr_i4w_vnni_7, 8, ukr_i4w_vnni_rb)
 
 /* int4 with VNNI and two 7-row blocks: each segment's nibbles are widened once into an
  * L1 buffer in the int8 layout ([q][32][4], values q+8), shared by both row blocks, so
@@ -277,6 +356,18 @@ DEFINE_ENTRY(gemm_ukr_i8_avx512vnni, ukr_i8_vnni_rb, gemm_ukr_i8_ref)
 DEFINE_ENTRY(gemm_ukr_i4_avx512vnni, ukr_i4_vnni_sel, gemm_ukr_i4_ref)
 DEFINE_ENTRY(gemm_ukr_i8_avx512bw, ukr_i8_bw_rb, gemm_ukr_i8_ref)
 DEFINE_ENTRY(gemm_ukr_i4_avx512bw, ukr_i4_bw_rb, gemm_ukr_i4_ref)
+/* Widened int4 (ukr_i4w, the driver's large-M path): only in the tables above, whose
+ * MR (14) and NR (32) the row blocks are written for. */
+void gemm_ukr_i4w_avx512vnni(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                             const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                             float *c, int64_t ldc, int mr, int nr, int accumulate) {
+    ukr_i4w_vnni_7(MR, NR_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
+}
+void gemm_ukr_i4w_avx512bw(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                           const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                           float *c, int64_t ldc, int mr, int nr, int accumulate) {
+    ukr_i4w_bw_rb(MR, NR_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
+}
 
 /* gemm_quant_row_ref, 16 lanes at a time (same operations, so the same bits):
  * amax = max |x| (exact in any order), inv = 127/amax, q = clamp(rint(x*inv)),

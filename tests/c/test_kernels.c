@@ -789,6 +789,65 @@ static void test_gemm_tables(void) {
     }
 }
 
+/* The AVX-512 integer micro-kernels against the reference, called directly: both tables
+ * (VNNI, and the vpmaddubsw one for AVX-512 CPUs without VNNI, which the public API only
+ * reaches on such CPUs) and the widened-int4 kernels (ukr_i4w, the driver's large-M int4
+ * path), over segment counts, row and column tails, and accumulation.  Bit for bit. */
+static void test_int_kernels(void) {
+#if H3_X86
+    if (!h3_isa_supported(H3_ISA_AVX512)) return;
+    const gemm_kernels *tabs[2] = {&gemm_kernels_avx512_novnni, &gemm_kernels_avx512};
+    const int ntabs = h3_cpu_has_avx512_vnni() ? 2 : 1;
+    enum { MR = 14, NR = 32, LDC = NR + 3 };
+    const int nsegs[] = {1, 3}, segqs[] = {8, 32}, mrs[] = {1, 2, 5, 7, 9, 14}, nrs[] = {32, 17};
+    for (int kind = 0; kind < 3; kind++) /* 0 int8, 1 int4 nibbles, 2 int4 widened */
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) {
+                const int nseg = nsegs[a], seg_q = segqs[b], kq = nseg * seg_q;
+                int8_t *ap = malloc((size_t)kq * MR * 4);
+                uint8_t *bp = malloc((size_t)kq * NR * 4), *bw = malloc((size_t)kq * NR * 4);
+                float *sa = malloc((size_t)nseg * MR * 4), *sw = malloc((size_t)nseg * NR * 4);
+                int32_t *asum = calloc((size_t)nseg * MR, 4);
+                for (int i = 0; i < kq * MR * 4; i++) ap[i] = (int8_t)((int)(rng_u64() % 255) - 127);
+                /* valid codes only: q_w in [-127, 127] (+128) and [-7, 7] (+8 per nibble) */
+                for (int i = 0; i < kq * NR * 4; i++)
+                    bp[i] = kind ? (uint8_t)((1 + rng_u64() % 15) | ((1 + rng_u64() % 15) << 4))
+                                 : (uint8_t)(1 + rng_u64() % 255);
+                for (int q = 0; q < kq; q++)
+                    for (int i = 0; i < MR; i++)
+                        for (int t = 0; t < 4; t++) asum[(q / seg_q) * MR + i] += ap[(q * MR + i) * 4 + t];
+                for (int i = 0; i < nseg * MR; i++) sa[i] = 0.01f + 0.02f * fabsf(rng_unif());
+                for (int i = 0; i < nseg * NR; i++) sw[i] = 0.001f + 0.003f * fabsf(rng_unif());
+                gemm_widen_i4(bp, kq, NR, bw);
+                const int64_t sws = kind ? NR : 0;
+                for (int m = 0; m < 6; m++)
+                    for (int n = 0; n < 2; n++)
+                        for (int acc = 0; acc < 2; acc++) {
+                            const int mr = mrs[m], nr = nrs[n];
+                            float want[MR * LDC], init[MR * LDC];
+                            for (int i = 0; i < MR * LDC; i++) init[i] = want[i] = rng_unif();
+                            (kind ? gemm_ukr_i4_ref : gemm_ukr_i8_ref)(MR, NR, nseg, seg_q, ap, bp, sa, asum, sw,
+                                                                     sws, want, LDC, mr, nr, acc);
+                            for (int t = 0; t < ntabs; t++) {
+                                const gemm_kernels *kt = tabs[t];
+                                set_ctx("int kernel %s %s nseg=%d seg_q=%d mr=%d nr=%d acc=%d",
+                                        t ? "vnni" : "bw", kind == 0 ? "i8" : kind == 1 ? "i4" : "i4w", nseg,
+                                        seg_q, mr, nr, acc);
+                                gemm_ukr_int_fn f = kind == 0 ? kt->ukr_i8 : kind == 1 ? kt->ukr_i4 : kt->ukr_i4w;
+                                CHECK(f != NULL, "no kernel");
+                                if (!f) continue;
+                                float got[MR * LDC];
+                                memcpy(got, init, sizeof got);
+                                f(MR, NR, nseg, seg_q, ap, kind == 2 ? bw : bp, sa, asum, sw, sws, got, LDC, mr,
+                                  nr, acc);
+                                CHECK(!memcmp(got, want, sizeof got), "differs from the reference");
+                            }
+                        }
+                free(ap); free(bp); free(bw); free(sa); free(sw); free(asum);
+            }
+#endif
+}
+
 /* ------------------------------------------------------------------ ISA / cpu */
 
 static void test_cpu(void) {
@@ -867,7 +926,7 @@ int main(int argc, char **argv) {
     }
     struct { const char *name; void (*fn)(void); } parts[] = {
         {"cpu", test_cpu}, {"pool", test_pool}, {"convert", test_convert},
-        {"gemm errors", test_gemm_errors}, {"gemm tables", test_gemm_tables}, {"gemm", test_gemm}, {"gemm parts", test_gemm_parts}, {"ops", test_ops},
+        {"gemm errors", test_gemm_errors}, {"gemm tables", test_gemm_tables}, {"int kernels", test_int_kernels}, {"gemm", test_gemm}, {"gemm parts", test_gemm_parts}, {"ops", test_ops},
         {"audio", test_audio}, {"dit", test_dit},
         {"qwen", test_qwen}, {"vit", test_vit}, {"loop", test_loop},
     };
