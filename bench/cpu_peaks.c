@@ -5,9 +5,9 @@
  *   /tmp/cpu_peaks [threads]      (default 2)
  *
  * Register-only loops of 12 independent accumulators (enough to cover the latency on
- * current x86 cores): vfmadd231ps zmm (fp32 FMA) and vpdpbusd zmm (int8 VNNI) and vdpbf16ps zmm (bf16 pairs, fp32 sums), after a
- * warm-up run so the clocks have settled.  Prints GFLOP/s (2 per FMA lane) and GOP/s
- * (2 per int8 multiply-add). */
+ * current x86 cores): vfmadd231ps zmm (fp32 FMA), vpdpbusd zmm (int8 VNNI) and vdpbf16ps
+ * zmm (bf16 pairs summed in fp32), after a warm-up run so the clocks have settled.  Prints
+ * GFLOP/s (2 per multiply-add lane) and GOP/s (2 per int8 multiply-add). */
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdio.h>
