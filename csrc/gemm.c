@@ -644,9 +644,6 @@ static void float_block(run_ctx *c, char *tw, int64_t m0, int64_t m1, int64_t r0
     }
 }
 
-/* Rows [m0,m1) (m0 a multiple of MR) times packed rows [pr0, pr0+w) (panel aligned)
- * into C (ldc).  A panels come packed from phase 1; per K block, each MR-row A panel (L1)
- * meets every B panel of the column block (L2). */
 void gemm_widen_i4(const uint8_t *src, int64_t kq, int nr, uint8_t *dst) {
     const int64_t row = (int64_t)nr * 4;
     for (int64_t j = 0; j < kq / 2; j++, src += row, dst += 2 * row)
@@ -656,6 +653,9 @@ void gemm_widen_i4(const uint8_t *src, int64_t kq, int nr, uint8_t *dst) {
         }
 }
 
+/* Rows [m0,m1) (m0 a multiple of MR) times packed rows [pr0, pr0+w) (panel aligned)
+ * into C (ldc).  A panels come packed from phase 1; per K block, each MR-row A panel (L1)
+ * meets every B panel of the column block (L2). */
 static void int_block(run_ctx *c, char *tw, int64_t m0, int64_t m1, int64_t pr0, int64_t w, float *C,
                       int64_t ldc) {
     const h3_linear *l = c->l;
@@ -682,8 +682,8 @@ static void int_block(run_ctx *c, char *tw, int64_t m0, int64_t m1, int64_t pr0,
     for (int64_t j0 = 0; j0 < w; j0 += jstep) {
         for (int64_t pc = 0; pc < Kp; pc += kci) {
             /* Kp is a multiple of segeff, and of kci when seg > kci (choose_kci) */
-            const int nseg = (int)(H3_MIN(kci, Kp - pc) / segeff);
             const int64_t kb = H3_MIN(kci, Kp - pc);
+            const int nseg = (int)(kb / segeff);
             if (widen)
                 for (int64_t jr = j0; jr < H3_MIN(w, j0 + jstep); jr += NR) {
                     const int64_t p = (pr0 + jr) / NR;
@@ -708,12 +708,8 @@ static void int_block(run_ctx *c, char *tw, int64_t m0, int64_t m1, int64_t pr0,
                     const uint8_t *b;
                     const float *sw;
                     int64_t sws;
-                    if (widen) {
-                        b = (const uint8_t *)tw + (jr - j0) * kb;
-                        sw = l->wscale + (p * ng + pc / l->group_size) * NR;
-                        sws = NR;
-                    } else if (i4) {
-                        b = pk + ((p * (Kp / 8) + pc / 8) * NR) * 4;
+                    if (i4) {
+                        b = widen ? (const uint8_t *)tw + (jr - j0) * kb : pk + ((p * (Kp / 8) + pc / 8) * NR) * 4;
                         sw = l->wscale + (p * ng + pc / l->group_size) * NR;
                         sws = NR;
                     } else {

@@ -157,29 +157,17 @@ static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
     store_block(acc, c, ldc, mr, nr, accumulate);
 }
 
-static void ukr_i8_amx(int MR_, int NR_, int nseg, int seg_q, const int8_t *ap,
-                       const uint8_t *bp, const float *sa, const int32_t *asum,
-                       const float *sw, int64_t sw_stride, float *c, int64_t ldc, int mr,
-                       int nr, int accumulate) {
-    (void)MR_; (void)NR_;
-    ukr_int_amx(0, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
-}
-
-static void ukr_i4_amx(int MR_, int NR_, int nseg, int seg_q, const int8_t *ap,
-                       const uint8_t *bp, const float *sa, const int32_t *asum,
-                       const float *sw, int64_t sw_stride, float *c, int64_t ldc, int mr,
-                       int nr, int accumulate) {
-    (void)MR_; (void)NR_;
-    ukr_int_amx(1, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
-}
-
-static void ukr_i4w_amx(int MR_, int NR_, int nseg, int seg_q, const int8_t *ap,
-                        const uint8_t *bp, const float *sa, const int32_t *asum,
-                        const float *sw, int64_t sw_stride, float *c, int64_t ldc, int mr,
-                        int nr, int accumulate) {
-    (void)MR_; (void)NR_;
-    ukr_int_amx(2, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
-}
+/* The table's entries: ukr_int_amx with is_i4 = 0 (ukr_i8), 1 (ukr_i4), 2 (ukr_i4w). */
+#define DEFINE_INT_AMX(name, is_i4)                                                          \
+    static void name(int MR_, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp, \
+                     const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,  \
+                     float *c, int64_t ldc, int mr, int nr, int accumulate) {                   \
+        (void)MR_; (void)NR_;                                                                   \
+        ukr_int_amx(is_i4, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate); \
+    }
+DEFINE_INT_AMX(ukr_i8_amx, 0)
+DEFINE_INT_AMX(ukr_i4_amx, 1)
+DEFINE_INT_AMX(ukr_i4w_amx, 2)
 
 /* ---- bf16 ---------------------------------------------------------------------- */
 

@@ -156,6 +156,28 @@ int_rows(const int I4, const int VNNI, const int RB, int MR, int nseg, int seg_q
     }
 }
 
+/* VNNI, 7 rows x 32 columns over seg_q k-quads of int8-layout weights (int8, or int4
+ * widened: the offset is in acc's starting value): acc[i][h] += the rows' dots. */
+static inline __attribute__((always_inline)) void quads7(__m512i acc[7][2], int MR, int seg_q, const int8_t *a,
+                                                        const uint8_t *b) {
+    for (int q = 0; q < seg_q; q += 2, a += 2 * MR * 4, b += 2 * NR * 4) {
+        __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64);
+        __m512i b2 = _mm512_loadu_si512(b + 128), b3 = _mm512_loadu_si512(b + 192);
+#pragma GCC unroll 7
+        for (int i = 0; i < 7; i++) {
+            __m512i av = bcast4(a + i * 4);
+            acc[i][0] = dot4(1, 1, acc[i][0], b0, av);
+            acc[i][1] = dot4(1, 1, acc[i][1], b1, av);
+        }
+#pragma GCC unroll 7
+        for (int i = 0; i < 7; i++) {
+            __m512i av = bcast4(a + MR * 4 + i * 4);
+            acc[i][0] = dot4(1, 1, acc[i][0], b2, av);
+            acc[i][1] = dot4(1, 1, acc[i][1], b3, av);
+        }
+    }
+}
+
 /* VNNI, one full 7-row block of int8 weights (off 128) or widened int4 ones (off 8, the
  * I8 layout).  The float partial sums stay in an L1 tile that starts at zero, so every
  * segment runs the same branch-free epilogue (fma(dot, sa*sw, 0) is what the reference's
@@ -178,24 +200,7 @@ rows7_vnni(const int32_t off, int MR, int nseg, int seg_q, const int8_t *ap, con
         __m512i acc[7][2];
 #pragma GCC unroll 7
         for (int i = 0; i < 7; i++) acc[i][0] = acc[i][1] = _mm512_set1_epi32(-off * asum[s * MR + i]);
-        const int8_t *a = ap + (int64_t)s * seg_q * MR * 4;
-        const uint8_t *b = bp + (int64_t)s * seg_q * NR * 4;
-        for (int q = 0; q < seg_q; q += 2, a += 2 * MR * 4, b += 2 * NR * 4) {
-            __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64);
-            __m512i b2 = _mm512_loadu_si512(b + 128), b3 = _mm512_loadu_si512(b + 192);
-#pragma GCC unroll 7
-            for (int i = 0; i < 7; i++) {
-                __m512i av = bcast4(a + i * 4);
-                acc[i][0] = dot4(1, 1, acc[i][0], b0, av);
-                acc[i][1] = dot4(1, 1, acc[i][1], b1, av);
-            }
-#pragma GCC unroll 7
-            for (int i = 0; i < 7; i++) {
-                __m512i av = bcast4(a + MR * 4 + i * 4);
-                acc[i][0] = dot4(1, 1, acc[i][0], b2, av);
-                acc[i][1] = dot4(1, 1, acc[i][1], b3, av);
-            }
-        }
+        quads7(acc, MR, seg_q, ap + (int64_t)s * seg_q * MR * 4, bp + (int64_t)s * seg_q * NR * 4);
         const __m512 sw0 = _mm512_loadu_ps(sw + s * sw_stride), sw1 = _mm512_loadu_ps(sw + s * sw_stride + 16);
 #pragma GCC unroll 7
         for (int i = 0; i < 7; i++) {
@@ -267,9 +272,9 @@ DEFINE_VNNI7(ukr_i4w_vnni_7, 8, ukr_i4w_vnni_rb)
 /* int4 with VNNI and two 7-row blocks (small M; large M comes widened from the driver):
  * each segment's nibbles are widened once into an L1 buffer in the int8 layout ([q][32][4],
  * values q+8), shared by both row blocks, so the inner loop is the int8 one.  Same integer
- * dots and epilogue order (same bits).  Its quad loop is rows7_vnni's; widening the whole
- * K block first and calling rows7_vnni instead measured ~13% slower at M = 32-56 (a 32 KB
- * buffer written and read back per call, where this one stays at 4 KB). */
+ * dots and epilogue order (same bits).  The quad loop is rows7_vnni's (quads7); widening
+ * the whole K block first and calling rows7_vnni instead measured ~13% slower at M = 32-56
+ * (a 32 KB buffer written and read back per call, where this one stays at 4 KB). */
 static inline __attribute__((always_inline)) void
 seg_rows7_i4(int MR, int seg_q, const int8_t *a, const uint8_t *bdec, const float *sa_s,
              const int32_t *asum_s, const float *sw_s, float *fbuf, int first, int last, float *c,
@@ -277,23 +282,7 @@ seg_rows7_i4(int MR, int seg_q, const int8_t *a, const uint8_t *bdec, const floa
     __m512i acc[7][2];
 #pragma GCC unroll 7
     for (int i = 0; i < 7; i++) acc[i][0] = acc[i][1] = _mm512_set1_epi32(-8 * asum_s[i]);
-    const uint8_t *b = bdec;
-    for (int q = 0; q < seg_q; q += 2, a += 2 * MR * 4, b += 2 * NR * 4) {
-        __m512i b0 = _mm512_load_si512(b), b1 = _mm512_load_si512(b + 64);
-        __m512i b2 = _mm512_load_si512(b + 128), b3 = _mm512_load_si512(b + 192);
-#pragma GCC unroll 7
-        for (int i = 0; i < 7; i++) {
-            __m512i av = bcast4(a + i * 4);
-            acc[i][0] = dot4(1, 1, acc[i][0], b0, av);
-            acc[i][1] = dot4(1, 1, acc[i][1], b1, av);
-        }
-#pragma GCC unroll 7
-        for (int i = 0; i < 7; i++) {
-            __m512i av = bcast4(a + MR * 4 + i * 4);
-            acc[i][0] = dot4(1, 1, acc[i][0], b2, av);
-            acc[i][1] = dot4(1, 1, acc[i][1], b3, av);
-        }
-    }
+    quads7(acc, MR, seg_q, a, bdec);
     const __m512 sw0 = _mm512_loadu_ps(sw_s), sw1 = _mm512_loadu_ps(sw_s + 16);
 #pragma GCC unroll 7
     for (int i = 0; i < 7; i++) {
