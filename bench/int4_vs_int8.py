@@ -5,24 +5,23 @@ alternated rounds, so that a machine whose speed drifts still gives fair ratios.
     python3 bench/int4_vs_int8.py [--threads 2] [--rounds 3] [--no-torch]
 """
 import argparse
-import time
+import os
+import sys
 import warnings
 
 import numpy as np
 
 import h3cy
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from text_layer_ab import best_of  # noqa: E402
+
 SHAPES = {"qkv": (7168, 5376), "out": (5376, 7168), "up": (28672, 5376), "down": (5376, 14336)}
 
 
 def best(fn, n=5):
-    fn()
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return min(ts)
+    fn()  # warm-up: first-touch of the output and workspace
+    return best_of(fn, n)
 
 
 def torch_int8dyn(w, x, threads):
