@@ -16,9 +16,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 struct h3_linear {
     int64_t N, K;          /* logical shape */
@@ -140,7 +137,7 @@ static h3_status pack_int(h3_linear *l, const void *w, int src_dtype, h3_err *er
     const float qmax = i4 ? 7.0f : 127.0f;
     size_t wb = i4 ? (size_t)(Np * Kp / 2) : (size_t)(Np * Kp);
     size_t sb = (size_t)(i4 ? Np * ng : Np) * sizeof(float);
-    l->w = h3_alloc(wb);
+    l->w = h3_alloc_large(wb);
     l->wscale = h3_alloc(sb);
     if (!l->w || !l->wscale) return h3_fail(err, H3_ENOMEM, "linear: cannot allocate %zu bytes for packed weights", wb + sb);
     uint8_t *pk = (uint8_t *)l->w;
@@ -272,7 +269,7 @@ h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
         if (st) { h3_linear_free(l); return st; }
     } else {
         size_t esz = wt == H3_DT_F32 ? 4 : 2;
-        l->w = h3_alloc((size_t)nw * esz);
+        l->w = h3_alloc_large((size_t)nw * esz);
         if (!l->w) { h3_linear_free(l); return h3_fail(err, H3_ENOMEM, "linear: cannot allocate %zu bytes", (size_t)nw * esz); }
         if (wt == src_dtype) memcpy(l->w, w, (size_t)nw * esz);
         else st = h3_convert(w, src_dtype, l->w, wt, nw, H3_ISA_REF, err);
@@ -829,21 +826,6 @@ static void mul_task(void *p, int ith, int nth) {
     }
 }
 
-/* A call's own workspace (tens of MB for large M): 2 MB-aligned and marked for huge
- * pages, so that first touch costs a few faults instead of one per 4 KB page. */
-static void *ws_alloc(size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (bytes >= ((size_t)4 << 20)) {
-        void *p = NULL;
-        size_t b = H3_ALIGN_UP(bytes, (size_t)2 << 20);
-        if (posix_memalign(&p, (size_t)2 << 20, b)) return NULL;
-        madvise(p, b, MADV_HUGEPAGE); /* advisory: failure only costs speed */
-        return p;
-    }
-#endif
-    return h3_alloc(bytes);
-}
-
 /* What conv rows need beyond h3_linear_workspace_bytes: int modes gather each row before
  * quantising it (one row per thread); float modes at gemv sizes gather the M rows. */
 static size_t rows_extra_bytes(const h3_linear *l, int64_t M, int nth) {
@@ -906,7 +888,7 @@ static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, cons
     size_t need = rows ? h3_linear_rows_workspace_bytes(l, M, nth, epi) : h3_linear_workspace_bytes(l, M, nth, epi);
     void *own = NULL;
     if (!ws) {
-        own = ws = ws_alloc(need);
+        own = ws = h3_alloc_large(need); /* tens of MB for large M: few first-touch faults */
         ws_bytes = need;
         if (!ws) return h3_fail(err, H3_ENOMEM, "linear_forward: cannot allocate %zu bytes of workspace", need);
     } else if (ws_bytes < need) {

@@ -31,6 +31,11 @@ h3_status h3_fail(h3_err *err, h3_status code, const char *fmt, ...)
 
 /* 64-byte aligned allocation; NULL on failure or overflow.  Free with h3_free. */
 void *h3_alloc(size_t bytes);
+/* As h3_alloc, but from 4 MB up 2 MB-aligned and marked for transparent huge pages
+ * (Linux): for weights and large workspaces that are streamed through.  With 4 KB pages
+ * the hardware prefetchers stop at every page boundary; one core streamed 18.6 GB/s from
+ * 4 KB pages and 29.3 GB/s from huge pages on the 2-core Zen 4 VM.  Free with h3_free. */
+void *h3_alloc_large(size_t bytes);
 void h3_free(void *p);
 
 /* Workspace carving: take `bytes` (rounded up to 64) from a bump pointer. */

@@ -3,6 +3,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 h3_status h3_fail(h3_err *err, h3_status code, const char *fmt, ...) {
     if (err) {
@@ -19,6 +22,20 @@ void *h3_alloc(size_t bytes) {
     if (bytes > ((size_t)1 << 46)) return NULL; /* refuse absurd sizes (overflowed math) */
     size_t b = (bytes + 63u) & ~(size_t)63u;
     return aligned_alloc(64, b);
+}
+
+void *h3_alloc_large(size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (bytes >= ((size_t)4 << 20) && bytes <= ((size_t)1 << 46)) {
+        void *p = NULL;
+        const size_t huge = (size_t)2 << 20;
+        if (posix_memalign(&p, huge, bytes)) return NULL;
+        /* whole huge pages only: a partial last one would be materialised whole */
+        madvise(p, bytes & ~(huge - 1), MADV_HUGEPAGE); /* advisory: failure only costs speed */
+        return p;
+    }
+#endif
+    return h3_alloc(bytes);
 }
 
 void h3_free(void *p) { free(p); }

@@ -39,6 +39,6 @@ def test_c_driver_under_asan_ubsan():
     tested = re.search(r"^isas tested: (.*)$", r.stdout, re.M).group(1).split()
     assert tested[0] == "ref"
     # every part of the driver ran checks (element-wise ops and attention included)
-    for part in ("cpu", "pool", "convert", "gemm errors", "gemm", "ops", "audio", "dit", "qwen", "vit", "loop"):
+    for part in ("cpu", "alloc", "pool", "convert", "gemm errors", "gemm", "ops", "audio", "dit", "qwen", "vit", "loop"):
         m = re.search(rf"^{part} +(\d+) checks, 0 failed", r.stdout, re.M)
         assert m and int(m.group(1)) > 0, f"driver part '{part}' ran no checks:\n{r.stdout[-3000:]}"

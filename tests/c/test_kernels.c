@@ -719,6 +719,26 @@ static void test_gemm_parts(void) {
     }
 }
 
+/* h3_alloc / h3_alloc_large: alignment, the whole size writable (ASan checks the bounds in
+ * the sanitizer build), absurd sizes refused. */
+static void test_alloc(void) {
+    set_ctx("alloc");
+    const size_t sizes[] = {1, 100, (size_t)4 << 20, ((size_t)5 << 20) + 123, (size_t)9 << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        unsigned char *p = h3_alloc_large(sizes[i]);
+        CHECK(p != NULL, "h3_alloc_large(%zu) = NULL", sizes[i]);
+        if (!p) continue;
+        const uintptr_t align = sizes[i] >= ((size_t)4 << 20) ? ((uintptr_t)2 << 20) : 64;
+        CHECK(((uintptr_t)p & (align - 1)) == 0, "h3_alloc_large(%zu) = %p, not %zu-aligned", sizes[i],
+              (void *)p, (size_t)align);
+        memset(p, 0xA5, sizes[i]);
+        CHECK(p[0] == 0xA5 && p[sizes[i] - 1] == 0xA5, "h3_alloc_large(%zu): bytes not kept", sizes[i]);
+        h3_free(p);
+    }
+    CHECK(h3_alloc_large((size_t)1 << 50) == NULL, "h3_alloc_large(2^50) should fail");
+    CHECK(h3_alloc((size_t)1 << 50) == NULL, "h3_alloc(2^50) should fail");
+}
+
 static void test_pool(void) {
     set_ctx("pool");
     h3_pool *p = (h3_pool *)(uintptr_t)1;
@@ -925,7 +945,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     struct { const char *name; void (*fn)(void); } parts[] = {
-        {"cpu", test_cpu}, {"pool", test_pool}, {"convert", test_convert},
+        {"cpu", test_cpu}, {"alloc", test_alloc}, {"pool", test_pool}, {"convert", test_convert},
         {"gemm errors", test_gemm_errors}, {"gemm tables", test_gemm_tables}, {"int kernels", test_int_kernels}, {"gemm", test_gemm}, {"gemm parts", test_gemm_parts}, {"ops", test_ops},
         {"audio", test_audio}, {"dit", test_dit},
         {"qwen", test_qwen}, {"vit", test_vit}, {"loop", test_loop},
