@@ -34,7 +34,8 @@ void *h3_alloc(size_t bytes);
 /* As h3_alloc, but from 4 MB up 2 MB-aligned and marked for transparent huge pages
  * (Linux): for weights and large workspaces that are streamed through.  With 4 KB pages
  * the hardware prefetchers stop at every page boundary; one core streamed 18.6 GB/s from
- * 4 KB pages and 29.3 GB/s from huge pages on the 2-core Zen 4 VM.  Free with h3_free. */
+ * 4 KB pages and 29.3 GB/s from huge pages on the 2-core Zen 4 VM.  H3CY_HUGEPAGES=0 turns
+ * the huge pages off (A/B).  Free with h3_free. */
 void *h3_alloc_large(size_t bytes);
 void h3_free(void *p);
 

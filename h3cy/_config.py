@@ -11,6 +11,9 @@ H3CY_ATTENTION   default attention products of models made with attention=None: 
               fp32 | bf16 (see h3cy.ops.attention_bf16; fp32 for A/B of the int modes).
 H3CY_CONV_IM2COL=1 audio VAE convolutions build their im2col rows before each GEMM instead
               of letting the GEMM read them in place (same bits; for A/B).
+H3CY_HUGEPAGES=0 keep converted weights and large GEMM workspaces in ordinary 4 KB pages
+              instead of transparent huge pages (same bits; for A/B).  Read by the C
+              library at each such allocation.
 """
 import os
 
