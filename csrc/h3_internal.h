@@ -33,9 +33,10 @@ h3_status h3_fail(h3_err *err, h3_status code, const char *fmt, ...)
 void *h3_alloc(size_t bytes);
 /* As h3_alloc, but from 4 MB up 2 MB-aligned and marked for transparent huge pages
  * (Linux): for weights and large workspaces that are streamed through.  With 4 KB pages
- * the hardware prefetchers stop at every page boundary; one core streamed 18.6 GB/s from
- * 4 KB pages and 29.3 GB/s from huge pages on the 2-core Zen 4 VM.  H3CY_HUGEPAGES=0 turns
- * the huge pages off (A/B).  Free with h3_free. */
+ * the hardware prefetchers stop at every page boundary; one core of the 2-core Zen 4 VM
+ * streamed 26-28 GB/s from 4 KB pages and 28-31 GB/s from huge pages (one noisy run:
+ * 18.6 against 29.3).  H3CY_HUGEPAGES=0 turns the huge pages off (A/B).  Free with
+ * h3_free. */
 void *h3_alloc_large(size_t bytes);
 void h3_free(void *p);
 

@@ -67,16 +67,17 @@ def host_arch():
     return "aarch64" if m in ("aarch64", "arm64") else m
 
 
-def build(kind, cc="gcc", arch=None, extra=(), link_extra=(), jobs=2):
-    """Compile every source and the driver into BUILD_ROOT/kind; return the binary path.
-    Raises subprocess.CalledProcessError (with the compiler output) on failure."""
+def build(kind, cc="gcc", arch=None, extra=(), link_extra=(), jobs=2, driver=DRIVER):
+    """Compile every source and the driver (a C file with main(); the test driver unless
+    given) into BUILD_ROOT/kind; return the binary path.  Raises
+    subprocess.CalledProcessError (with the compiler output) on failure."""
     arch = arch or host_arch()
     base, isa_flags = setup_flags()
     out = BUILD_ROOT / kind
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    units = sources(arch, isa_flags) + [(str(DRIVER), None)]
+    units = sources(arch, isa_flags) + [(str(driver), None)]
 
     def compile_one(unit):
         path, isa = unit
@@ -91,7 +92,7 @@ def build(kind, cc="gcc", arch=None, extra=(), link_extra=(), jobs=2):
 
     with ThreadPoolExecutor(max_workers=jobs) as ex:
         objs = list(ex.map(compile_one, units))
-    exe = out / "test_kernels"
+    exe = out / Path(driver).stem
     cmd = [cc, "-o", str(exe)] + objs + list(extra) + list(link_extra) + ["-pthread", "-lm"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
