@@ -809,6 +809,49 @@ static void test_gemm_tables(void) {
     }
 }
 
+/* The VDPBF16PS table's weight packing (gemm_bf16_pack.inc, shared with AMX) against its
+ * definition: panel p, pair kk, column c holds W[n][k0+2kk] | W[n][k0+2kk+1] << 16 for
+ * n = n0 + 32p + c < n_valid and k < kc, else zero, over kc32(kc)/2 pairs.  Full panels
+ * take the 16x16 transpose, the last pairs and partial panels the gathers; every word is
+ * compared. */
+static void test_bf16_unpack(void) {
+#if H3_X86
+    set_ctx("bf16 unpack");
+    if (!h3_isa_supported(H3_ISA_AVX512) || !h3_cpu_has_avx512_bf16()) return;
+    const gemm_kernels *kt = &gemm_kernels_avx512_bf16dp;
+    enum { NR = 32 };
+    const int64_t N = 100, K = 300, ldw = K + 5;
+    uint16_t *w = malloc((size_t)N * ldw * 2);
+    for (int64_t i = 0; i < N * ldw; i++) w[i] = (uint16_t)(i * 2654435761u >> 7);
+    const struct { int64_t n0, nc, n_valid, k0, kc; } cases[] = {
+        {0, 64, 100, 0, 64}, {0, 96, 100, 3, 255}, {32, 64, 90, 10, 290}, {64, 64, 100, 0, 31},
+        {0, 32, 100, 1, 33}, {96, 32, 100, 0, 32}, {0, 64, 20, 0, 64},
+    };
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const int64_t n0 = cases[t].n0, nc = cases[t].nc, nv = cases[t].n_valid, k0 = cases[t].k0,
+                      kc = cases[t].kc, pairs = ((kc + 31) & ~(int64_t)31) / 2;
+        const size_t words = (size_t)(nc / NR) * kc * NR; /* the driver's float slots */
+        uint32_t *out = malloc(words * 4);
+        memset(out, 0xAB, words * 4);
+        kt->unpack(H3_DT_BF16, w, ldw, n0, nc, nv, k0, kc, (float *)out, NR);
+        long bad = 0;
+        for (int64_t p = 0; p < nc / NR; p++)
+            for (int64_t kk = 0; kk < pairs; kk++)
+                for (int64_t c = 0; c < NR; c++) {
+                    const int64_t n = n0 + p * NR + c, k = 2 * kk;
+                    uint32_t lo = 0, hi = 0;
+                    if (n < nv && k < kc) lo = w[n * ldw + k0 + k];
+                    if (n < nv && k + 1 < kc) hi = w[n * ldw + k0 + k + 1];
+                    bad += out[p * kc * NR + kk * NR + c] != (lo | hi << 16);
+                }
+        CHECK(bad == 0, "bf16 unpack case %zu (n0 %lld nc %lld n_valid %lld k0 %lld kc %lld): %ld words differ", t,
+              (long long)n0, (long long)nc, (long long)nv, (long long)k0, (long long)kc, bad);
+        free(out);
+    }
+    free(w);
+#endif
+}
+
 /* The AVX-512 integer micro-kernels against the reference, called directly: both tables
  * (VNNI, and the vpmaddubsw one for AVX-512 CPUs without VNNI, which the public API only
  * reaches on such CPUs) and the widened-int4 kernels (ukr_i4w, the driver's large-M int4
@@ -946,7 +989,7 @@ int main(int argc, char **argv) {
     }
     struct { const char *name; void (*fn)(void); } parts[] = {
         {"cpu", test_cpu}, {"alloc", test_alloc}, {"pool", test_pool}, {"convert", test_convert},
-        {"gemm errors", test_gemm_errors}, {"gemm tables", test_gemm_tables}, {"int kernels", test_int_kernels}, {"gemm", test_gemm}, {"gemm parts", test_gemm_parts}, {"ops", test_ops},
+        {"gemm errors", test_gemm_errors}, {"gemm tables", test_gemm_tables}, {"int kernels", test_int_kernels}, {"bf16 unpack", test_bf16_unpack}, {"gemm", test_gemm}, {"gemm parts", test_gemm_parts}, {"ops", test_ops},
         {"audio", test_audio}, {"dit", test_dit},
         {"qwen", test_qwen}, {"vit", test_vit}, {"loop", test_loop},
     };
