@@ -19,54 +19,76 @@
 
 #include "gemm_bf16_pack.inc"
 
-/* x rows -> bf16 [MR][kc32] (round to nearest even, zero padded). */
+/* x rows -> bf16 k pairs interleaved by row, [kc32/2][MR][2] (round to nearest even, zero
+ * padded), so that the kernel finds row i's pair kk at a fixed offset from one pointer
+ * (one GPR for all 14 rows: row pointers had spilled). */
 static void pack_a_bf16(const float *x, int64_t ldx, int64_t rows, int64_t kc, int MR_,
                             void *dst) {
     (void)MR_;
-    uint16_t *d = (uint16_t *)dst;
+    uint32_t *d = (uint32_t *)dst;
     const int64_t kp = kc32(kc);
+    uint16_t row[16] __attribute__((aligned(64)));
     for (int64_t i = 0; i < MR; i++) {
-        uint16_t *row = d + i * kp;
-        if (i >= rows) { memset(row, 0, (size_t)kp * 2); continue; }
+        if (i >= rows) {
+            for (int64_t kk = 0; kk < kp / 2; kk++) d[kk * MR + i] = 0;
+            continue;
+        }
         int64_t k = 0;
         for (; k + 16 <= kc; k += 16) {
             __m512 v = _mm512_loadu_ps(x + i * ldx + k);
-            _mm256_storeu_si256((__m256i *)(row + k), (__m256i)_mm512_cvtneps_pbh(v));
+            _mm256_store_si256((__m256i *)row, (__m256i)_mm512_cvtneps_pbh(v));
+            for (int t = 0; t < 8; t++) d[(k / 2 + t) * MR + i] = (uint32_t)row[2 * t] | (uint32_t)row[2 * t + 1] << 16;
         }
-        for (; k < kc; k++) row[k] = h3_f32_to_bf16(x[i * ldx + k]);
-        for (; k < kp; k++) row[k] = 0;
+        for (; k < kp; k += 2) {
+            uint16_t lo = k < kc ? h3_f32_to_bf16(x[i * ldx + k]) : 0;
+            uint16_t hi = k + 1 < kc ? h3_f32_to_bf16(x[i * ldx + k + 1]) : 0;
+            d[(k / 2) * MR + i] = (uint32_t)lo | (uint32_t)hi << 16;
+        }
     }
 }
 
+/* R rows (R >= mr) x 32 columns over kp/2 k pairs; each row's sum runs over the pairs in
+ * order whatever R is, so every R gives the same bits. */
+static inline __attribute__((always_inline)) void bf16dp_rows(const int R, int64_t kp, const uint32_t *a,
+                                                             const uint32_t *b, float *c, int64_t ldc, int mr,
+                                                             int nr, int accumulate) {
+    __m512 acc[R][2];
+#pragma GCC unroll 14
+    for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < kp / 2; kk++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + kk * NR);
+        __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + kk * NR + 16);
+#pragma GCC unroll 14
+        for (int i = 0; i < R; i++) {
+            __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[kk * MR + i]);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
+        }
+    }
+#pragma GCC unroll 14
+    for (int i = 0; i < R; i++)
+        if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, accumulate);
+}
+
+/* A last tile of few rows (M = 16 is 14 + 2) runs the smallest of 2/4/7/14 rows that
+ * covers it instead of all 14: at small M, where the weights' packing is shared by few
+ * tiles, the 14-row tile for 2 rows had cost as much as a full one (C harness, M = 16, K =
+ * 5120, N = 25600, 2 threads: 38-47 ms against 29 ms at M = 14). */
 static void ukr_bf16dp(int MR_, int NR_, int64_t kc, const float *ap, const float *bp, float *c,
                        int64_t ldc, int mr, int nr, int accumulate) {
     (void)MR_; (void)NR_;
     const int64_t kp = kc32(kc);
-    const uint16_t *a = (const uint16_t *)ap;
+    const uint32_t *a = (const uint32_t *)ap;
     const uint32_t *b = (const uint32_t *)bp;
     /* the C tile is touched only at the end; start its (L3) lines on their way now */
     for (int i = 0; i < mr; i++) {
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
         _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
     }
-    __m512 acc[MR][2];
-#pragma GCC unroll 14
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    for (int64_t kk = 0; kk < kp / 2; kk++) {
-        __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + kk * NR);
-        __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + kk * NR + 16);
-#pragma GCC unroll 14
-        for (int i = 0; i < MR; i++) {
-            uint32_t pair;
-            memcpy(&pair, a + i * kp + 2 * kk, 4);
-            __m512bh av = (__m512bh)_mm512_set1_epi32((int)pair);
-            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
-            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
-        }
-    }
-#pragma GCC unroll 14
-    for (int i = 0; i < MR; i++)
-        if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, accumulate);
+    if (mr > 7) bf16dp_rows(MR, kp, a, b, c, ldc, mr, nr, accumulate);
+    else if (mr > 4) bf16dp_rows(7, kp, a, b, c, ldc, mr, nr, accumulate);
+    else if (mr > 2) bf16dp_rows(4, kp, a, b, c, ldc, mr, nr, accumulate);
+    else bf16dp_rows(2, kp, a, b, c, ldc, mr, nr, accumulate);
 }
 
 /* kc 1024 x nc 512 (a 1 MB bf16 weight block per thread) and the C prefetch above: this
