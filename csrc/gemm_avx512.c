@@ -17,31 +17,43 @@
 #define MR 14
 #define NR 32
 
-static void ukr_f32_avx512(int mr_, int nr_, int64_t kc, const float *ap, const float *bp,
-                           float *c, int64_t ldc, int mr, int nr, int accumulate) {
-    (void)mr_; (void)nr_;
-    __m512 acc[MR][2];
-    /* the C tile is touched only at the end; start its (L3) lines on their way now */
-    for (int i = 0; i < mr; i++) {
-        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
-    }
+/* R rows (R >= mr) x 32 columns; each row's k loop is the same whatever R is (same bits). */
+static inline __attribute__((always_inline)) void f32_rows(const int R, int64_t kc, const float *ap,
+                                                          const float *bp, float *c, int64_t ldc, int mr,
+                                                          int nr, int accumulate) {
+    __m512 acc[R][2];
 #pragma GCC unroll 14
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     for (int64_t k = 0; k < kc; k++) {
         __m512 b0 = _mm512_load_ps(bp + k * NR);
         __m512 b1 = _mm512_load_ps(bp + k * NR + 16);
         const float *a = ap + k * MR;
 #pragma GCC unroll 14
-        for (int i = 0; i < MR; i++) {
+        for (int i = 0; i < R; i++) {
             __m512 av = _mm512_set1_ps(a[i]);
             acc[i][0] = _mm512_fmadd_ps(av, b0, acc[i][0]);
             acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);
         }
     }
 #pragma GCC unroll 14
-    for (int i = 0; i < MR; i++)
+    for (int i = 0; i < R; i++)
         if (i < mr) store_row(c + i * ldc, acc[i][0], acc[i][1], nr, accumulate);
+}
+
+/* A short last row tile runs the smallest of 2/4/7/14 rows that covers it, not all 14 (as
+ * in gemm_bf16_avx512.c). */
+static void ukr_f32_avx512(int mr_, int nr_, int64_t kc, const float *ap, const float *bp,
+                           float *c, int64_t ldc, int mr, int nr, int accumulate) {
+    (void)mr_; (void)nr_;
+    /* the C tile is touched only at the end; start its (L3) lines on their way now */
+    for (int i = 0; i < mr; i++) {
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
+    }
+    if (mr > 7) f32_rows(MR, kc, ap, bp, c, ldc, mr, nr, accumulate);
+    else if (mr > 4) f32_rows(7, kc, ap, bp, c, ldc, mr, nr, accumulate);
+    else if (mr > 2) f32_rows(4, kc, ap, bp, c, ldc, mr, nr, accumulate);
+    else f32_rows(2, kc, ap, bp, c, ldc, mr, nr, accumulate);
 }
 
 static inline __m512 maskload_w(int wtype, const void *w, int64_t idx, __mmask16 m);
