@@ -45,15 +45,8 @@ static inline __attribute__((always_inline)) void f32_rows(const int R, int64_t 
 static void ukr_f32_avx512(int mr_, int nr_, int64_t kc, const float *ap, const float *bp,
                            float *c, int64_t ldc, int mr, int nr, int accumulate) {
     (void)mr_; (void)nr_;
-    /* the C tile is touched only at the end; start its (L3) lines on their way now */
-    for (int i = 0; i < mr; i++) {
-        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
-    }
-    if (mr > 7) f32_rows(MR, kc, ap, bp, c, ldc, mr, nr, accumulate);
-    else if (mr > 4) f32_rows(7, kc, ap, bp, c, ldc, mr, nr, accumulate);
-    else if (mr > 2) f32_rows(4, kc, ap, bp, c, ldc, mr, nr, accumulate);
-    else f32_rows(2, kc, ap, bp, c, ldc, mr, nr, accumulate);
+    prefetch_c_tile(c, ldc, mr);
+    GEMM_ROWS_DISPATCH(mr, MR, f32_rows, kc, ap, bp, c, ldc, mr, nr, accumulate);
 }
 
 static inline __m512 maskload_w(int wtype, const void *w, int64_t idx, __mmask16 m);

@@ -80,15 +80,8 @@ static void ukr_bf16dp(int MR_, int NR_, int64_t kc, const float *ap, const floa
     const int64_t kp = kc32(kc);
     const uint32_t *a = (const uint32_t *)ap;
     const uint32_t *b = (const uint32_t *)bp;
-    /* the C tile is touched only at the end; start its (L3) lines on their way now */
-    for (int i = 0; i < mr; i++) {
-        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
-    }
-    if (mr > 7) bf16dp_rows(MR, kp, a, b, c, ldc, mr, nr, accumulate);
-    else if (mr > 4) bf16dp_rows(7, kp, a, b, c, ldc, mr, nr, accumulate);
-    else if (mr > 2) bf16dp_rows(4, kp, a, b, c, ldc, mr, nr, accumulate);
-    else bf16dp_rows(2, kp, a, b, c, ldc, mr, nr, accumulate);
+    prefetch_c_tile(c, ldc, mr);
+    GEMM_ROWS_DISPATCH(mr, MR, bf16dp_rows, kp, a, b, c, ldc, mr, nr, accumulate);
 }
 
 /* kc 1024 x nc 512 (a 1 MB bf16 weight block per thread) and the C prefetch above: this

@@ -63,11 +63,7 @@ int_rows(const int I4, const int VNNI, const int RB, int MR, int nseg, int seg_q
     /* with 1-2 rows (small M) a second set of accumulators takes every other quad, so
      * that 4+ independent dpbusd chains hide the instruction latency (int32 adds are exact) */
     const int DUAL = RB <= 2;
-    /* the C tile is touched only at the end; start its (L3) lines on their way now */
-    for (int i = 0; i < mr; i++) {
-        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
-    }
+    prefetch_c_tile(c, ldc, mr);
     for (int s = 0; s < nseg; s++) {
         __m512i acc[RB][2], acc2[RB][2];
 #pragma GCC unroll 16
@@ -192,10 +188,7 @@ rows7_vnni(const int32_t off, int MR, int nseg, int seg_q, const int8_t *ap, con
     float fbuf[7 * 32] __attribute__((aligned(64)));
 #pragma GCC unroll 14
     for (int i = 0; i < 14; i++) _mm512_store_ps(fbuf + i * 16, _mm512_setzero_ps());
-    for (int i = 0; i < 7; i++) { /* C is touched at the end: start its lines on their way */
-        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
-    }
+    prefetch_c_tile(c, ldc, 7);
     for (int s = 0; s < nseg; s++) {
         __m512i acc[7][2];
 #pragma GCC unroll 7
