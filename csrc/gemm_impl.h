@@ -44,10 +44,10 @@ typedef void (*gemm_gemv_fn)(int wtype, int64_t M, int64_t K, const float *x, in
  *   bp (I4): [nseg*seg_q/2][NR][4] bytes: low nibble = quad 2j, high = quad 2j+1, q_w + 8
  *   asum: [nseg][MR] int32 sum of the row's activations over the segment (lets kernels
  *         that multiply unsigned weights remove the +128 / +8 offset exactly). */
-typedef void (*gemm_ukr_int_fn)(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                                const float *sa, const int32_t *asum, const float *sw,
-                                int64_t sw_stride, float *c, int64_t ldc, int mr, int nr,
-                                int accumulate);
+typedef void gemm_ukr_int(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                          const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                          float *c, int64_t ldc, int mr, int nr, int accumulate);
+typedef gemm_ukr_int *gemm_ukr_int_fn;
 
 /* Row quantiser: x[K] -> q[Kp] int8 (zero past K), one scale per group of ag channels:
  * scale = amax/127 (0 -> all zeros, scale 0); q = round-half-even(x/scale) in [-127,127]. */
@@ -108,35 +108,14 @@ void gemm_unpack_ref(int wtype, const void *w, int64_t ldw, int64_t n0, int64_t 
                      int64_t n_valid, int64_t k0, int64_t kc, float *out, int nr);
 void gemm_gemv_ref(int wtype, int64_t M, int64_t K, const float *x, int64_t ldx,
                    const void *w, int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy);
-void gemm_ukr_i8_ref(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                     const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                     float *c, int64_t ldc, int mr, int nr, int accumulate);
-void gemm_ukr_i4_ref(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                     const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                     float *c, int64_t ldc, int mr, int nr, int accumulate);
+gemm_ukr_int gemm_ukr_i8_ref, gemm_ukr_i4_ref; /* (the int micro-kernel type above) */
 void gemm_quant_row_ref(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_t *q,
                         float *scales);
 void gemm_swiglu_row_ref(float *g, const float *v, int64_t n, const float *bg, const float *bv);
 #if H3_X86
 /* x86 integer pieces shared by tables (gemm_int_avx512.c, gemm_avx2.c). */
-void gemm_ukr_i8_avx512vnni(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                            const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                            float *c, int64_t ldc, int mr, int nr, int accumulate);
-void gemm_ukr_i4_avx512vnni(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                            const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                            float *c, int64_t ldc, int mr, int nr, int accumulate);
-void gemm_ukr_i8_avx512bw(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                          const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                          float *c, int64_t ldc, int mr, int nr, int accumulate);
-void gemm_ukr_i4_avx512bw(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                          const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                          float *c, int64_t ldc, int mr, int nr, int accumulate);
-void gemm_ukr_i4w_avx512vnni(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                             const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                             float *c, int64_t ldc, int mr, int nr, int accumulate);
-void gemm_ukr_i4w_avx512bw(int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                           const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                           float *c, int64_t ldc, int mr, int nr, int accumulate);
+gemm_ukr_int gemm_ukr_i8_avx512vnni, gemm_ukr_i4_avx512vnni, gemm_ukr_i8_avx512bw, gemm_ukr_i4_avx512bw,
+    gemm_ukr_i4w_avx512vnni, gemm_ukr_i4w_avx512bw;
 void gemm_quant_row_avx512(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_t *q,
                            float *scales);
 void gemm_swiglu_row_avx512(float *g, const float *v, int64_t n, const float *bg, const float *bv);
