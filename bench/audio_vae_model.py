@@ -12,8 +12,8 @@ import tempfile
 
 import numpy as np
 
-CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
-                      "checkpoint-schema", "audio_vae", "config.json")
+CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "h3_schema",
+                      "audio_vae", "config.json")   # the release's config (tests/data/h3_schema/SOURCE.md)
 DEFAULT_CONFIG = dict(encoder_dim=64, encoder_rates=[2, 4, 4, 5, 5], latent_dim=2048, latent_channels=32,
                       num_attention_heads=8, decoder_dim=1024, decoder_rates=[5, 5, 2, 2, 2, 2, 2],
                       decoder_kernel_sizes=[9, 9, 4, 4, 4, 4, 4], resblock_kernel_sizes=[3, 7, 11],

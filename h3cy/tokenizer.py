@@ -7,6 +7,10 @@ import os
 
 from .errors import CheckpointError, H3ValueError
 
+# The released tokenizer files, shipped as package data (h3cy/data/tokenizer/SOURCE.md says
+# where they come from and under which licence): used when a model file has no tokenizer.
+DEFAULT_FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tokenizer")
+
 # Qwen2's pre-tokenization split (transformers' Qwen2Converter)
 _QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
                   r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
@@ -19,6 +23,12 @@ class Tokenizer:
     def __init__(self, tok, folder):
         self._tok = tok
         self.folder = folder
+
+    @classmethod
+    def default(cls):
+        """The MiniMax-H3 release's tokenizer (Qwen2 BPE + H3's special tokens), shipped
+        with h3cy: for model files that bring no tokenizer folder."""
+        return cls.from_pretrained(DEFAULT_FOLDER)
 
     @classmethod
     def from_pretrained(cls, folder):

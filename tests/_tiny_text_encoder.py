@@ -2,7 +2,7 @@
 the release layout of MiniMax-H3's prompt encoder:
 
   root/text_encoder/   config.json + model.safetensors (bf16, as released)
-  root/tokenizer/      the released tokenizer files (checkpoint-schema/FL2VA/tokenizer)
+  root/tokenizer/      the released tokenizer files (shipped in h3cy/data/tokenizer)
 
 Text stack: 51 decoder layers (so hidden_states[50] is a layer output, not the final
 norm), hidden 64, 8 query heads and 2 KV heads of 16 (four query heads per KV head),
@@ -16,8 +16,7 @@ import shutil
 
 import numpy as np
 
-TOKENIZER_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
-                             "checkpoint-schema", "FL2VA", "tokenizer")
+from h3cy.tokenizer import DEFAULT_FOLDER as TOKENIZER_SRC
 NUM_LAYERS = 51
 TEXT_CONFIG = dict(
     vocab_size=151936, hidden_size=64, intermediate_size=96, num_hidden_layers=NUM_LAYERS,

@@ -6,8 +6,7 @@ import pytest
 from h3cy.errors import H3ValueError
 from h3cy.tokenizer import Tokenizer
 
-# the released tokenizer files (shared/ lies beside the checkout, in CI too)
-FOLDER = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "checkpoint-schema", "FL2VA", "tokenizer")
+from h3cy.tokenizer import DEFAULT_FOLDER as FOLDER  # the released files, shipped with h3cy
 
 PROMPTS = [
     "A red fox walking through snow",
