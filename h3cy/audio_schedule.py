@@ -14,7 +14,7 @@ import wave
 import numpy as np
 
 from .errors import H3ValueError
-from .layout import FPS, Geometry, align_frames
+from .layout import FPS, Geometry, align_frames, latent_frame_times
 from .schedule import Schedule, shifted_sigmas
 
 HOP = 512
@@ -101,20 +101,17 @@ def frames_for(audio):
     return f
 
 
-def latent_frame_times(geometry):
-    """Seconds at which each latent frame starts (its first pixel frame: frame 0 covers
-    pixel frame 0, then 4 pixel frames per latent frame; spec §2.3)."""
-    return np.array([0.0] + [(1 + 4 * (f - 1)) / FPS for f in range(1, geometry.T)])
-
-
 def beat_frames(audio, geometry):
-    """Latent frame nearest to each beat that falls inside the video."""
-    times = latent_frame_times(geometry)
-    out = []
+    """The latent frames whose time spans contain a beat (beats past the video's end are
+    dropped).  Latent frame f shows pixel frames from ``latent_frame_times(g)[f]`` up to
+    the next latent frame's start (the last one up to the video's end): every 17-frame
+    chunk is 1 + 4 + 4 + 4 + 4 pixel frames."""
+    starts = latent_frame_times(geometry)
+    out = set()
     for b in beat_times(audio):
-        if b <= geometry.seconds:
-            out.append(int(np.argmin(np.abs(times - b))))
-    return sorted(set(out))
+        if 0.0 <= b < geometry.seconds:
+            out.add(int(np.searchsorted(starts, b, side="right")) - 1)
+    return sorted(out)
 
 
 def beat_schedule(audio, steps, geometry=None, strength=0.5, video_shift=12.0, audio_shift=3.0):

@@ -15,6 +15,9 @@ from .errors import H3ValueError
 log = logging.getLogger("h3cy")
 
 FPS = 24
+# Rotary time runs at 40 units a second: one per audio latent (40 a second), 40/24 = 5/3
+# per pixel frame of video.
+ROTARY_TIME_PER_SECOND = 40
 MAX_PIXELS = 768 * 1344
 _FRAME_RESCALE = 5.0 / 3.0
 _FRAMES_PER_LATENT = (1, 4, 4, 4, 4)
@@ -68,7 +71,7 @@ class Geometry:
         self.fps = FPS
         self.T = (aligned - 5) // 17 * 5 + 2
         self.h, self.w = height // 16, width // 16
-        self.A = int(round(aligned / FPS * 40))
+        self.A = int(round(aligned / FPS * ROTARY_TIME_PER_SECOND))
 
     @classmethod
     def from_seconds(cls, seconds, width=512, height=512):
@@ -97,9 +100,21 @@ def _spatial_grid(n, sqrt_area):
 
 
 def _temporal_grid(T, origin):
+    """Rotary time of each latent frame's video rows: the video VAE turns each 17-pixel-frame
+    chunk into 5 latent frames of 1, 4, 4, 4, 4 pixel frames, and latent frame f's time is
+    ``origin`` plus 5/3 (rotary units per pixel frame) times the pixel frames before it."""
     spans = np.array([_FRAME_RESCALE * _FRAMES_PER_LATENT[k % 5] for k in range(T)], np.float64)
     tau = np.concatenate([np.zeros(1), np.cumsum(spans[:-1])]) if T > 1 else np.zeros(1)
     return origin + tau
+
+
+def latent_frame_times(geometry):
+    """Seconds at which each latent frame's first pixel frame is shown, shape (T,) float64.
+
+    The same numbers as the layout's rotary time of the video rows, ``(position - L) / 40``
+    (:class:`Layout`): latent frame f starts at pixel frame ``17*(f//5)`` when ``f % 5 == 0``,
+    else at ``17*(f//5) + 1 + 4*(f%5 - 1)``, i.e. at that over 24 seconds."""
+    return _temporal_grid(geometry.T, 0.0) / ROTARY_TIME_PER_SECOND
 
 
 class Layout:

@@ -48,6 +48,51 @@ def test_click_track_beats_and_frames(tmp_path):
     assert np.allclose(asch.beat_times(str(path)), beats, atol=0.02)
 
 
+def first_pixel_frame(f):
+    """Latent frame f's first pixel frame: each 17-frame chunk is 1 + 4 + 4 + 4 + 4 frames."""
+    return 17 * (f // 5) + (0 if f % 5 == 0 else 1 + 4 * (f % 5 - 1))
+
+
+@pytest.mark.parametrize("frames", list(range(22, 363, 17)))
+def test_latent_frame_times_are_the_layouts_rotary_time(frames):
+    """Every legal frame count: the schedule's frame clock is the video rows' rotary time
+    ((position - L) / 40 s) and each latent frame's first pixel frame over 24."""
+    g = h3cy.Geometry(64, 64, frames)
+    times = asch.latent_frame_times(g)
+    L = 7
+    lay = h3cy.Layout(g, L)
+    rows_per_frame = (g.h // 2) * (g.w // 2)
+    first_rows = lay.video_indices[::rows_per_frame]
+    assert times.shape == (g.T,) and first_rows.shape == (g.T,)
+    np.testing.assert_allclose(times, (lay.position_ids[first_rows, 0] - L) / 40.0, rtol=0, atol=1e-12)
+    want = np.array([first_pixel_frame(f) for f in range(g.T)]) / 24.0
+    np.testing.assert_allclose(times, want, rtol=0, atol=1e-12)
+    # the last latent frame ends with the video: 17n + 5 frames = ... + 1 + 4
+    assert first_pixel_frame(g.T - 1) + 4 == g.frames
+
+
+@pytest.mark.parametrize("first_frame_in_chunk", [2, 4])
+def test_click_track_marks_the_latent_frames_containing_the_beats(first_frame_in_chunk):
+    """Clicks once per 17-frame chunk (84.7 bpm), two pixel frames into latent frame
+    5k + first_frame_in_chunk (away from its span's edges by more than the beat detector's
+    ~16 ms hop): exactly those latent frames are marked, over 10 s (a clock of 4 pixel
+    frames per latent frame drifts 3 frames per chunk and marks other frames from the
+    third chunk on)."""
+    sr, seconds = 32000, 10.0
+    offset = (first_pixel_frame(first_frame_in_chunk) + 2) / 24.0
+    bpm = 60.0 / (17 / 24.0)
+    audio = click_track(bpm, seconds, sr=sr, offset=offset)
+    g = h3cy.Geometry(64, 64, asch.frames_for(audio))
+    clicks = offset + np.arange(0, seconds, 17 / 24.0)
+    clicks = clicks[clicks < min(seconds, g.seconds) - 0.05]
+    want = sorted({5 * k + first_frame_in_chunk for k in range(len(clicks))})
+    got = asch.beat_frames(audio, g)
+    # the detector may miss a click at the very start or end; every marked frame must be a
+    # click's and the inner ones all present
+    assert set(got) <= set(want), (got, want)
+    assert set(want[1:-1]) <= set(got), (got, want)
+
+
 def test_frames_for_duration_rule():
     for seconds in (0.5, 1.0, 5.0, 5.2, 10.0, 15.0):
         x = np.zeros(int(seconds * 32000), np.float32)
