@@ -32,12 +32,22 @@ How to consume (the lead's DiT loader):
   ``ff.net.0.proj.weight`` of an original checkpoint, which are assembled copies
   (``ckpt.entry(name).zero_copy`` is False and ``.note`` says what to use instead).
 
+RoPE frequencies: the original layout stores the rotary frequencies as a float32 tensor
+``rope.inv_freq`` of shape (``rope_inv_freq_len``,) and its config has no ``rope_theta``.  When present
+that tensor is read, validated and exposed as ``ckpt.rope_inv_freq``; :class:`h3cy.DiT` builds its RoPE
+tables from it (it is what the released model computes with), not from θ.  Without it, and for the
+diffusers layout (which computes ``inv_freq`` from ``config.rope_theta`` like diffusers; a stray
+``rope.inv_freq`` there is ignored, as diffusers' non-persistent buffer ignores it),
+``ckpt.rope_inv_freq`` is None and the frequencies come from ``rope_theta`` (default 10000).
+``rope.inv_freq`` is a buffer, not a diffusers parameter: it is not among :meth:`keys`.
+
 Everything is validated when the folder is opened, before any compute: config keys and values, every
-expected tensor present (from ``num_layers`` / ``num_refiner_layers``), no unexpected tensor
-(``rope.inv_freq`` is ignored), shapes as the config implies, dtypes per one of three policies:
+expected tensor present (from ``num_layers`` / ``num_refiner_layers``), no unexpected tensor, shapes as
+the config implies, dtypes per one of three policies:
 ``"released"`` (float32 for proj_in, audio_proj_in, time_embedder, proj_out, audio_proj_out; bfloat16
 elsewhere — also what diffusers' ``save_pretrained`` writes for a model loaded with
-``torch_dtype=torch.bfloat16``), ``"fp32"`` or ``"bf16"`` throughout.  Problems raise
+``torch_dtype=torch.bfloat16``), ``"fp32"`` or ``"bf16"`` throughout; ``rope.inv_freq`` (original
+layout) float32, shape (``rope_inv_freq_len``,), finite and positive.  Problems raise
 :class:`h3cy.CheckpointError` naming the file and the tensor; every file opened so far is closed.
 """
 import json
@@ -62,7 +72,9 @@ DIFFUSERS_INDEX = "diffusion_pytorch_model.safetensors.index.json"
 DIFFUSERS_SINGLE = "diffusion_pytorch_model.safetensors"
 ORIGINAL_INDEX = "model.safetensors.index.json"
 ORIGINAL_SINGLE = "model.safetensors"
-IGNORED_TENSORS = ("rope.inv_freq",)
+ROPE_INV_FREQ = "rope.inv_freq"
+# stored tensors that are buffers, not diffusers parameters: not among keys() nor in nbytes
+BUFFER_TENSORS = (ROPE_INV_FREQ,)
 
 
 def _err(path, tensor, msg):
@@ -350,14 +362,20 @@ class TransformerCheckpoint:
     qkv_layout : str or None    "interleaved" / "stacked" for the original layout, None for diffusers
     dtype_policy : str          "released", "fp32" or "bf16"
     files : list of str         the safetensors files, in index order
+    rope_inv_freq : ndarray or None
+        The original layout's stored ``rope.inv_freq`` (float32, shape (rope_freq_dim,), validated,
+        an owned read-only copy): the RoPE frequencies to compute with, whatever ``config.rope_theta``
+        says.  None for the diffusers layout and for an original folder without it: the frequencies
+        are then ``1 / rope_theta ** (arange(0, 2F, 2) / 2F)`` as diffusers computes them.
     """
 
-    def __init__(self, path, config, layout, qkv_layout, files, entries, dtype_policy):
+    def __init__(self, path, config, layout, qkv_layout, files, entries, dtype_policy, rope_inv_freq=None):
         self.path, self.config, self.layout, self.qkv_layout = path, config, layout, qkv_layout
         self._files = files              # path -> SafetensorsFile
         self._entries = entries          # logical name -> TensorEntry
         self._keys = [n for n, e in entries.items() if ".ff.value." not in n and ".ff.gate." not in n]
         self.dtype_policy = dtype_policy
+        self.rope_inv_freq = rope_inv_freq
 
     # -- names -----------------------------------------------------------------------------------
     @property
@@ -397,9 +415,10 @@ class TransformerCheckpoint:
 
     @property
     def nbytes(self):
-        """Bytes of all stored tensors (the checkpoint's data size)."""
+        """Bytes of all stored parameter tensors (the checkpoint's data size, less the 64-byte
+        ``rope.inv_freq`` buffer)."""
         return sum(f.tensors[t].nbytes for f in self._files.values() for t in f.tensors
-                   if t not in IGNORED_TENSORS)
+                   if t not in BUFFER_TENSORS)
 
     # -- arrays ----------------------------------------------------------------------------------
     def _raw(self, e):
@@ -582,14 +601,16 @@ def open_transformer(path, qkv_layout=None):
     if not os.path.isdir(folder):
         raise _err(folder, None, "not a folder (expected a transformer folder with config.json)")
     cfg_path = os.path.join(folder, "config.json")
-    cfg = TransformerConfig.from_dict(_load_json(cfg_path, "config"), cfg_path)
+    raw_cfg = _load_json(cfg_path, "config")
+    cfg = TransformerConfig.from_dict(raw_cfg, cfg_path)
+    theta_given = "rope_theta" in raw_cfg
     index, shard_paths = _weight_files(folder)
     files = {}
     try:
         for p in shard_paths:
             files[p] = SafetensorsFile(p)
         where = _locate(index, files)          # stored name -> file path
-        ckpt = _build(folder, cfg, cfg_path, index, where, files, qkv_layout)
+        ckpt = _build(folder, cfg, cfg_path, index, where, files, qkv_layout, theta_given)
     except BaseException:
         for f in files.values():
             f.close()
@@ -627,11 +648,11 @@ def _locate(index, files):
     return where
 
 
-def _build(folder, cfg, cfg_path, index, where, files, qkv_layout):
+def _build(folder, cfg, cfg_path, index, where, files, qkv_layout, theta_given=False):
     table = expected_tensors(cfg)
     dnames = {d for d, _, _, _ in table}
     onames = {o for _, o, _, _ in table}
-    stored = [n for n in where if n not in IGNORED_TENSORS]
+    stored = [n for n in where if n not in BUFFER_TENSORS]
     nd = sum(n in dnames for n in stored)
     no = sum(n in onames for n in stored)
     if nd == 0 and no == 0:
@@ -698,6 +719,17 @@ def _build(folder, cfg, cfg_path, index, where, files, qkv_layout):
                                 f"released mix of F32/BF16, all F32, all BF16)")
     dtype_policy = ok[0]
 
+    rope = None
+    if ROPE_INV_FREQ in where:
+        if layout == "original":
+            rope = _stored_rope_inv_freq(files[where[ROPE_INV_FREQ]], where[ROPE_INV_FREQ], cfg, cfg_path,
+                                         theta_given)
+        else:
+            log.debug("%s: %r stored in a diffusers-layout folder is ignored (diffusers computes it from "
+                      "rope_theta=%r)", where[ROPE_INV_FREQ], ROPE_INV_FREQ, cfg.rope_theta)
+    elif layout == "original":
+        log.debug("%s: no %r stored; RoPE frequencies from rope_theta=%r", folder, ROPE_INV_FREQ, cfg.rope_theta)
+
     # logical entries
     entries = {}
     I, F = cfg.inner_dim, cfg.ffn_dim
@@ -728,4 +760,43 @@ def _build(folder, cfg, cfg_path, index, where, files, qkv_layout):
                     start, start + F, note=f"SwiGLU {half}: rows [{start}, {start + F}) of {n}")
     log.debug("%s: %s layout, %d tensors in %d file(s), dtypes %s", folder, layout, len(table),
               len(files), dtype_policy)
-    return TransformerCheckpoint(folder, cfg, layout, qkv_layout, files, entries, dtype_policy)
+    return TransformerCheckpoint(folder, cfg, layout, qkv_layout, files, entries, dtype_policy, rope)
+
+
+def _theta_inv_freq(rope_freq_dim, theta):
+    """``1 / theta ** (arange(0, 2F, 2) / 2F)`` in float32 (diffusers' ``MiniMaxH3RotaryPosEmbed``)."""
+    ar = np.arange(0, 2 * rope_freq_dim, 2, dtype=np.float32) / np.float32(2 * rope_freq_dim)
+    return (np.float32(1.0) / (np.float32(theta) ** ar)).astype(np.float32)
+
+
+def _stored_rope_inv_freq(f, path, cfg, cfg_path, theta_given):
+    """The original layout's ``rope.inv_freq``, validated: an owned read-only float32 copy.
+
+    The release stores the frequencies its model computes with (a float32 buffer of
+    ``rope_inv_freq_len`` entries) and no ``rope_theta``; that tensor, not a θ, defines the model, so
+    it is used as stored.  Should the config also give ``rope_theta`` and the two disagree, the stored
+    tensor still wins (the weights were trained with it) and a warning says so.
+    """
+    name = ROPE_INV_FREQ
+    info = f.tensors[name]
+    F = cfg.rope_freq_dim
+    if info.dtype != "F32":
+        raise _err(path, name, f"dtype {info.dtype} but the release stores the RoPE frequencies as F32")
+    if info.shape != (F,):
+        raise _err(path, name, f"shape {list(info.shape)} but config rope_inv_freq_len={F} ({cfg_path}) "
+                               f"implies [{F}]")
+    inv = np.array(f.get(name), dtype=np.float32, copy=True)
+    bad = np.flatnonzero(~np.isfinite(inv) | (inv <= 0))
+    if bad.size:
+        raise _err(path, name, f"RoPE frequencies must be finite and positive; element {int(bad[0])} is "
+                               f"{float(inv[bad[0]])!r}")
+    inv.flags.writeable = False
+    default = _theta_inv_freq(F, cfg.rope_theta)
+    same = np.allclose(inv, default, rtol=1e-6, atol=0)
+    if theta_given and not same:
+        log.warning("%s: stored %r differs from config rope_theta=%r (%s); using the stored frequencies",
+                    path, name, cfg.rope_theta, cfg_path)
+    elif not same:
+        log.info("%s: stored %r differs from the theta=%r default; using the stored frequencies",
+                 path, name, cfg.rope_theta)
+    return inv

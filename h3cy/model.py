@@ -45,6 +45,24 @@ def rope_inv_freq(rope_freq_dim, theta):
     return (np.float32(1.0) / (np.float32(theta) ** ar)).astype(np.float32)
 
 
+def _source_inv_freq(source, cfg):
+    """The RoPE frequencies of a weight source: its stored ``rope_inv_freq`` (the original release's
+    ``rope.inv_freq``, what the released model computes with) when it has one, else computed from
+    ``rope_theta`` as diffusers does.  Every RoPE table (forward, the Cython loop, streaming,
+    with_weights siblings) is built from this one array."""
+    F = cfg["rope_freq_dim"]
+    stored = getattr(source, "rope_inv_freq", None)
+    if stored is None:
+        return rope_inv_freq(F, float(cfg["rope_theta"]))
+    inv = np.array(stored, dtype=np.float32, copy=True)
+    if inv.shape != (F,):
+        raise H3ValueError(f"rope_inv_freq must have shape ({F},) (rope_freq_dim), got {inv.shape}")
+    if not np.all(np.isfinite(inv)) or np.any(inv <= 0):
+        raise H3ValueError(f"rope_inv_freq must be finite and positive, got {inv.tolist()}")
+    inv.flags.writeable = False
+    return inv
+
+
 def timestep_embedding(timestep, dim):
     """diffusers ``Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=0)``: float32
     ``[cos(t f_k), sin(t f_k)]`` with ``f_k = exp(-ln(1e4) k / (dim/2))``.  (U,) -> (U, dim)."""
@@ -106,6 +124,8 @@ class _CheckpointSource:
     def __init__(self, ckpt):
         self.ckpt = ckpt
         self.config = ckpt.config.to_dict()
+        # the release's stored RoPE frequencies (validated), or None: computed from rope_theta
+        self.rope_inv_freq = ckpt.rope_inv_freq
 
     def get(self, name):
         return self.ckpt.tensor(name)
@@ -271,7 +291,7 @@ class DiT:
         self.norm_out_linear = self._linear(source.get("norm_out.linear.weight"),
                                             bias=_f32(source.get("norm_out.linear.bias")),
                                             name="norm_out.linear")
-        self.inv_freq = rope_inv_freq(cfg["rope_freq_dim"], float(cfg["rope_theta"]))
+        self.inv_freq = _source_inv_freq(source, cfg)
         self._attn = ops.Attention(scale=1.0 / np.sqrt(self.head_dim), isa=self.isa, threads=self.threads,
                                    bf16=self.attn_bf16)
         self._tables = {}          # timestep value (float32 bits) -> prepared AdaLN tables

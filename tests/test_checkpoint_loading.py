@@ -23,6 +23,12 @@ from h3cy.safetensors import MAX_HEADER_BYTES, SafetensorsFile
 
 from _tiny_dit import TINY_CONFIGS, tiny_dit_factory  # noqa: F401  (fixture)
 
+
+def _theta_inv_freq(F, theta):
+    """diffusers' MiniMaxH3RotaryPosEmbed.inv_freq (torch float32), as a numpy array."""
+    import torch
+    return (1.0 / (theta ** (torch.arange(0, 2 * F, 2, dtype=torch.float32) / (2 * F)))).numpy()
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEMA = os.path.join(HERE, "data", "h3_schema")   # the real release's configs and index files
 FOLDERS = ["diffusers_fp32", "diffusers_fp32_sharded", "diffusers_bf16", "diffusers_allbf16",
@@ -413,6 +419,7 @@ def test_real_scale_checkpoint_sparse(tmp_path):
     by_file = {}
     for name, fname in idx["weight_map"].items():
         by_file.setdefault(fname, []).append(name)
+    inv_freq = _theta_inv_freq(16, 10000.0)          # the release's stored RoPE frequencies
     for fname, names in by_file.items():
         header, off = {}, 0
         for name in names:
@@ -425,12 +432,16 @@ def test_real_scale_checkpoint_sparse(tmp_path):
         with open(folder / fname, "wb") as f:
             f.write(struct.pack("<Q", len(hb)) + hb)
             f.truncate(8 + len(hb) + off)
+            if "rope.inv_freq" in header:          # the one tensor read at open: real values
+                f.seek(8 + len(hb) + header["rope.inv_freq"]["data_offsets"][0])
+                f.write(inv_freq.tobytes())
         assert os.stat(folder / fname).st_blocks * 512 < 1 << 20     # really sparse
     before = rss_bytes()
     with open_transformer(folder) as ckpt:
         assert ckpt.layout == "original" and ckpt.qkv_layout == "interleaved"
         assert ckpt.dtype_policy == "released" and len(ckpt) == 638
         assert ckpt.nbytes == idx["metadata"]["total_size"] - 64
+        assert np.array_equal(ckpt.rope_inv_freq, inv_freq)
         q, k, v = ckpt.attention_qkv("transformer_blocks.49")
         assert q.shape == (56, 128, 5376) and q.strides == (384 * 5376 * 2, 5376 * 2, 2)
         value, gate = ckpt.swiglu("transformer_blocks.0")
@@ -503,9 +514,92 @@ def test_unexpected_tensor_clean_file(fp32_copy, tmp_path):
     assert_names(_fails(folder), st, "blocks_extra.weight")
 
 
-def test_rope_inv_freq_is_ignored(original_copy):
-    with open_transformer(original_copy) as ckpt:
-        assert "rope.inv_freq" not in ckpt
+def test_rope_inv_freq_is_read_not_a_parameter(tiny_dit_factory):
+    """The release layout's stored rope.inv_freq is read (an owned read-only float32 copy) but is
+    not a diffusers parameter; the diffusers layout has none (diffusers computes it from rope_theta)."""
+    t = tiny_dit_factory("c")
+    want = _theta_inv_freq(t.config["rope_freq_dim"], 10000.0)
+    for folder in ("original", "original_single"):
+        with open_transformer(getattr(t, folder)) as ckpt:
+            assert "rope.inv_freq" not in ckpt and "rope.inv_freq" not in ckpt.keys()
+            got = ckpt.rope_inv_freq
+            assert got.dtype == np.float32 and np.array_equal(got, want)
+            assert not got.flags.writeable and not reaches_mmap(got)
+    with open_transformer(t.diffusers_bf16) as ckpt:
+        assert ckpt.rope_inv_freq is None
+
+
+def _rewrite_inv_freq(folder, value):
+    """Replace rope.inv_freq (a torch tensor) in the shard of ``folder`` that holds it; returns that
+    shard's path."""
+    from safetensors.torch import load_file, save_file
+    with open(os.path.join(folder, "model.safetensors.index.json")) as f:
+        path = os.path.join(folder, json.load(f)["weight_map"]["rope.inv_freq"])
+    tensors = load_file(path)
+    tensors["rope.inv_freq"] = value
+    save_file(tensors, path, metadata={"format": "pt"})
+    return path
+
+
+def _bad_inv_freq_cases():
+    import torch
+    good = torch.from_numpy(_theta_inv_freq(2, 10000.0))      # config "a": rope_inv_freq_len 2
+    nan, inf, zero, neg = good.clone(), good.clone(), good.clone(), good.clone()
+    nan[1], inf[0], zero[1], neg[1] = float("nan"), float("inf"), 0.0, -good[1]
+    return {
+        "too_long": (torch.cat([good, good[:1]]), "rope_inv_freq_len=2"),
+        "too_short": (good[:1].clone(), "rope_inv_freq_len=2"),
+        "2d": (good[None].clone(), "rope_inv_freq_len=2"),
+        "bf16": (good.to(torch.bfloat16), "dtype BF16"),
+        "f16": (good.to(torch.float16), "dtype F16"),
+        "f64": (good.to(torch.float64), "dtype F64"),
+        "nan": (nan, "finite and positive"),
+        "inf": (inf, "finite and positive"),
+        "zero": (zero, "finite and positive"),
+        "negative": (neg, "finite and positive"),
+    }
+
+
+@pytest.mark.parametrize("case", ["too_long", "too_short", "2d", "bf16", "f16", "f64", "nan", "inf", "zero",
+                                  "negative"])
+def test_bad_stored_rope_inv_freq(original_copy, case):
+    value, word = _bad_inv_freq_cases()[case]
+    path = _rewrite_inv_freq(original_copy, value)
+    e = _fails(original_copy)
+    assert_names(e, path, "rope.inv_freq")
+    assert word in str(e.value), str(e.value)
+
+
+def test_stored_rope_inv_freq_wins_over_config_theta(original_copy, caplog):
+    """A release-layout config that also gives rope_theta: the stored tensor is what the released
+    model computes with, so it is used; a disagreeing theta is warned about, an agreeing one is not."""
+    cfg_path = os.path.join(original_copy, "config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    stored = _theta_inv_freq(2, 10000.0)
+    for theta, warned in ((500.0, True), (10000.0, False)):
+        with open(cfg_path, "w") as f:
+            json.dump(dict(cfg, rope_theta=theta), f)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="h3cy"):
+            with open_transformer(original_copy) as ckpt:
+                assert ckpt.config.rope_theta == theta
+                assert np.array_equal(ckpt.rope_inv_freq, stored)
+        msgs = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert any("rope.inv_freq" in m and "rope_theta=500.0" in m for m in msgs) == warned, msgs
+
+
+def test_diffusers_layout_ignores_a_stored_inv_freq(fp32_copy):
+    """diffusers' inv_freq buffer is non-persistent and computed from rope_theta; a stray
+    rope.inv_freq in a diffusers-layout file is ignored, as diffusers ignores it."""
+    from safetensors.torch import load_file, save_file
+    import torch
+    folder, st = fp32_copy
+    tensors = load_file(st)
+    tensors["rope.inv_freq"] = torch.full((2,), 0.5)
+    save_file(tensors, st, metadata={"format": "pt"})
+    with open_transformer(folder) as ckpt:
+        assert ckpt.layout == "diffusers" and ckpt.rope_inv_freq is None
 
 
 def test_wrong_shape(fp32_copy):

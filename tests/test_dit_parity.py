@@ -1,12 +1,15 @@
 """h3cy.DiT against diffusers 0.42.1's MiniMaxH3Transformer3DModel on tiny random models
 saved in every layout (tests/_tiny_dit.py), for every weights mode."""
+import json
+import os
+
 import numpy as np
 import pytest
 import torch
 
 import h3cy
 from h3cy.errors import H3Error, H3ValueError
-from _compare import assert_close, assert_nontrivial, rel_l2
+from _compare import assert_close, assert_nontrivial, max_rel, rel_l2
 from _tiny_dit import TINY_CONFIGS, tiny_dit_factory  # noqa: F401  (fixture)
 
 torch.set_num_threads(2)
@@ -223,3 +226,133 @@ def test_unbatched_inputs_give_unbatched_outputs(tiny_dit_factory):
     v2, a2 = d.forward(**flat)
     assert v.shape[0] == 1 and v2.shape == v.shape[1:]
     assert np.array_equal(v[0], v2) and np.array_equal(a[0], a2)
+
+
+# ---------------------------------------------------------------------------------------------
+# the release layout's stored RoPE frequencies (rope.inv_freq)
+# ---------------------------------------------------------------------------------------------
+ROPE_THETA = 500.0   # not diffusers' 10000 default, so a theta=10000 computation is visibly wrong
+
+
+@pytest.fixture(scope="module")
+def theta_folders(tmp_path_factory):
+    """``get(name) -> dict`` of folders of TINY_CONFIGS[name] built with rope_theta=500: diffusers'
+    own (its config says rope_theta: 500) in float32 and in the released dtype mix, and the release
+    layout of each, whose rope.inv_freq holds diffusers' theta=500 frequencies while its config (the
+    original spelling) has no rope_theta, as the release's has none.  Only the stored tensor can
+    tell h3cy the frequencies there."""
+    from _tiny_dit import original_state_dict, random_model, write_original
+    cache = {}
+
+    def get(name):
+        if name in cache:
+            return cache[name]
+        cfg = dict(TINY_CONFIGS[name], rope_theta=ROPE_THETA)
+        root = tmp_path_factory.mktemp(f"theta_{name}")
+        m = random_model(cfg, 2000 + ord(name))
+        out = {"config": cfg, "inv_freq": m.rope.inv_freq.numpy().copy()}
+        out["diffusers_fp32"] = str(root / "diffusers_fp32")
+        m.save_pretrained(out["diffusers_fp32"])
+        sd = m.state_dict()
+        for layout, shards, key in (("interleaved", 3, "original_fp32"), ("stacked", 1, "original_single_fp32")):
+            out[key] = str(root / key)
+            write_original(out[key], original_state_dict(sd, cfg, layout), cfg, shards)
+        for pname, p in m.named_parameters():        # the released dtype mix
+            if not any(k in pname.split(".") for k in ("proj_in", "audio_proj_in", "time_embedder",
+                                                         "proj_out", "audio_proj_out")):
+                p.data = p.data.to(torch.bfloat16)
+        out["diffusers_bf16"] = str(root / "diffusers_bf16")
+        m.save_pretrained(out["diffusers_bf16"])
+        out["original_bf16"] = str(root / "original_bf16")
+        write_original(out["original_bf16"], original_state_dict(m.state_dict(), cfg, "interleaved"), cfg, 2)
+        with open(os.path.join(out["original_bf16"], "config.json")) as f:
+            assert "rope_theta" not in json.load(f)
+        cache[name] = out
+        return out
+    return get
+
+
+@pytest.mark.parametrize("folder", ["original_fp32", "original_single_fp32"])
+@pytest.mark.parametrize("name", ["a", "c"])
+def test_release_layout_stored_rope_frequencies_match_diffusers(theta_folders, name, folder):
+    """A release-layout transformer whose stored rope.inv_freq are not the theta=10000 ones
+    (theta=500, no rope_theta in its config) computes what diffusers computes with those
+    frequencies, in fp32."""
+    from h3cy.model import rope_inv_freq
+    f = theta_folders(name)
+    F = f["config"]["rope_freq_dim"]
+    default = rope_inv_freq(F, 10000.0)
+    assert not np.allclose(f["inv_freq"], default, rtol=1e-2)
+    inputs = packed_inputs(f["config"], seed=12)
+    want_v, want_a = reference_forward(f["diffusers_fp32"], torch.float32, inputs)
+    assert_nontrivial(want_v)
+    d = h3cy.DiT.from_pretrained(f[folder], weights="fp32", threads=2)
+    got_v, got_a = d.forward(**inputs)
+    # observed max-rel ~3.5e-7 as for the other fp32 parity tests
+    assert_close(got_v, want_v, max_rel_tol=1e-4, what="video")
+    assert_close(got_a, want_a, max_rel_tol=1e-4, what="audio")
+    assert np.array_equal(d.inv_freq, f["inv_freq"])
+    # the test discriminates: theta=10000 frequencies on the same weights (what h3cy computed before
+    # it read the stored tensor) are far off: observed max-rel 3e-3 .. 6e-3
+    d.inv_freq = default
+    wrong_v, wrong_a = d.forward(**inputs)
+    assert max(max_rel(wrong_v, want_v), max_rel(wrong_a, want_a)) > 1e-3
+
+
+def test_stored_rope_frequencies_in_every_path(theta_folders, monkeypatch):
+    """The stored frequencies reach every RoPE table: resident and streaming DiTs, the op-by-op
+    Python blocks, with_weights siblings, and h3cy.denoise's Cython and Python loops all give the
+    same bits on the release layout (stored theta=500 frequencies) as on the diffusers layout
+    (computed from its config's rope_theta=500)."""
+    from h3cy import _config
+    f = theta_folders("c")
+    cfg = f["config"]
+    inputs = packed_inputs(cfg, seed=13)
+    ref = h3cy.DiT.from_pretrained(f["diffusers_bf16"], weights="bf16", threads=2)
+    assert np.array_equal(ref.inv_freq, f["inv_freq"])          # computed from rope_theta=500
+    want = ref.forward(**inputs)
+    # the released dtype mix against diffusers as released (same bound as the layout tests)
+    dv, da = reference_forward(f["diffusers_bf16"], torch.bfloat16, inputs)
+    assert_close(want[0], dv, rel_l2_tol=1e-2, what="video")
+    assert_close(want[1], da, rel_l2_tol=1e-2, what="audio")
+
+    def same(a, b, what):
+        for x, y in zip(a, b):
+            assert np.array_equal(x, y), f"{what}: max |diff| {np.max(np.abs(x - y))}"
+
+    for streaming in (False, True):
+        d = h3cy.DiT.from_pretrained(f["original_bf16"], weights="bf16", threads=2, streaming=streaming)
+        same(d.forward(**inputs), want, f"streaming={streaming}")
+        assert np.array_equal(d.inv_freq, f["inv_freq"])
+        d._python_blocks = True
+        same(d.forward(**inputs), ref_python(ref, inputs), f"python blocks, streaming={streaming}")
+        d._python_blocks = False
+        sib = d.with_weights("fp32")
+        assert np.array_equal(sib.inv_freq, f["inv_freq"])
+        same(sib.forward(**inputs), ref.with_weights("fp32").forward(**inputs), f"with_weights, {streaming}")
+        d.close()
+
+    # the sampler's loops (the Cython loop builds its tables from the model once per run)
+    g = h3cy.Geometry(width=64, height=64, frames=22)
+    rng = np.random.default_rng(14)
+    pe = rng.standard_normal((5, cfg["text_dim"])).astype(np.float32)
+    runs = {}
+    for python_loop in (False, True):
+        monkeypatch.setattr(_config, "_ENV_LOOP_PYTHON", python_loop)
+        for folder, streaming in (("diffusers_bf16", False), ("original_bf16", False), ("original_bf16", True)):
+            d = h3cy.DiT.from_pretrained(f[folder], weights="bf16", threads=2, streaming=streaming)
+            runs[python_loop, folder, streaming] = h3cy.denoise(d, pe, g, steps=3, seed=1)
+            assert d._loop_stats["loop"] == ("python" if python_loop else "cython")
+            d.close()
+    base = runs[False, "diffusers_bf16", False]
+    for key, out in runs.items():
+        same(out, base, f"denoise {key}")
+
+
+def ref_python(ref, inputs):
+    """``ref``'s forward through the op-by-op Python blocks."""
+    ref._python_blocks = True
+    try:
+        return ref.forward(**inputs)
+    finally:
+        ref._python_blocks = False
