@@ -2,6 +2,10 @@
 
 H3CY_ISA      default kernel path: ref | avx2 | avx512 | amx | neon (default: the best the
               CPU supports).  Every op and model also takes ``isa=`` to override it.
+H3CY_ISA_MAX  hide the paths above this one: ref < avx2 (or neon) < avx512 < amx.  With
+              H3CY_ISA_MAX=avx2 an AVX-512 machine behaves as an AVX2-only one would
+              (available_isas, the default path, warnings, the tests' skips); naming a
+              hidden path raises UnsupportedCPUError.  For testing the common CPUs' paths.
 H3CY_THREADS  default thread count for objects created with ``threads=None``.
 H3CY_DIT_PYTHON=1  run DiT blocks op by op from Python instead of the C block driver
               (same arithmetic; for A/B diagnosis).
@@ -18,6 +22,7 @@ H3CY_HUGEPAGES=0 keep converted weights and large GEMM workspaces in ordinary 4 
 import os
 
 _ENV_ISA = os.environ.get("H3CY_ISA", "").strip().lower() or None
+_ENV_ISA_MAX = os.environ.get("H3CY_ISA_MAX", "").strip().lower() or None
 _ENV_THREADS = os.environ.get("H3CY_THREADS", "").strip() or None
 
 _ENV_DIT_PYTHON = os.environ.get("H3CY_DIT_PYTHON", "").strip() == "1"
@@ -56,6 +61,11 @@ def env_attention():
 def env_isa():
     """The ISA named by H3CY_ISA at import, or None."""
     return _ENV_ISA
+
+
+def env_isa_max():
+    """The ISA named by H3CY_ISA_MAX at import, or None (checked by h3cy.ops)."""
+    return _ENV_ISA_MAX
 
 
 def _cgroup_cpu_limit():

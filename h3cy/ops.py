@@ -16,9 +16,9 @@ import numpy as np
 
 from . import _config
 from . import _kernels
-from .errors import H3ValueError
+from .errors import H3ValueError, UnsupportedCPUError
 
-__all__ = ["active_isa", "available_isas", "cpu_features", "resolve_isa", "ThreadPool",
+__all__ = ["active_isa", "available_isas", "isa_supported", "cpu_features", "resolve_isa", "ThreadPool",
            "Linear", "WEIGHT_MODES", "ATTENTION_MODES", "attention_bf16"]
 
 WEIGHT_MODES = ("fp32", "bf16", "fp16", "int8", "int4")
@@ -27,19 +27,58 @@ ThreadPool = _kernels.ThreadPool
 cpu_features = _kernels.cpu_features
 
 
+# Each path's rank for H3CY_ISA_MAX (ref < avx2 | neon < avx512 < amx), and the order in
+# which the default is picked (the C library's h3_isa_best order).
+_ISA_RANK = {"ref": 0, "avx2": 1, "neon": 1, "avx512": 2, "amx": 3}
+_BEST_FIRST = ("amx", "avx512", "avx2", "neon", "ref")
+
+
+def _isa_cap():
+    """The rank H3CY_ISA_MAX allows, or None; an unknown name is a clear error."""
+    cap = _config.env_isa_max()
+    if cap is None:
+        return None
+    if cap not in _ISA_RANK:
+        raise H3ValueError(f"H3CY_ISA_MAX={cap!r} is not an ISA path; expected one of "
+                           f"{', '.join(_kernels.ISA_NAMES)}")
+    return _ISA_RANK[cap]
+
+
+def _hidden(name):
+    cap = _isa_cap()
+    return cap is not None and _ISA_RANK.get(name, 0) > cap
+
+
+def isa_supported(name):
+    """True if this machine can run the named path (and H3CY_ISA_MAX does not hide it)."""
+    return _kernels.isa_supported(name) and not _hidden(name)
+
+
 def available_isas():
-    """The ISA paths this machine can run, slowest first (``ref`` is always there)."""
-    return [name for name in _kernels.ISA_NAMES if _kernels.isa_supported(name)]
+    """The ISA paths this machine can run, slowest first (``ref`` is always there);
+    ``H3CY_ISA_MAX`` hides the paths above the one it names."""
+    return [name for name in _kernels.ISA_NAMES if isa_supported(name)]
+
+
+def _best_isa():
+    if _isa_cap() is None:
+        return _kernels.isa_best()
+    return next(n for n in _BEST_FIRST if isa_supported(n))
 
 
 def resolve_isa(isa=None):
     """Name of the path to run: ``isa`` if given, else ``H3CY_ISA``, else the best.
-    Raises UnsupportedCPUError if the CPU cannot run it, ValueError if unknown."""
-    name = isa if isa is not None else (_config.env_isa() or _kernels.isa_best())
+    Raises UnsupportedCPUError if the CPU cannot run it (or ``H3CY_ISA_MAX`` hides it),
+    ValueError if unknown."""
+    name = isa if isa is not None else (_config.env_isa() or _best_isa())
     if not isinstance(name, str):
         raise H3ValueError(f"isa must be a string, got {type(name).__name__}")
-    _kernels.isa_check(name.lower())
-    return name.lower()
+    name = name.lower()
+    _kernels.isa_check(name)
+    if _hidden(name):
+        raise UnsupportedCPUError(f"ISA path {name!r} is hidden by H3CY_ISA_MAX="
+                                  f"{_config.env_isa_max()}")
+    return name
 
 
 def attention_bf16(attention, weights):
