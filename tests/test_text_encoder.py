@@ -69,6 +69,21 @@ def test_hidden_states_50_matches_transformers(encoders, want, weights, ref, met
     assert err <= tol, f"{weights}: {metric.__name__} {err:.3g} > {tol}"
 
 
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("weights,ref,metric,tol", [("fp32", "float32", max_rel, 1e-4),
+                                                   ("int8", "float32", rel_l2, 3e-2)])
+def test_hidden_states_50_on_every_isa_path(encoders, want, isa, weights, ref, metric, tol):
+    """The bounds above, on each path this CPU runs (the default one is only the best)."""
+    got = encoders(weights, isa=isa).encode(LONG_IDS)
+    err = metric(got, want[ref])
+    assert err <= tol, f"{weights} on {isa}: {metric.__name__} {err:.3g} > {tol}"
+
+
+# The paths whose bf16 text stack emulates torch's AVX-512 summation order (checked bit for
+# bit against it); the others are held to the bound.
+EMULATES_TORCH_AVX512 = ("ref", "avx512")
+
+
 def _torch_vec_isa():
     import torch
     return torch.backends.cpu.get_cpu_capability()
@@ -88,20 +103,25 @@ def test_bf16_bit_exact_short_prompt(encoders, tiny_te):
     want = tiny.reference_hidden(tiny_te, IDS, "bfloat16")
     got = encoders("bf16").encode(IDS)
     assert np.array_equal(got, round_bf16(got.copy()))           # bf16 values, as the reference
-    # GEMM summation order may differ on other CPUs (K=64 here): allow a few flips, not a drift
-    assert np.mean(got != want) < 0.02, f"{np.mean(got != want):.3f} of the elements differ"
+    if _torch_runs_avx512_order() and h3cy.ops.active_isa() in EMULATES_TORCH_AVX512:
+        # GEMM summation order may differ on other CPUs (K=64 here): allow a few flips, not a drift
+        assert np.mean(got != want) < 0.02, f"{np.mean(got != want):.3f} of the elements differ"
+    else:   # torch's AVX2 build sums its bf16 GEMMs in 8-lane chunks: on a Zen 3, 0.65 of the
+        # elements differ after 50 layers, rel L2 well inside the long prompt's bound
+        assert rel_l2(got, want) <= 2e-2, f"torch vector ISA {_torch_vec_isa()}: rel L2 {rel_l2(got, want):.3g}"
 
 
-@pytest.mark.parametrize("isa", [i for i in ("avx512", "ref") if i in h3cy.ops.available_isas()])
+@pytest.mark.parametrize("isa", isa_params())
 def test_bf16_bit_exact_long_prompt(want, tiny_te, isa):
     """22 tokens: torch's flash attention takes 16 of each row's keys through its vector
     fexp_u20 and sums them in lanes; h3cy emulates that (h3_attention_bf16p), so the 50-layer
     output is bit-identical to transformers' bf16 run (observed: 0 of 1408 elements differ,
-    both ISAs; plain expf: rel L2 0.015).  torch picks its vector ISA at run time: the
-    emulated order is its AVX-512 build's, so on another build (or an AMX CPU) only the bound is checked."""
+    ref and avx512; plain expf: rel L2 0.015).  torch picks its vector ISA at run time: the
+    emulated order is its AVX-512 build's, so on another build (or an AMX CPU), and on the
+    paths that do not emulate it, only the bound is checked."""
     got = h3cy.TextEncoder.from_pretrained(tiny_te, weights="bf16", isa=isa).encode(LONG_IDS)
     w = want["bfloat16"]
-    if _torch_runs_avx512_order():
+    if _torch_runs_avx512_order() and isa in EMULATES_TORCH_AVX512:
         assert np.array_equal(got, w), f"{np.mean(got != w):.4f} of the elements differ"
     else:   # AVX2 build (8-lane chunks) or AMX GEMMs: a few flipped roundings, amplified
         assert rel_l2(got, w) <= 2e-2, f"torch vector ISA {_torch_vec_isa()}: rel L2 {rel_l2(got, w):.3g}"
@@ -193,7 +213,7 @@ def _sdpa_case(L, causal, seed):
     return to_np(q), to_np(k), to_np(v), to_np(want)
 
 
-@pytest.mark.parametrize("isa", [i for i in ("avx512", "ref") if i in h3cy.ops.available_isas()])
+@pytest.mark.parametrize("isa", isa_params())
 @pytest.mark.parametrize("L,causal,max_diff", [
     (1, True, 0), (15, True, 0), (16, True, 0), (17, True, 0), (33, True, 0), (100, True, 0),
     (40, False, 0), (600, True, 15),
@@ -204,17 +224,16 @@ def test_bf16_attention_matches_torch_sdpa(L, causal, max_diff, isa):
     _kernels.qwen_attention_bf16p(q, k, v, out, 0.25, causal, isa, h3cy.ops._pool(2))
     got = round_bf16(out)                               # torch stores its output as bf16
     n = int(np.sum(got != want))
-    if _torch_runs_avx512_order():
+    if _torch_runs_avx512_order() and isa in EMULATES_TORCH_AVX512:
         assert n <= max_diff, f"L={L}: {n} of {got.size} elements differ"
     else:   # torch's AVX2 build chunks by 8 lanes; plain expf gives ~1.6 % flips at L=16
         assert n <= 0.02 * got.size, f"torch vector ISA {_torch_vec_isa()}: {n} of {got.size} differ"
 
 
-def test_bf16_attention_isas_identical():
-    """Scores exact in any summation order (small integers times 2^-2): the AVX-512 exp/sum
+@pytest.mark.parametrize("isa", isa_params(include_ref=False))
+def test_bf16_attention_isas_identical(isa):
+    """Scores exact in any summation order (small integers times 2^-2): every path's exp/sum
     kernel then gives the scalar reference's bits, before any rounding of the output."""
-    if "avx512" not in h3cy.ops.available_isas():
-        pytest.fail("this check needs the AVX-512 path; host has " + str(h3cy.ops.available_isas()))
     rng = np.random.default_rng(3)
     for L in (5, 16, 31, 48, 77, 530):
         q = rng.integers(-3, 4, (L, 4, 16)).astype(np.float32)
@@ -222,7 +241,7 @@ def test_bf16_attention_isas_identical():
         v = round_bf16(rng.standard_normal((L, 2, 16)).astype(np.float32))
         a, b = np.empty_like(q), np.empty_like(q)
         _kernels.qwen_attention_bf16p(q, k, v, a, 0.25, True, "ref", h3cy.ops._pool(2))
-        _kernels.qwen_attention_bf16p(q, k, v, b, 0.25, True, "avx512", h3cy.ops._pool(2))
+        _kernels.qwen_attention_bf16p(q, k, v, b, 0.25, True, isa, h3cy.ops._pool(2))
         assert_nontrivial(a)
         assert np.array_equal(a, b), f"L={L}: {np.sum(a != b)} differ"
 
