@@ -13,9 +13,7 @@ from h3cy.errors import CheckpointError, H3ValueError
 
 from _compare import assert_nontrivial, max_rel, rel_l2
 from _tiny_audio_vae import build, reference_decode
-
-BEST = h3cy.ops.available_isas()[-1]
-
+from conftest import isa_params
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
@@ -30,7 +28,7 @@ def latents(model, A, seed=0):
 
 
 @pytest.mark.parametrize("layout", ["diffusers", "release"])
-@pytest.mark.parametrize("isa", sorted({"ref", BEST}))
+@pytest.mark.parametrize("isa", isa_params())
 @pytest.mark.parametrize("name", ["a", "b"])
 def test_decode_matches_diffusers_fp32(tiny, name, isa, layout):
     model, folders = tiny[name]
@@ -94,11 +92,17 @@ def test_im2col_switch_gives_the_same_bits(tiny, weights, monkeypatch):
     assert np.array_equal(dec.decode(lat), default)
 
 
+@pytest.mark.parametrize("isa", isa_params())
 @pytest.mark.parametrize("name", ["a", "b"])
-def test_narrow_convolutions_grouped_in_time_keep_the_bits(tiny, name, monkeypatch):
+def test_narrow_convolutions_grouped_in_time_agree_with_the_plain_ones(tiny, name, isa, monkeypatch):
     """4-16-channel convolutions run over groups of 32 // C time steps with expanded
-    weights (audio_vae._time_grouping): float32 decodes give the same bits as the plain
-    convolution; int8 quantises activations per group window instead, so it stays close."""
+    weights (audio_vae._time_grouping).  The expanded weight adds only exact zeros, so a
+    float32 decode sums the same products, but its K is longer: the GEMM's K blocks (256
+    on AVX2, 384 on AVX-512) and its small-M kernel split the sums elsewhere, so the
+    guarantee is agreement to float32 rounding, not bits.  Observed max |diff| 1.8e-7 on
+    the AVX2 path (1 ulp in 16% of elements), 0 on AVX-512 for these sizes; a wrong expanded
+    weight gives > 1e-2 (tried).  int8 quantises activations per group window instead, so
+    it stays close to fp32."""
     from h3cy import audio_vae
     model, folders = tiny[name]
     lat = latents(model, 7)
@@ -106,13 +110,16 @@ def test_narrow_convolutions_grouped_in_time_keep_the_bits(tiny, name, monkeypat
     for grouped in (True, False):
         monkeypatch.setattr(audio_vae, "_GROUP_NARROW_TIME", grouped)
         for weights in ("fp32", "int8"):
-            dec = h3cy.AudioDecoder.from_pretrained(folders["diffusers"], weights=weights, threads=2)
+            dec = h3cy.AudioDecoder.from_pretrained(folders["diffusers"], weights=weights, isa=isa, threads=2)
             convs = [c for stage in dec.blocks for c1, c2, _ in stage for c in c1 + c2]
             assert any(c.grouped for c in convs) == grouped
             got[grouped, weights] = dec.decode(lat)
-    np.testing.assert_array_equal(got[True, "fp32"], got[False, "fp32"])
+    a, b = got[True, "fp32"], got[False, "fp32"]
+    assert_nontrivial(b)
+    scale = float(np.max(np.abs(b)))
+    assert np.max(np.abs(a - b)) <= 2e-6 * max(1.0, scale), np.max(np.abs(a - b))
     # int8 vs fp32: observed 5e-3 (a) and 2.0-2.1e-2 (b) either way (weight and activation
-    # rounding); a wrong expanded weight fails the fp32 bits above (tried)
+    # rounding)
     for grouped in (True, False):
         assert rel_l2(got[grouped, "int8"], got[grouped, "fp32"]) <= 5e-2
 
