@@ -11,6 +11,7 @@ import h3cy
 from h3cy.errors import H3Error, H3ValueError
 from _compare import assert_close, assert_nontrivial, max_rel, rel_l2
 from _tiny_dit import TINY_CONFIGS, tiny_dit_factory  # noqa: F401  (fixture)
+from conftest import isa_params
 
 torch.set_num_threads(2)
 
@@ -46,13 +47,15 @@ def reference_forward(folder, dtype, inputs):
 CONFIGS = list(TINY_CONFIGS)
 
 
+@pytest.mark.parametrize("isa", isa_params())
 @pytest.mark.parametrize("name", CONFIGS)
-def test_fp32_matches_diffusers_fp32(tiny_dit_factory, name):
+def test_fp32_matches_diffusers_fp32(tiny_dit_factory, name, isa):
     t = tiny_dit_factory(name)
     inputs = packed_inputs(t.config, seed=1, U=2 if name != "b" else 3)
     want_v, want_a = reference_forward(t.diffusers_fp32, torch.float32, inputs)
     assert_nontrivial(want_v)
-    got_v, got_a = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32", threads=2).forward(**inputs)
+    got_v, got_a = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32", threads=2,
+                                            isa=isa).forward(**inputs)
     # observed max-rel ~3e-7 (float32 rounding order); a wrong row index or rounding step gives > 1e-2
     assert_close(got_v, want_v, max_rel_tol=1e-4, what="video")
     assert_close(got_a, want_a, max_rel_tol=1e-4, what="audio")

@@ -12,6 +12,7 @@ import h3cy
 from h3cy import pipeline as pipeline_mod
 from h3cy.layout import unpack_audio, unpatchify
 from _compare import assert_close, assert_nontrivial, max_rel
+from conftest import isa_params
 from _ref_denoise import reference_loop
 from _tiny_audio_vae import reference_decode as audio_reference
 from _tiny_dit import tiny_dit_factory  # noqa: F401  (fixture used by tiny_pipeline)
@@ -81,6 +82,21 @@ def test_generate_equals_diffusers_pieces(tiny_pipeline, references, layout):  #
     assert diff.max() <= 1
     assert res.fps == 24 and res.sample_rate == tp.audio_model.config.sampling_rate
     assert res.geometry.frames == F
+
+
+@pytest.mark.parametrize("isa", isa_params())
+def test_generate_on_every_isa_path(tiny_pipeline, references, isa):  # noqa: F811
+    """The whole pipeline (transformer, both decoders) on each path this CPU runs, against
+    diffusers' pieces, with the bounds of test_generate_equals_diffusers_pieces."""
+    tp = tiny_pipeline
+    want = references["diffusers"]
+    g, pe, video, audio = _inputs(tp)
+    pipe = _pipe(tp, "diffusers", isa=isa)
+    res = pipe.generate(prompt_embeds=pe, noise=(video, audio), width=W, height=H, frames=F, steps=STEPS)
+    assert_close(res.video_latent, want["video_latent"], max_rel_tol=1e-4, what=f"video latent {isa}")
+    assert_close(res.audio, want["audio"], max_rel_tol=1e-4, what=f"waveform {isa}")
+    diff = np.abs(res.frames.astype(int) - h3cy.to_uint8(want["pixels"]).astype(int))
+    assert diff.max() <= 1
 
 
 def test_latent_output_then_decode_equals_generate(tiny_pipeline, references):  # noqa: F811

@@ -128,6 +128,13 @@ def test_decode_fp32_matches_diffusers(decoders, latent, want_fp32, layout):
     assert u8.max() <= 1
 
 
+@pytest.mark.parametrize("isa", isa_params())
+def test_decode_fp32_on_every_isa_path_matches_diffusers(tiny_vae, latent, want_fp32, isa):
+    got = h3cy.VideoDecoder.from_pretrained(tiny_vae.diffusers, weights="fp32", isa=isa).decode(latent)
+    # the bound of test_decode_fp32_matches_diffusers (observed 6e-7 on the default path)
+    assert_close(got, want_fp32, max_rel_tol=1e-4, what=f"fp32 {isa}")
+
+
 def test_decode_three_clips_matches_diffusers(tiny_vae, decoders):
     """T = 17: three clips, so a clip both reads the previous tail (its head cross-fade)
     and writes its own into the same buffer, region by region over 2 x 1 tiles."""
