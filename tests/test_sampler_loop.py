@@ -353,7 +353,9 @@ def test_refine_example_keeps_bf16_when_int8_drifts(tiny_dit_factory, tmp_path):
 
 def test_ctrl_c_stops_between_blocks_and_reraises(tiny_dit_factory, tmp_path):
     """SIGINT in the main thread during denoise: KeyboardInterrupt comes out (raised between
-    blocks), and the DiT can run again in the same process."""
+    blocks), and the DiT can run again in the same process.  The signal is sent from the
+    first progress report inside the run (progress is throttled by time, so a given count
+    may never be reported on a slow machine)."""
     import os
     import signal
     import subprocess
@@ -368,7 +370,7 @@ g = h3cy.Geometry(64, 64, 22)
 pe = np.ones((4, {t.config['text_dim']}), np.float32)
 fired = []
 def progress(done, total, phase):
-    if done == 3 and not fired:
+    if 0 < done < total and not fired:
         fired.append(1)
         os.kill(os.getpid(), signal.SIGINT)
 try:
