@@ -34,6 +34,34 @@ def test_env_isa_unknown_or_missing_is_a_clear_error():
     assert r.returncode != 0 and "UnsupportedCPUError" in r.stderr and missing in r.stderr
 
 
+def test_isa_max_hides_the_paths_above_it():
+    """H3CY_ISA_MAX=ref: only ref is listed and chosen, a higher path named explicitly (by
+    argument or H3CY_ISA) is refused naming the variable; the real CPU features are still
+    reported.  With the cap at the best path nothing changes."""
+    code = ("import numpy as np, h3cy\n"
+            "print(h3cy.ops.available_isas(), h3cy.ops.active_isa())\n"
+            "w = np.ones((4, 8), np.float32)\n"
+            "for isa in ('avx2', 'avx512', 'amx', 'neon'):\n"
+            "    try:\n"
+            "        h3cy.ops.Linear(w, weights='fp32', isa=isa); print(isa, 'ran')\n"
+            "    except h3cy.UnsupportedCPUError as e:\n"
+            "        print(isa, 'refused', 'H3CY_ISA_MAX' in str(e))\n")
+    r = run_py(code, H3CY_ISA_MAX="ref")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "['ref'] ref"
+    for isa in ("avx2", "avx512", "amx", "neon"):
+        said = f"{isa} refused {isa in h3cy.ops.available_isas()}"
+        assert said in lines, (isa, lines)
+    best = h3cy.ops.available_isas()[-1]
+    r = run_py("import h3cy; print(h3cy.ops.available_isas(), h3cy.ops.active_isa())", H3CY_ISA_MAX=best)
+    assert r.stdout.strip() == f"{h3cy.ops.available_isas()} {h3cy.ops.active_isa()}", r.stderr
+    r = run_py("import h3cy; h3cy.ops.active_isa()", H3CY_ISA_MAX="ref", H3CY_ISA=best)
+    assert (r.returncode != 0) == (best != "ref")
+    r = run_py("import h3cy; h3cy.ops.available_isas()", H3CY_ISA_MAX="sse9")
+    assert r.returncode != 0 and "H3CY_ISA_MAX='sse9'" in r.stderr
+
+
 def test_isa_argument_overrides_and_is_reported():
     w = np.ones((4, 8), np.float32)
     for isa in h3cy.ops.available_isas():
