@@ -54,7 +54,10 @@ def want(tiny_te):
 # transformers' own bf16 run is 0.018 from its fp32 run.
 @pytest.mark.parametrize("weights,ref,metric,tol", [
     ("fp32", "float32", max_rel, 1e-4),
-    ("bf16", "bfloat16", rel_l2, 1e-2),
+    # bf16: 0 where torch runs its AVX-512 order; 0.012 on the AVX2 path against torch's AMX
+    # bf16 GEMMs (Sapphire Rapids, H3CY_ISA_MAX=avx2) — transformers' own bf16 run is 0.018
+    # from its fp32 run, a wrong op gives ~1
+    ("bf16", "bfloat16", rel_l2, 2e-2),
     ("fp16", "float32", rel_l2, 1e-3),
     ("int8", "float32", rel_l2, 3e-2),
     ("int4", "float32", rel_l2, 0.45),
