@@ -62,7 +62,7 @@ def test_tokenizer_tests_pass_in_a_copy_with_nothing_beside_it(tmp_path):
     assert not (tmp_path / "alone" / "shared").exists()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     env["PYTHONPATH"] = str(copy)
-    r = _run([sys.executable, "-c", "import h3cy, h3cy.tokenizer as t; print(h3cy.__file__); "
+    r = _run([sys.executable, "-c", "import h3cy, h3cy.models.tokenizer as t; print(h3cy.__file__); "
               "print(t.Tokenizer.default().encode('a red fox'))"], cwd=copy, env=env)
     assert r.stdout.splitlines()[0].startswith(str(copy)), r.stdout
     r = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_tokenizer.py",
@@ -73,7 +73,7 @@ def test_tokenizer_tests_pass_in_a_copy_with_nothing_beside_it(tmp_path):
 
 @pytest.fixture(scope="module")
 def wheel_venv(tmp_path_factory):
-    """A wheel of this tree (compiled here), installed with --no-deps into a fresh venv that
+    """A wheel of this tree (built as pip builds it), installed with --no-deps into a fresh venv that
     sees the dependencies already installed (--system-site-packages): h3cy itself comes
     from the wheel."""
     root = tmp_path_factory.mktemp("wheel")
@@ -81,8 +81,9 @@ def wheel_venv(tmp_path_factory):
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
         ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".benchmarks", "_cbuild",
         ".venv", "*.so"))
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-          str(root / "dist"), str(src)], timeout=1800)
+    # with build isolation, as a user's pip builds it (a fresh venv may have no Cython)
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(src)],
+         timeout=1800)
     wheels = [f for f in os.listdir(root / "dist") if f.endswith(".whl")]
     assert len(wheels) == 1, wheels
     venv = root / "venv"
@@ -97,7 +98,7 @@ def test_wheel_carries_the_tokenizer_and_runs_the_cli(wheel_venv, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "PYTHONPATH"))}
     env["HOME"] = str(tmp_path)                       # the demo model's cache goes here
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
-    code = ("import os, h3cy, h3cy.tokenizer as t; print(os.path.dirname(h3cy.__file__)); "
+    code = ("import os, h3cy, h3cy.models.tokenizer as t; print(os.path.dirname(h3cy.__file__)); "
             "print(sorted(os.listdir(t.DEFAULT_FOLDER))); print(t.Tokenizer.default().encode('a red fox'))")
     r = _run([py, "-c", code], cwd=tmp_path, env=env)
     where, files, ids = r.stdout.splitlines()[:3]
