@@ -4,7 +4,7 @@ SwiGLU, down GEMM + gated residual), for each weights mode, median over --reps r
 
     python bench/block_profile.py [--S 2048] [--threads 2] [--modes int8,bf16] [--reps 3]
 
-Random weights (h3cy._synthetic), the block bench's inputs (bench/test_bench_block.py).
+Random weights (synthetic), the block bench's inputs (bench/test_bench_block.py).
 The stage clock reads CLOCK_MONOTONIC between stages only (no effect on the result).
 """
 import argparse
@@ -16,8 +16,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from h3cy import _kernels                       # noqa: E402
-from h3cy.model import DiT                      # noqa: E402
-from h3cy._synthetic import SyntheticSource     # noqa: E402
+from h3cy.models.dit import DiT                      # noqa: E402
+from synthetic import SyntheticSource     # noqa: E402
 from test_bench_block import block_inputs       # noqa: E402
 
 

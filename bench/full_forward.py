@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from h3cy.model import DiT
-from h3cy._synthetic import SyntheticSource
+from h3cy.models.dit import DiT
+from synthetic import SyntheticSource
 
 
 def peak_gb():

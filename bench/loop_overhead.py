@@ -21,8 +21,8 @@ import numpy as np
 
 import h3cy
 from h3cy import _config
-from h3cy.model import DiT
-from h3cy._synthetic import SyntheticSource
+from h3cy.models.dit import DiT
+from synthetic import SyntheticSource
 
 
 def measure(dit, pe, g, steps, main_thread=True, reps=2):

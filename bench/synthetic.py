@@ -5,7 +5,7 @@ import zlib
 
 import numpy as np
 
-from ._bf16 import f32_to_bf16_bits
+from h3cy.ops.bf16 import f32_to_bf16_bits
 
 FULL_CONFIG = dict(num_attention_heads=56, attention_head_dim=128, hidden_size=5376, num_layers=50,
                    num_refiner_layers=2, ffn_dim=14336, in_channels=24, audio_in_channels=32,

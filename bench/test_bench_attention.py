@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import h3cy
-from h3cy._bf16 import round_bf16
+from h3cy.ops.bf16 import round_bf16
 
 HEADS, D = 56, 128
 SEQS = [int(s) for s in os.environ.get("H3CY_BENCH_S", "2048").split(",")]

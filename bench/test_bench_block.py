@@ -14,8 +14,8 @@ import os
 import numpy as np
 import pytest
 
-from h3cy.model import DiT
-from h3cy._synthetic import SyntheticSource
+from h3cy.models.dit import DiT
+from synthetic import SyntheticSource
 
 SEQS = [int(s) for s in os.environ.get("H3CY_BENCH_S", "1872,2048").split(",")]
 MODES = os.environ.get("H3CY_BENCH_MODES", "bf16,int8,int4,fp16,fp32").split(",")

@@ -65,7 +65,7 @@ def test_h3cy(benchmark, shape, mode, threads):
     N, K = w.shape
     kw = {"group_size": 128} if mode == "int4" else {}
     if mode == "bf16in":
-        from h3cy._bf16 import round_bf16
+        from h3cy.ops.bf16 import round_bf16
         x = round_bf16(x)
         kw = {"bf16_inputs": True}
     lin = h3cy.ops.Linear(w, weights="bf16" if mode == "bf16in" else mode, threads=threads, **kw)

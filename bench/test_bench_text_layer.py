@@ -13,7 +13,7 @@ import pytest
 import sys
 sys.path.insert(0, os.path.dirname(__file__))
 import text_layer_table as tl  # noqa: E402
-from h3cy.text_encoder import rope_inv_freq, rope_tables
+from h3cy.models.text_encoder import rope_inv_freq, rope_tables
 
 LS = [int(s) for s in os.environ.get("H3CY_BENCH_L", "32,128").split(",")]
 MODES = os.environ.get("H3CY_BENCH_MODES", "bf16,int8,int4,fp32").split(",")

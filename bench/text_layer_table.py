@@ -44,7 +44,7 @@ def timeit(fn, reps):
 def h3cy_layer(t, weights, threads):
     """A TextEncoder-built layer over in-memory weights (the same _Layer code path)."""
     import h3cy
-    from h3cy import text_encoder as te
+    from h3cy.models import text_encoder as te
     src = type("Src", (), {})()
     src.get = lambda name: t[name.split(".")[-2]]
     enc = te.TextEncoder.__new__(te.TextEncoder)
@@ -60,7 +60,7 @@ def h3cy_layer(t, weights, threads):
 
 def h3cy_run(t, mode, threads, x0):
     """A callable running h3cy's layer in weights mode `mode` on a copy of x0 [L, HID]."""
-    from h3cy.text_encoder import rope_inv_freq, rope_tables
+    from h3cy.models.text_encoder import rope_inv_freq, rope_tables
     L = x0.shape[0]
     cos, sin = rope_tables(np.arange(L), rope_inv_freq(HD, 5e6))
     enc, layer = h3cy_layer(t, mode, threads)

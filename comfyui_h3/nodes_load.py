@@ -55,9 +55,8 @@ def _is_model_folder(path):
     h3cy = _h3.h3cy
     if h3cy is None:
         return os.path.isdir(os.path.join(path, "FL2VA")) or os.path.isfile(os.path.join(path, "model_index.json"))
-    from h3cy.model_folder import find_model
     try:
-        return not find_model(path).missing
+        return not h3cy.find_model(path).missing
     except (h3cy.CheckpointError, OSError):
         return False
 
@@ -125,8 +124,7 @@ def model_options():
 def _assemble(name, comps):
     """A release-layout folder of symlinks for split components (rebuilt if they moved)."""
     h3cy = _h3.require()
-    from h3cy._config import cache_root
-    root = os.path.join(cache_root(), "comfyui-split", name.replace("/", "_"))
+    root = os.path.join(h3cy.cache_dir(), "comfyui-split", name.replace("/", "_"))
     fl = os.path.join(root, "FL2VA")
     os.makedirs(fl, exist_ok=True)
     for comp, target in comps.items():
@@ -136,7 +134,7 @@ def _assemble(name, comps):
         if os.path.lexists(link):
             os.remove(link)
         os.symlink(target, link, target_is_directory=True)
-    h3cy.model_folder.find_model(root).require()
+    h3cy.weights.model_folder.find_model(root).require()
     return root
 
 

@@ -1,5 +1,5 @@
 """Make the video's motion follow a music track: latent frames on the music's beats are
-denoised on a differently shifted sigma curve (h3cy.audio_schedule.beat_schedule).
+denoised on a differently shifted sigma curve (h3cy.sampling.audio_schedule.beat_schedule).
 
     python examples/beat_video.py --transformer MiniMax-H3/FL2VA/transformer \\
         --embeds prompt.npy --audio music.wav --out latents.npz [--strength 0.5]

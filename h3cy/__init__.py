@@ -2,57 +2,49 @@
 
 C kernels (csrc/) do the arithmetic, typed Cython (pyx/) drives them without the GIL,
 and this package is the numpy API.  No torch at run time.
+
+Subpackages, lowest first (each imports only those before it):
+
+- ``h3cy.ops``       the kernels on numpy arrays: ISA and thread-pool choice, Linear,
+                     attention, norms and other row ops;
+- ``h3cy.weights``   safetensors files, checkpoint layouts, model folders, weight caches;
+- ``h3cy.models``    the transformer, the text encoder and tokenizer, the two decoders;
+- ``h3cy.sampling``  geometry, packed layout, schedules and the denoising loop;
+- then ``pipeline`` (load / generate), ``media`` (MP4, WAV), ``cli`` and ``demo``.
+
+``docs/architecture.md`` follows one call from ``h3cy.load`` down to a C kernel.
 """
-from ._config import get_num_threads, set_num_threads
-from .errors import Cancelled, CheckpointError, H3Error, UnsupportedCPUError
+from ._config import cache_root as cache_dir, get_num_threads, set_num_threads
+from .errors import Busy, Cancelled, CheckpointError, H3Error, UnsupportedCPUError
 from . import ops
-from .model import DiT
+from .weights.model_folder import ModelFolder, find_model
+from .weights.transformer import TransformerCheckpoint, TransformerConfig, open_transformer
+from .models.dit import DiT
+from .models.tokenizer import Tokenizer
+from .models.text_encoder import TextEncoder
+from .models.prompt_cache import encode_prompt
+from .models.video_vae import VideoDecoder, to_uint8
+from .models.audio_vae import AudioDecoder
+from .sampling.layout import Geometry, Layout
+from .sampling.schedule import Schedule
+from .sampling.sampler import STOP, CancelToken, StepState, denoise, initial_noise
+from .sampling import audio_schedule
+from .pipeline import Pipeline, load
+from .result import Result
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Cancelled", "CheckpointError", "H3Error", "UnsupportedCPUError",
-    "get_num_threads", "set_num_threads", "ops", "DiT", "__version__",
+    # errors and process settings
+    "Busy", "Cancelled", "CheckpointError", "H3Error", "UnsupportedCPUError",
+    "get_num_threads", "set_num_threads", "cache_dir", "ops", "__version__",
+    # weights
+    "ModelFolder", "find_model", "TransformerCheckpoint", "TransformerConfig", "open_transformer",
+    # models
+    "DiT", "Tokenizer", "TextEncoder", "encode_prompt", "VideoDecoder", "to_uint8", "AudioDecoder",
+    # sampling
+    "Geometry", "Layout", "Schedule", "STOP", "CancelToken", "StepState", "denoise", "initial_noise",
+    "audio_schedule",
+    # the pipeline
+    "Pipeline", "load", "Result",
 ]
-
-# checkpoint reading (issue 3): open a transformer folder in either layout, tensors under diffusers names
-from .checkpoint import TransformerCheckpoint, TransformerConfig, open_transformer  # noqa: E402
-
-__all__ += ["TransformerCheckpoint", "TransformerConfig", "open_transformer"]
-
-# sampling (issue 4): geometry, layout, schedules, the denoising loop and its hooks
-from .layout import Geometry, Layout  # noqa: E402
-from .schedule import Schedule  # noqa: E402
-from .sampler import STOP, CancelToken, StepState, denoise, initial_noise  # noqa: E402
-from .errors import Busy  # noqa: E402
-from . import audio_schedule  # noqa: E402
-
-__all__ += ["Geometry", "Layout", "Schedule", "STOP", "CancelToken", "StepState", "denoise",
-            "initial_noise", "Busy", "audio_schedule"]
-
-# prompt encoding (issue 5): the tokenizer
-from .tokenizer import Tokenizer  # noqa: E402
-
-__all__ += ["Tokenizer"]
-
-# prompt encoding (issue 5): the Qwen3-VL text stack (hidden_states[50]) and the prompt cache
-from .text_encoder import TextEncoder  # noqa: E402
-from .prompt_cache import encode_prompt  # noqa: E402
-
-__all__ += ["TextEncoder", "encode_prompt"]
-
-# the pipeline (issue 6): prompt -> MP4
-from .pipeline import Pipeline, load  # noqa: E402
-from .result import Result  # noqa: E402
-
-__all__ += ["Pipeline", "load", "Result"]
-
-# video decoding (issue 6): the video VAE's ViT decoder, frames to uint8
-from .video_vae import VideoDecoder, to_uint8  # noqa: E402
-
-__all__ += ["VideoDecoder", "to_uint8"]
-
-# audio VAE decoder (issue 6): BigVGAN latents -> stereo waveform
-from .audio_vae import AudioDecoder  # noqa: E402
-
-__all__ += ["AudioDecoder"]

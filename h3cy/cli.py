@@ -182,7 +182,7 @@ def generate(args):
 
 def info(args):
     from ._memory import available_memory, fmt_bytes
-    from .model_folder import COMPONENTS, find_model
+    from .weights.model_folder import COMPONENTS, find_model
     mf = find_model(args.model)
     print(f"model   : {mf.root}")
     print(f"layout  : {mf.layout}")
@@ -227,8 +227,8 @@ def info(args):
 
 
 def convert(args):
-    from . import model
-    from .model_folder import find_model
+    from .models import dit as model
+    from .weights.model_folder import find_model
     mf = find_model(args.model).require(("transformer", "text_encoder"))
     t0 = time.perf_counter()
     print(f"transformer -> {args.weights} cache ...", flush=True)
@@ -236,7 +236,7 @@ def convert(args):
                                     cache_dir=args.cache_dir, isa=args.isa)
     dit.close()
     del dit
-    from . import text_encoder
+    from .models import text_encoder
     print(f"text encoder -> {args.weights} cache ...", flush=True)
     te = text_encoder.TextEncoder.from_pretrained(mf.paths["text_encoder"], weights=args.weights,
                                                   streaming=True, cache_dir=args.cache_dir, isa=args.isa)

@@ -16,8 +16,8 @@ import shutil
 
 import numpy as np
 
-from . import _bf16
-from ._st_write import save_file, save_sharded
+from .ops import bf16 as _bf16
+from .weights.st_write import save_file, save_sharded
 
 DEMO_VERSION = 2
 DEMO_PROMPT = "A red fox walks through fresh snow in a pine forest, soft footsteps and wind."
@@ -61,7 +61,7 @@ def build_tokenizer(folder, vocab_size=600):
     """Train a byte-level BPE (Qwen2's pre-tokenizer) on the built-in text and save it the
     way the release does: vocab.json + merges.txt + tokenizer_config.json."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
-    from .tokenizer import _QWEN2_PATTERN
+    from .models.tokenizer import _QWEN2_PATTERN
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(_QWEN2_PATTERN), behavior="isolated", invert=False),
@@ -97,7 +97,7 @@ DIT_CONFIG = {
 
 
 def build_transformer(folder, rng):
-    from .checkpoint import TransformerConfig, expected_tensors, fp32_in_release
+    from .weights.transformer import TransformerConfig, expected_tensors, fp32_in_release
     os.makedirs(folder, exist_ok=True)
     cfg = TransformerConfig.from_dict(DIT_CONFIG)
     arrays, bf16 = {}, set()
@@ -179,7 +179,7 @@ VAE_DIM, VAE_HEADS, VAE_LAYERS = 32, 2, 1
 
 
 def build_video_vae(folder, rng):
-    from .video_vae import PIXEL_MEAN  # noqa: F401  (the decoder this feeds)
+    from .models.video_vae import PIXEL_MEAN  # noqa: F401  (the decoder this feeds)
     src = os.path.join(folder, "source")
     os.makedirs(src, exist_ok=True)
     H, C, F = VAE_DIM, 24, 4 * VAE_DIM

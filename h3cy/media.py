@@ -18,7 +18,7 @@ import zlib
 import numpy as np
 
 from .errors import H3ValueError
-from .video_vae import to_uint8  # noqa: F401  (re-exported: frames -> uint8 for the writers)
+from .models.video_vae import to_uint8  # noqa: F401  (re-exported: frames -> uint8 for the writers)
 
 __all__ = ["Mp4Writer", "write_mp4", "write_wav", "write_png", "write_frames", "to_uint8", "fit_audio"]
 

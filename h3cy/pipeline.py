@@ -20,9 +20,9 @@ import numpy as np
 
 from ._memory import available_memory, fmt_bytes, peak_rss
 from .errors import Busy, Cancelled, H3ValueError
-from .layout import Geometry
+from .sampling.layout import Geometry
 from . import ops
-from .model_folder import find_model
+from .weights.model_folder import find_model
 from .result import Result
 
 log = logging.getLogger("h3cy")
@@ -122,7 +122,10 @@ class Pipeline:
         return stream
 
     def _build(self, component):
-        from . import audio_vae, model, text_encoder, video_vae
+        from .models import audio_vae
+        from .models import dit as model
+        from .models import text_encoder
+        from .models import video_vae
         p = self.folder.paths[component]
         if component == "text_encoder":
             return text_encoder.TextEncoder.from_pretrained(
@@ -180,7 +183,7 @@ class Pipeline:
     def encode(self, prompt, on_progress=None, cancel=None):
         """The prompt's text states ``[L, text_dim]`` float32 (from the on-disk prompt cache
         when this prompt was encoded before with the same encoder and weights mode)."""
-        from . import prompt_cache
+        from .models import prompt_cache
         if not isinstance(prompt, str):
             raise H3ValueError(f"prompt must be a str, got {type(prompt).__name__}")
         if prompt == "":
@@ -201,7 +204,7 @@ class Pipeline:
         return None if self.cache_dir is None else os.path.join(self.cache_dir, "prompts")
 
     def _tokenizer(self):
-        from .tokenizer import Tokenizer
+        from .models.tokenizer import Tokenizer
         tok = self._loaded.get("tokenizer")
         if tok is None:
             tok = Tokenizer.from_pretrained(self.folder.paths["tokenizer"])
@@ -210,7 +213,7 @@ class Pipeline:
 
     def denoise(self, prompt_embeds, geometry, **kw):
         """Run the sampler (see :func:`h3cy.denoise`) with the transformer loaded for it."""
-        from .sampler import denoise
+        from .sampling.sampler import denoise
         with self._component("transformer") as dit:
             return denoise(dit, prompt_embeds, geometry, **kw)
 

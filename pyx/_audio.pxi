@@ -1,6 +1,6 @@
 # _audio.pxi — drivers of the audio VAE decoder kernels (included by _kernels.pyx):
 # channels-last 1-D convolutions over an h3_linear and the anti-aliased SnakeBeta.
-# h3cy/audio_vae.py checks shapes and allocates; these convert to pointers, drop the GIL
+# h3cy/models/audio_vae.py checks shapes and allocates; these convert to pointers, drop the GIL
 # while holding the pool's lock, and map C status codes to exceptions.  `ws` is an
 # optional uint8 workspace array (aligned here to 64 bytes; None: allocated in C).
 

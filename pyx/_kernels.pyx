@@ -1,6 +1,6 @@
 # _kernels.pyx — thin typed wrappers over csrc/ (h3.h) for h3cy.ops, tests and bench.
 #
-# Python checks and allocates (h3cy/ops.py); this module converts to C pointers, drops
+# Python checks and allocates (h3cy/ops/_base.py); this module converts to C pointers, drops
 # the GIL for the arithmetic and maps C status codes to h3cy exceptions.  Nothing here
 # holds a pointer into a numpy buffer after a call returns.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t

@@ -2,7 +2,7 @@
 #
 # q: (S, Hq, D), k/v: (S, Hkv, D), out: (S, Hq, D), float32.  Each sequence row must be
 # contiguous over (heads, D); rows may be strided (views into a fused QKV buffer), so the
-# views are generic and the row stride is passed to C.  h3cy/_ops_attn.py checks shapes.
+# views are generic and the row stride is passed to C.  h3cy/ops/attention.py checks shapes.
 
 cdef int64_t _row_stride(const float[:, :, :] x, str name) except -1:
     """Row stride in floats; the inner (heads, D) block must be C-contiguous."""

@@ -1,6 +1,6 @@
 # _kernels_elem.pxi — element-wise/row op and conversion wrappers (included by _kernels.pyx).
 #
-# Python (h3cy/_ops_elem.py) checks dtypes, shapes and contiguity and allocates; these
+# Python (h3cy/ops/elem.py) checks dtypes, shapes and contiguity and allocates; these
 # take typed memoryviews, drop the GIL around the C call while holding the pool's lock,
 # and return the name of the ISA whose kernels ran (the C entry's `ran` report), which
 # the Python wrapper compares with the path it asked for.  Empty arrays pass NULL: the C

@@ -1,6 +1,6 @@
 # _loop.pxi — the denoising loop driver (included by _kernels.pyx).
 #
-# h3cy/sampler.py prepares everything in Python (schedule, packed layout, per-step row
+# h3cy/sampling/sampler.py prepares everything in Python (schedule, packed layout, per-step row
 # tables, extrapolation ratios, the AdaLN tables) and hands DenoiseLoop plain arrays.
 # DenoiseLoop.run() then runs the steps without the GIL: input packing and projections,
 # every transformer block, the final norm and heads, the velocity extrapolation and the
@@ -53,7 +53,7 @@ cdef inline float *_wf32p(object a, str name, int64_t n) except NULL:
 
 
 cdef class DenoiseLoop:
-    """One run of the sampler's step loop (see h3cy.sampler.denoise, which builds it).
+    """One run of the sampler's step loop (see h3cy.sampling.sampler.denoise, which builds it).
 
     Parameters (all numpy, checked here)
     ----------

@@ -16,7 +16,7 @@ import shutil
 
 import numpy as np
 
-from h3cy.tokenizer import DEFAULT_FOLDER as TOKENIZER_SRC
+from h3cy.models.tokenizer import DEFAULT_FOLDER as TOKENIZER_SRC
 NUM_LAYERS = 51
 TEXT_CONFIG = dict(
     vocab_size=151936, hidden_size=64, intermediate_size=96, num_hidden_layers=NUM_LAYERS,

@@ -103,7 +103,7 @@ def test_narrow_convolutions_grouped_in_time_agree_with_the_plain_ones(tiny, nam
     the AVX2 path (1 ulp in 16% of elements), 0 on AVX-512 for these sizes; a wrong expanded
     weight gives > 1e-2 (tried).  int8 quantises activations per group window instead, so
     it stays close to fp32."""
-    from h3cy import audio_vae
+    from h3cy.models import audio_vae
     model, folders = tiny[name]
     lat = latents(model, 7)
     got = {}
@@ -148,7 +148,7 @@ def test_cancel_stops_and_decoder_is_reusable(tiny):
         if done >= 3:
             token.cancel()
 
-    import h3cy.audio_vae as av
+    import h3cy.models.audio_vae as av
     old, _progress.PROGRESS_INTERVAL = _progress.PROGRESS_INTERVAL, 0.0   # report every unit
     try:
         with pytest.raises(h3cy.Cancelled):

@@ -1,4 +1,4 @@
-"""Checkpoint loading: h3cy.safetensors (strict mmap reader) and h3cy.checkpoint (transformer folders).
+"""Checkpoint loading: h3cy.weights.safetensors (strict mmap reader) and h3cy.weights.transformer (transformer folders).
 
 Oracle: the parameters of tiny random diffusers MiniMaxH3Transformer3DModel models (tests/_tiny_dit.py),
 saved by diffusers in its own layout and converted to the original release layout by inverting diffusers'
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import h3cy
-from h3cy.checkpoint import (TransformerConfig, expected_tensors, fp32_in_release, open_transformer)
+from h3cy.weights.transformer import (TransformerConfig, expected_tensors, fp32_in_release, open_transformer)
 from h3cy.errors import CheckpointError, H3ValueError
-from h3cy.safetensors import MAX_HEADER_BYTES, SafetensorsFile
+from h3cy.weights.safetensors import MAX_HEADER_BYTES, SafetensorsFile
 
 from _tiny_dit import TINY_CONFIGS, tiny_dit_factory  # noqa: F401  (fixture)
 

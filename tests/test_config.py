@@ -122,7 +122,7 @@ def test_selfcheck_cli_runs_and_verifies():
 
 def test_portable_int_path_warns_once(monkeypatch):
     import warnings
-    from h3cy import ops
+    from h3cy.ops import _base as ops
     monkeypatch.setattr(ops, "_warned", set())
     feats = [f for f in ops.cpu_features() if f != "avx512_vnni"]
     monkeypatch.setattr(ops, "cpu_features", lambda: feats)

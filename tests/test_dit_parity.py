@@ -281,7 +281,7 @@ def test_release_layout_stored_rope_frequencies_match_diffusers(theta_folders, n
     """A release-layout transformer whose stored rope.inv_freq are not the theta=10000 ones
     (theta=500, no rope_theta in its config) computes what diffusers computes with those
     frequencies, in fp32."""
-    from h3cy.model import rope_inv_freq
+    from h3cy.models.dit import rope_inv_freq
     f = theta_folders(name)
     F = f["config"]["rope_freq_dim"]
     default = rope_inv_freq(F, 10000.0)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import h3cy
-from h3cy._bf16 import round_bf16
+from h3cy.ops.bf16 import round_bf16
 from h3cy import _kernels
 from h3cy.errors import H3ValueError
 from h3cy.ops import Attention, attention, attention_workspace_bytes

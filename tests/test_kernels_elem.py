@@ -1,4 +1,4 @@
-"""Element-wise / row ops and number-format conversions (csrc/elem*.c, h3cy/_ops_elem.py).
+"""Element-wise / row ops and number-format conversions (csrc/elem*.c, h3cy/ops/elem.py).
 
 Every op runs on every ISA path the host has (others are skipped by name) and on 1 and 2
 threads, against a float64 numpy reference and against the scalar `ref` path (the C
@@ -389,7 +389,7 @@ def test_path_report_from_c(isa, rng):
 
 def test_path_report_mismatch_raises(monkeypatch, rng):
     """The wrapper's check is live: a kernel that reports another path is an error."""
-    from h3cy import _ops_elem
+    from h3cy.ops import elem as _ops_elem
 
     class Fake:
         @staticmethod

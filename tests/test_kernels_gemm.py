@@ -54,7 +54,7 @@ def _x_used(x, lin):
     """The activations the kernel multiplies: x itself, except where the linear reports
     bf16 activations (AMX's bf16 tiles round x to nearest even, as torch's bf16 linear)."""
     if lin.activation_dtype == "bfloat16":
-        from h3cy._bf16 import round_bf16
+        from h3cy.ops.bf16 import round_bf16
         return round_bf16(x)
     return x
 
@@ -376,7 +376,7 @@ def test_float_rows_do_not_depend_on_their_tile(isa, rng):
 def test_bf16_inputs_option(isa, rng):
     """bf16 weights with bf16-valued inputs may run bf16-pair kernels (VDPBF16PS, AMX):
     the products are exact, so only float32 summation error is left."""
-    from h3cy._bf16 import f32_to_bf16_bits, round_bf16
+    from h3cy.ops.bf16 import f32_to_bf16_bits, round_bf16
     for N, K in ((70, 100), (5, 3), (33, 700)):
         w, x = _data(rng, N, K, 40)
         x = round_bf16(x)

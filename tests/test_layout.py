@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from h3cy.errors import H3ValueError
-from h3cy.layout import Geometry, Layout, pack_audio, patchify, unpack_audio, unpatchify
+from h3cy.sampling.layout import Geometry, Layout, pack_audio, patchify, unpack_audio, unpatchify
 
 GEOMS = [(512, 512, 22), (768, 1344, 124), (1344, 768, 39), (512, 768, 243), (256, 1024, 345),
          (64, 64, 22), (320, 192, 56)]

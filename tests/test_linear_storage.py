@@ -69,7 +69,7 @@ def test_fp16_overflow_is_an_error_not_inf():
 
 
 def _bf16_bits(x):
-    from h3cy._bf16 import f32_to_bf16_bits
+    from h3cy.ops.bf16 import f32_to_bf16_bits
     return f32_to_bf16_bits(np.ascontiguousarray(x, np.float32))
 
 
@@ -167,10 +167,10 @@ def test_f32_exact_bf16_weights_keep_float32_inputs(isa, rng):
 
 
 def test_linear_in_place_modes_and_refusals(rng):
-    """h3cy._inplace.linear_in_place: bf16 and fp32 modes use bf16 tensors (and fp32 mode
+    """h3cy.weights.inplace.linear_in_place: bf16 and fp32 modes use bf16 tensors (and fp32 mode
     float32 ones) as stored, also in parts; everything else is refused (None), so the
     caller converts."""
-    from h3cy._inplace import linear_in_place
+    from h3cy.weights.inplace import linear_in_place
     pool = h3cy.ops._pool(1)
     a = rng.standard_normal((16, 32), dtype=np.float32)
     b16 = _bf16_bits(a)
@@ -197,8 +197,8 @@ def test_linear_in_place_modes_and_refusals(rng):
 def test_joined_rows_never_mixes_bf16_bits_with_float_values(rng):
     """The converting modes join a weight's parts; bf16 parts (uint16 bits) beside a float32
     one are widened first, so the joined weight holds values, not bit patterns."""
-    from h3cy._inplace import joined_rows
-    from h3cy._bf16 import bf16_bits_to_f32
+    from h3cy.weights.inplace import joined_rows
+    from h3cy.ops.bf16 import bf16_bits_to_f32
     b = (rng.standard_normal((3, 8), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
     f = rng.standard_normal((3, 8), dtype=np.float32)
     got = joined_rows([b, f])

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from h3cy import CheckpointError
-from h3cy._st_write import save_file
-from h3cy.model_folder import find_model
+from h3cy.weights.st_write import save_file
+from h3cy.weights.model_folder import find_model
 
 
 def _component(d, tensors, config=None, bf16=()):
@@ -121,7 +121,7 @@ def test_transformer_fp32_and_bf16_cost_what_the_matrices_cost_on_disk(tmp_path)
     """The DiT multiplies bf16/fp32 checkpoint tensors in place (fp32 mode widens bf16 in
     the kernel): over a bf16 checkpoint both modes need 2 bytes per matrix parameter; over
     a float32 one fp32 needs 4 and bf16 (converted) 2; int8 ~1 either way."""
-    from h3cy._bf16 import f32_to_bf16_bits
+    from h3cy.ops.bf16 import f32_to_bf16_bits
     fl = _release(tmp_path)
     tr = os.path.join(fl, "transformer")
     for name in os.listdir(tr):

@@ -10,7 +10,7 @@ import pytest
 
 import h3cy
 from h3cy import pipeline as pipeline_mod
-from h3cy.layout import unpack_audio, unpatchify
+from h3cy.sampling.layout import unpack_audio, unpatchify
 from _compare import assert_close, assert_nontrivial, max_rel
 from conftest import isa_params
 from _ref_denoise import reference_loop

@@ -1,4 +1,4 @@
-"""Fuzz h3cy.safetensors with hypothesis: mutated headers, offsets, sizes and lengths of a small valid
+"""Fuzz h3cy.weights.safetensors with hypothesis: mutated headers, offsets, sizes and lengths of a small valid
 file must give either correct arrays or CheckpointError — never another exception, a hang or a crash.
 
 Examples per strategy: H3CY_FUZZ_EXAMPLES (default 2000: about 15-20 s for the three strategies on a
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from h3cy.errors import CheckpointError
-from h3cy.safetensors import SafetensorsFile
+from h3cy.weights.safetensors import SafetensorsFile
 
 N_EXAMPLES = int(os.environ.get("H3CY_FUZZ_EXAMPLES", "2000"))
 PER_CASE_TIMEOUT_S = 20  # a case that takes this long is a hang

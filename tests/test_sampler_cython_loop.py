@@ -113,7 +113,7 @@ def test_precision_plan_and_set_weights_bit_identical(six_blocks, monkeypatch):
 
 
 def test_per_frame_schedule_bit_identical(tiny_dit_factory, monkeypatch):
-    from h3cy.schedule import shifted_sigmas
+    from h3cy.sampling.schedule import shifted_sigmas
     t = tiny_dit_factory("a")
     g, pe, video, audio = _inputs(t.config)
     dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
@@ -332,7 +332,7 @@ def test_ctrl_c_in_the_cython_loop(tiny_dit_factory):
     code = f"""
 import inspect, os, signal, sys, threading, time, numpy as np
 import h3cy
-from h3cy import sampler
+from h3cy.sampling import sampler
 dit = h3cy.DiT.from_pretrained({t.diffusers_fp32!r}, weights="fp32")
 g = h3cy.Geometry(64, 64, 22)
 pe = np.ones((4, {t.config['text_dim']}), np.float32)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import h3cy
-from h3cy.layout import pack_audio, patchify
+from h3cy.sampling.layout import pack_audio, patchify
 from _compare import assert_close, assert_nontrivial
 from _tiny_dit import tiny_dit_factory  # noqa: F401  (fixture)
 from _ref_denoise import reference_loop as _reference_loop
@@ -142,8 +142,8 @@ def test_bad_arguments():
 
 def _per_frame_reference(dit, pe, g, video, audio, sv, sa):
     """numpy loop: packed rows, per-row timesteps (text = frame 0), Euler per latent frame."""
-    from h3cy.layout import Layout, unpack_audio, unpatchify
-    from h3cy.schedule import euler_step
+    from h3cy.sampling.layout import Layout, unpack_audio, unpatchify
+    from h3cy.sampling.schedule import euler_step
     lay = Layout(g, pe.shape[0])
     video, audio = video.copy(), audio.copy()
     rpf = (g.h // 2) * (g.w // 2)
@@ -175,7 +175,7 @@ def test_per_frame_schedule(tiny_dit_factory):
     b = h3cy.denoise(dit, pe, g, noise=(video, audio), schedule=same)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
     # frames on different curves: equals the Euler rule applied frame by frame
-    from h3cy.schedule import shifted_sigmas
+    from h3cy.sampling.schedule import shifted_sigmas
     cols = np.stack([shifted_sigmas(4, 6.0 + 2 * f) for f in range(g.T)], axis=1)
     sched = h3cy.Schedule(cols, base.audio_sigmas)
     got = h3cy.denoise(dit, pe, g, noise=(video, audio), schedule=sched)
@@ -209,8 +209,8 @@ def test_concurrent_calls_serialise_or_raise_busy(tiny_dit_factory):
 def _numpy_loop(dit, pe, g, video, audio, steps, evaluate, active=None):
     """The documented formulas, written out: Euler with velocities from the DiT at the
     evaluated steps and linear-in-sigma extrapolation elsewhere."""
-    from h3cy.layout import Layout, unpack_audio, unpatchify
-    from h3cy.schedule import Schedule, euler_step
+    from h3cy.sampling.layout import Layout, unpack_audio, unpatchify
+    from h3cy.sampling.schedule import Schedule, euler_step
     sch = Schedule.shifted(steps)
     sv, sa = sch.video_sigmas, sch.audio_sigmas
     lay = Layout(g, pe.shape[0])
@@ -244,13 +244,13 @@ def test_reuse_follows_the_documented_rule(tiny_dit_factory, monkeypatch):
     t = tiny_dit_factory("a")
     g, pe, video, audio = _inputs(t)
     dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
-    assert h3cy.sampler.reuse_steps(7, 3) == [True, False, False, True, False, False, True]
-    assert h3cy.sampler.reuse_steps(5, 1) == [True] * 5
+    assert h3cy.sampling.sampler.reuse_steps(7, 3) == [True, False, False, True, False, False, True]
+    assert h3cy.sampling.sampler.reuse_steps(5, 1) == [True] * 5
     for reuse in (2, 3):
         seen = []
         got = h3cy.denoise(dit, pe, g, steps=7, noise=(video, audio), reuse=reuse,
                            on_progress=lambda d, tot, ph: seen.append(tot))
-        ev = h3cy.sampler.reuse_steps(7, reuse)
+        ev = h3cy.sampling.sampler.reuse_steps(7, reuse)
         assert seen[-1] == sum(ev) * len(dit.blocks)
         want = _numpy_loop(dit, pe, g, video, audio, 7, ev)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
@@ -281,7 +281,7 @@ def test_layers_keep_the_largest_gates(tmp_path):
             gates = torch.cat([mod[2].abs().reshape(-1), mod[5].abs().reshape(-1)])
             scores.append((gates.double().mean().item(), b))
     dropped = sorted(b for _, b in sorted(scores)[:2])
-    active = h3cy.sampler.gate_ranked_blocks(dit, ts, 5)
+    active = h3cy.sampling.sampler.gate_ranked_blocks(dit, ts, 5)
     assert [b for b in range(7) if not active[b]] == dropped
     g = h3cy.Geometry(**GEOM)
     rng = np.random.default_rng(1)
@@ -313,7 +313,7 @@ def test_precision_plan_equals_running_the_ranges_in_their_modes(tiny_dit_factor
             return h3cy.STOP
     h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio), on_step=keep)
     bf = h3cy.DiT.from_pretrained(folder, weights="bf16")
-    from h3cy.schedule import Schedule
+    from h3cy.sampling.schedule import Schedule
     sch = Schedule.shifted(4)
     tail = Schedule(sch.video_sigmas[2:], sch.audio_sigmas[2:])
     want = h3cy.denoise(bf, pe, g, schedule=tail, noise=(states["v"], states["a"]))

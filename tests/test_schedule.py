@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from h3cy.errors import H3ValueError
-from h3cy.schedule import Schedule, euler_step, shifted_sigmas
+from h3cy.sampling.schedule import Schedule, euler_step, shifted_sigmas
 
 
 def _ref_scheduler(shift, num_points):

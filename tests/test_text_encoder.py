@@ -11,8 +11,8 @@ import pytest
 
 import h3cy
 from h3cy import _kernels
-from h3cy._bf16 import round_bf16
-from h3cy.text_encoder import rope_inv_freq, rope_tables
+from h3cy.ops.bf16 import round_bf16
+from h3cy.models.text_encoder import rope_inv_freq, rope_tables
 
 import _tiny_text_encoder as tiny
 from _compare import assert_close, assert_nontrivial, max_rel, rel_l2
@@ -283,7 +283,7 @@ def test_fp32_uses_the_bf16_checkpoint_in_place(encoders):
     the kernel (f32_exact): every layer linear, the [gate; up] pair included (two
     tensors as row parts), reads the memory map -- no float32 copy of 2x the size.  Its
     parity with transformers fp32 is test_hidden_states_50_matches_transformers."""
-    from h3cy import _pages
+    from h3cy.weights import pages as _pages
     enc = encoders("fp32")
     for layer in enc.layers:
         for name, lin in layer.linears.items():

@@ -4,9 +4,9 @@ import os
 import pytest
 
 from h3cy.errors import H3ValueError
-from h3cy.tokenizer import Tokenizer
+from h3cy.models.tokenizer import Tokenizer
 
-from h3cy.tokenizer import DEFAULT_FOLDER as FOLDER  # the released files, shipped with h3cy
+from h3cy.models.tokenizer import DEFAULT_FOLDER as FOLDER  # the released files, shipped with h3cy
 
 PROMPTS = [
     "A red fox walking through snow",

@@ -9,7 +9,7 @@ import pytest
 
 import h3cy
 from h3cy import _kernels
-from h3cy.video_vae import blend, split_tiles
+from h3cy.models.video_vae import blend, split_tiles
 from _compare import assert_close, assert_nontrivial, max_rel, rel_l2
 from _tiny_vae import reference_decode, tiny_vae  # noqa: F401  (fixture import)
 from conftest import isa_params

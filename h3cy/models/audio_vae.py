@@ -1,4 +1,4 @@
-"""h3cy.audio_vae — the MiniMax-H3 audio VAE decoder (BigVGAN) on the CPU, no torch.
+"""h3cy.models.audio_vae — the MiniMax-H3 audio VAE decoder (BigVGAN) on the CPU, no torch.
 
 Latents ``[2, 32, A]`` (normalised, as the sampler outputs; the two stereo channels are
 decoded as two mono items) become a waveform ``[2, 800 * A]`` in [-1, 1] at 32 kHz:
@@ -27,10 +27,14 @@ import os
 
 import numpy as np
 
-from . import _config, _kernels, ops
-from ._progress import Ticker
-from .errors import CheckpointError, H3ValueError
-from .safetensors import SafetensorsFile
+from .. import _config
+
+from .. import _kernels
+
+from .. import ops
+from .._progress import Ticker
+from ..errors import CheckpointError, H3ValueError
+from ..weights.safetensors import SafetensorsFile
 
 __all__ = ["AudioDecoder", "AUDIO_WEIGHT_MODES"]
 

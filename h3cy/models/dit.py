@@ -1,4 +1,4 @@
-"""h3cy.model — the MiniMax-H3 diffusion transformer (``MiniMaxH3Transformer3DModel``).
+"""h3cy.models.dit — the MiniMax-H3 diffusion transformer (``MiniMaxH3Transformer3DModel``).
 
 ``DiT.forward`` takes diffusers' arguments with diffusers' meaning (batch 1) and returns
 ``(video_velocity, audio_velocity)`` as float32 arrays.  Weights modes:
@@ -20,11 +20,15 @@ import threading
 
 import numpy as np
 
-from . import _config, _kernels, ops
-from . import _pages
-from ._inplace import joined_rows, linear_in_place
-from ._bf16 import bf16_bits_to_f32, round_bf16
-from .errors import H3Error, H3ValueError
+from .. import _config
+
+from .. import _kernels
+
+from .. import ops
+from ..weights import pages as _pages
+from ..weights.inplace import joined_rows, linear_in_place
+from ..ops.bf16 import bf16_bits_to_f32, round_bf16
+from ..errors import H3Error, H3ValueError
 
 log = logging.getLogger("h3cy")
 
@@ -118,7 +122,7 @@ class _Block:
 
 
 class _CheckpointSource:
-    """Adapts a :class:`h3cy.checkpoint.TransformerCheckpoint` to the weight-source
+    """Adapts a :class:`h3cy.weights.transformer.TransformerCheckpoint` to the weight-source
     interface the model consumes (``config``, ``get``, ``qkv``, ``ffn_up``)."""
 
     def __init__(self, ckpt):
@@ -179,8 +183,8 @@ class DiT:
             has bf16 dot products (AMX, AVX512-BF16), fp32/fp16 models float32; "fp32"
             keeps float32 products for int8/int4 too.  ``H3CY_ATTENTION`` sets the default.
         """
-        from .checkpoint import open_transformer
-        from . import weights_cache
+        from ..weights.transformer import open_transformer
+        from ..weights import cache as weights_cache
         ckpt = open_transformer(path, qkv_layout=qkv_layout)
         cache = None
         try:
@@ -254,7 +258,7 @@ class DiT:
             # multiple of 8 that divides the row for small models
             ffn_act_group = 1024 if ffn % 1024 == 0 else None
         self.ffn_act_group = ffn_act_group if weights in ("int8", "int4") else None
-        # (reader, writer) of a converted-weight cache file (h3cy.weights_cache), or None
+        # (reader, writer) of a converted-weight cache file (h3cy.weights.cache), or None
         self._cache_reader, self._cache_writer = cache if cache is not None else (None, None)
         self.linears_attached = 0   # linears mapped from a cache or the checkpoint (no copy)
         self._build_lock = threading.Lock()   # blocks are built on several threads

@@ -20,8 +20,8 @@ import tempfile
 
 import numpy as np
 
-from . import _config
-from .errors import H3ValueError
+from .. import _config
+from ..errors import H3ValueError
 
 log = logging.getLogger("h3cy")
 
@@ -162,7 +162,7 @@ def cached_prompt(folder, prompt, weights, cache_dir=None, isa=None, output_laye
     """The cached encoding of ``prompt`` by the text encoder in ``folder`` loaded in mode
     ``weights``, or None — without loading the encoder (only its config, index and shard
     headers are read), so a pipeline skips loading it on a cache hit."""
-    from . import ops
+    from .. import ops
     from .text_encoder import _Source
     if cache_dir is False:
         return None

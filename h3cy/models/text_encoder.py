@@ -1,4 +1,4 @@
-"""h3cy.text_encoder — the prompt encoder of MiniMax-H3: the Qwen3-VL-32B text stack up to
+"""h3cy.models.text_encoder — the prompt encoder of MiniMax-H3: the Qwen3-VL-32B text stack up to
 ``hidden_states[50]`` (spec §3.2), read from a ``text_encoder/`` folder that
 ``Qwen3VLForConditionalGeneration.save_pretrained`` wrote (one ``model.safetensors`` or a
 sharded index), memory-mapped.  Only the token embeddings and layers ``0 .. output_layer-1``
@@ -27,12 +27,16 @@ import threading
 
 import numpy as np
 
-from . import _kernels, _pages, ops
-from ._inplace import joined_rows, linear_in_place
-from ._bf16 import bf16_bits_to_f32, round_bf16
-from ._progress import Ticker
-from .errors import CheckpointError, H3ValueError
-from .safetensors import SafetensorsFile
+from .. import _kernels
+
+from ..weights import pages as _pages
+
+from .. import ops
+from ..weights.inplace import joined_rows, linear_in_place
+from ..ops.bf16 import bf16_bits_to_f32, round_bf16
+from .._progress import Ticker
+from ..errors import CheckpointError, H3ValueError
+from ..weights.safetensors import SafetensorsFile
 
 log = logging.getLogger("h3cy")
 
@@ -281,7 +285,7 @@ class TextEncoder:
             wrong shape or dtype (the message names the file and the tensor), fewer layers than
             ``output_layer``
         """
-        from . import weights_cache
+        from ..weights import cache as weights_cache
         if weights not in ops.WEIGHT_MODES:
             raise H3ValueError(f"weights must be one of {ops.WEIGHT_MODES}, got {weights!r}")
         if isinstance(output_layer, bool) or not isinstance(output_layer, (int, np.integer)) or output_layer < 0:
@@ -363,7 +367,7 @@ class TextEncoder:
             core = reader.attach(name, None, self.isa, self._pool)
             return ops.Linear._from_core(core, mode, self._pool)
         lin = linear_in_place(w, mode, self.isa, self._pool, pair=pair)
-        if lin is not None:      # bf16/fp32 over the checkpoint's tensors (h3cy._inplace)
+        if lin is not None:      # bf16/fp32 over the checkpoint's tensors (h3cy.weights.inplace)
             return lin
         w = joined_rows(w)
         kw = {}

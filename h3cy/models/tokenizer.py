@@ -5,11 +5,11 @@ Qwen2 converter builds it, including the added special tokens such as ``<d>``)."
 import json
 import os
 
-from .errors import CheckpointError, H3ValueError
+from ..errors import CheckpointError, H3ValueError
 
 # The released tokenizer files, shipped as package data (h3cy/data/tokenizer/SOURCE.md says
 # where they come from and under which licence): used when a model file has no tokenizer.
-DEFAULT_FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tokenizer")
+DEFAULT_FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "tokenizer")
 
 # Qwen2's pre-tokenization split (transformers' Qwen2Converter)
 _QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""

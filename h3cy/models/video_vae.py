@@ -1,4 +1,4 @@
-"""h3cy.video_vae — the MiniMax-H3 video VAE decoder (``AutoencoderKLMiniMaxH3``, ViT
+"""h3cy.models.video_vae — the MiniMax-H3 video VAE decoder (``AutoencoderKLMiniMaxH3``, ViT
 decoder, spec §6.2) on the CPU, without torch.
 
 >>> dec = h3cy.VideoDecoder.from_pretrained("MiniMax-H3/vae", weights="fp32")  # doctest: +SKIP
@@ -26,12 +26,16 @@ import threading
 
 import numpy as np
 
-from . import _kernels, _pages, ops
-from ._bf16 import bf16_bits_to_f32, round_bf16
-from .checkpoint import _load_json, _weight_files
-from ._progress import Ticker
-from .errors import CheckpointError, H3ValueError
-from .safetensors import SafetensorsFile
+from .. import _kernels
+
+from ..weights import pages as _pages
+
+from .. import ops
+from ..ops.bf16 import bf16_bits_to_f32, round_bf16
+from ..weights.transformer import _load_json, _weight_files
+from .._progress import Ticker
+from ..errors import CheckpointError, H3ValueError
+from ..weights.safetensors import SafetensorsFile
 
 __all__ = ["VideoDecoder", "to_uint8", "split_tiles", "blend", "PIXEL_MEAN", "PIXEL_STD"]
 

@@ -1,22 +1,9 @@
-"""h3cy.ops — the C kernels, callable on numpy arrays.
-
-Every op runs on an instruction-set path: ``isa=None`` takes the process default
-(``H3CY_ISA`` if set, else the best the CPU supports); a name forces that path and raises
-:class:`~h3cy.UnsupportedCPUError` if the CPU lacks it.  Each object reports the path it
-runs in ``.isa``.  Inputs must be C-contiguous arrays of the stated dtype: h3cy never
-copies a large activation behind your back, so a wrong dtype or a strided view raises
-``ValueError`` (an :class:`~h3cy.errors.H3ValueError`) naming the argument.
-
->>> import numpy as np, h3cy
->>> w = np.random.default_rng(0).standard_normal((64, 48), dtype=np.float32)
->>> lin = h3cy.ops.Linear(w, weights="fp32")
->>> y = lin(np.ones((3, 48), np.float32))          # y = x @ w.T, shape (3, 64)
-"""
+"""ISA, thread-pool and weights-mode resolution, and Linear (see h3cy.ops)."""
 import numpy as np
 
-from . import _config
-from . import _kernels
-from .errors import H3ValueError, UnsupportedCPUError
+from .. import _config
+from .. import _kernels
+from ..errors import H3ValueError, UnsupportedCPUError
 
 __all__ = ["active_isa", "available_isas", "isa_supported", "cpu_features", "resolve_isa", "ThreadPool",
            "Linear", "WEIGHT_MODES", "ATTENTION_MODES", "attention_bf16"]
@@ -301,12 +288,3 @@ class Linear:
     def __repr__(self):
         return (f"Linear(N={self.N}, K={self.K}, weights={self.weights!r}, isa={self.isa!r}, "
                 f"threads={self.threads})")
-
-
-# Kernel families live in their own modules; ops re-exports them.
-from ._ops_attn import *  # noqa: E402,F401,F403
-from ._ops_elem import *  # noqa: E402,F401,F403
-from . import _ops_attn, _ops_elem  # noqa: E402
-
-__all__ += _ops_attn.__all__ + _ops_elem.__all__
-

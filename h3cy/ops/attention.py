@@ -14,17 +14,13 @@ import math
 
 import numpy as np
 
-from . import _kernels
-from .errors import H3ValueError
+from .. import _kernels
+from ..errors import H3ValueError
+from ._base import _pool, resolve_isa
 
 __all__ = ["Attention", "attention", "attention_workspace_bytes", "MAX_HEAD_DIM"]
 
 MAX_HEAD_DIM = 256
-
-
-def _ops():
-    from . import ops  # the shared helpers live in ops (which imports this module)
-    return ops
 
 
 def _rows(x, name, heads=None, d=None, S=None):
@@ -80,15 +76,14 @@ class Attention:
     """
 
     def __init__(self, *, scale=None, causal=False, isa=None, threads=None, bf16=False):
-        ops = _ops()
         if scale is not None and not (isinstance(scale, (int, float, np.floating))
                                       and math.isfinite(scale)):
             raise H3ValueError(f"scale must be a finite number, got {scale!r}")
         self.scale = None if scale is None else float(scale)
         self.causal = bool(causal)
         self.bf16 = bool(bf16)
-        self.isa = ops.resolve_isa(isa)
-        self._pool = ops._pool(threads)
+        self.isa = resolve_isa(isa)
+        self._pool = _pool(threads)
 
     @property
     def threads(self):

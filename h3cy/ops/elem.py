@@ -11,9 +11,9 @@ are new arrays unless ``out=`` is given; where stated, ``out`` may be the input 
 """
 import numpy as np
 
-from . import _kernels as _k
-from .errors import H3Error, H3ValueError
-from .ops import _need, _out, _pool, resolve_isa
+from .. import _kernels as _k
+from ..errors import H3Error, H3ValueError
+from ._base import _need, _out, _pool, resolve_isa
 
 __all__ = ["rms_norm", "rope", "silu", "gelu_tanh", "swiglu", "adaln_modulate",
            "to_bf16", "from_bf16", "to_f16", "from_f16", "elem_kernel_isa"]

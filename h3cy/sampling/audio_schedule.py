@@ -13,7 +13,7 @@ import wave
 
 import numpy as np
 
-from .errors import H3ValueError
+from ..errors import H3ValueError
 from .layout import FPS, Geometry, align_frames, latent_frame_times
 from .schedule import Schedule, shifted_sigmas
 

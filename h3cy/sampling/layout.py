@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .errors import H3ValueError
+from ..errors import H3ValueError
 
 log = logging.getLogger("h3cy")
 

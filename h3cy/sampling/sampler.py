@@ -20,9 +20,13 @@ import threading
 
 import numpy as np
 
-from . import _config, _kernels, _progress
-from ._progress import Ticker
-from .errors import Busy, H3ValueError
+from .. import _config
+
+from .. import _kernels
+
+from .. import _progress
+from .._progress import Ticker
+from ..errors import Busy, H3ValueError
 from .layout import Geometry, Layout, pack_audio, patchify, unpack_audio, unpatchify
 from .schedule import Schedule, clean_estimate, euler_blend
 
@@ -295,7 +299,7 @@ def _cython_loop_usable(dit):
     whose blocks all attach in place (DiT._stream_attached).  The rest (streaming over
     a copied tensor, H3CY_DIT_PYTHON=1, a replaced forward, H3CY_LOOP_PYTHON=1) take the
     Python loop."""
-    from .model import DiT
+    from ..models.dit import DiT
     return (not _config.loop_python() and isinstance(dit, DiT) and not dit._python_blocks
             and "forward" not in vars(dit)
             and (not dit.streaming or dit._stream_attached() is not None))

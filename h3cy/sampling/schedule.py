@@ -6,7 +6,7 @@
 """
 import numpy as np
 
-from .errors import H3ValueError
+from ..errors import H3ValueError
 
 _f32 = np.float32
 

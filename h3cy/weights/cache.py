@@ -18,7 +18,7 @@ import struct
 
 import numpy as np
 
-from . import _kernels
+from .. import _kernels
 
 log = logging.getLogger("h3cy")
 
@@ -46,7 +46,7 @@ def cache_file(folder, cache_dir, mode, key):
     folder is writable, else $H3CY_CACHE_DIR or ~/.cache/h3cy."""
     d = cache_dir
     if d is None:
-        from . import _config
+        from .. import _config
         d = folder if os.access(folder, os.W_OK) else _config.cache_root()
     os.makedirs(d, exist_ok=True)
     return os.path.join(d, f"h3cy-{mode}-{key[:20]}.h3w")

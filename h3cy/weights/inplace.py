@@ -11,8 +11,10 @@ tensors whose rows concatenate to it (``h3_linear_attach_parts``): the diffusers
 """
 import numpy as np
 
-from . import _kernels, ops
-from ._bf16 import bf16_bits_to_f32
+from .. import _kernels
+
+from .. import ops
+from ..ops.bf16 import bf16_bits_to_f32
 
 
 def linear_in_place(w, mode, isa, pool, pair=False, bias=None):

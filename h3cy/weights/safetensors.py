@@ -35,7 +35,7 @@ import struct
 
 import numpy as np
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 __all__ = ["DTYPES", "MAX_HEADER_BYTES", "MAX_RANK", "SafetensorsFile", "TensorInfo", "numpy_dtype"]
 

@@ -1,7 +1,7 @@
 """Write safetensors files from numpy arrays (for the demo model and tools; no torch).
 
 ``arrays`` maps names to numpy arrays: float32 -> F32, float16 -> F16, int64 -> I64,
-uint16 with ``bf16=True`` names -> BF16 (raw bfloat16 bits, see :mod:`h3cy._bf16`).
+uint16 with ``bf16=True`` names -> BF16 (raw bfloat16 bits, see :mod:`h3cy.ops.bf16`).
 """
 import json
 import os

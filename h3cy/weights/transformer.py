@@ -58,7 +58,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .errors import CheckpointError, H3ValueError
+from ..errors import CheckpointError, H3ValueError
 from .safetensors import SafetensorsFile
 
 __all__ = ["TransformerConfig", "TensorEntry", "TransformerCheckpoint", "open_transformer",
