@@ -4,7 +4,7 @@ Cython loop, with a DiT of realistic block shapes but few blocks.
 - Python loop: wall time of denoise vs the sum of its DiT.forward calls (timed by wrapping
   forward, which only the Python loop calls).
 - Cython loop: wall time vs the time the loop itself spent inside its denoiser evaluations
-  (``dit._loop_stats["eval_seconds"]``: projections, blocks, final layer; not the Python
+  (``dit.loop_stats["eval_seconds"]``: projections, blocks, final layer; not the Python
   calls between blocks), and vs the Python loop's forward sum (same work).
 - each with no hooks and with no-op on_step + on_progress (hook overhead), and a cancel
   token polled after every block.
@@ -46,8 +46,8 @@ def measure(dit, pe, g, steps, main_thread=True, reps=2):
             if loop == "python":
                 dit.forward = timed_forward
             for name, wall in _run_each(dit, pe, g, steps, main_thread, spent):
-                ev = sum(spent) if loop == "python" else dit._loop_stats["eval_seconds"]
-                assert dit._loop_stats["loop"] == loop
+                ev = sum(spent) if loop == "python" else dit.loop_stats["eval_seconds"]
+                assert dit.loop_stats["loop"] == loop
                 w0, e0 = acc[loop].get(name, (0.0, 0.0))
                 acc[loop][name] = (w0 + wall, e0 + ev)
             if loop == "python":

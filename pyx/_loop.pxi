@@ -263,34 +263,30 @@ cdef class DenoiseLoop:
 
     # ---- binding a model (GIL held, pool lock not held) ----------------------------------
     cdef int _bind(self, model) except -1:
-        """Point the C state at this DiT's weights, tables, text rows and RoPE tables."""
+        """Point the C state at this DiT's weights, tables, text rows and RoPE tables, all
+        taken from its public loop_binding() (h3cy/models/dit.py): nothing else of it."""
         if model is self.model:
             return 0
-        cfg = model.config
         Hd = self.hidden
         if model.hidden != Hd or len(model.blocks) != self.nb:
             raise H3ValueError("the DiT does not match this loop (hidden size / blocks)")
-        keys = self.keys_arr
-        model.prepare_timesteps(keys)
-        refs = [model]
+        bind = model.loop_binding(self.keys_arr, self.pe, self.position_ids)
+        refs = [model, bind]
         cdef int u, b, k
+        if len(bind.adaln) != self.n_keys:
+            raise H3ValueError("the DiT's AdaLN tables do not match this loop's timesteps")
         for u in range(self.n_keys):
-            tab = model._adaln_tables(keys[u])
-            refs.append(tab)
+            tab = bind.adaln[u]
             for b in range(self.nb):
                 for k in range(6):
                     self.tabs[(u * self.nb + b) * 6 + k] = _f32p(tab[0][b][k], "AdaLN table", 3 * Hd)
             self.fin[u * 2] = _f32p(tab[1], "final scale", Hd)
             self.fin[u * 2 + 1] = _f32p(tab[2], "final shift", Hd)
         cdef DitBlockCore core
-        blocks = model.blocks
+        blocks = bind.blocks
         self.paging = False
-        if model.streaming:
-            att = model._stream_attached()
-            if att is None:
-                raise H3ValueError("this streaming DiT's blocks cannot be attached in place")
-            blocks = att[0]
-            ro, rp, rl = att[1], att[2], att[3]
+        if bind.pages is not None:
+            ro, rp, rl = bind.pages[0], bind.pages[1], bind.pages[2]
             if ro.dtype != np.int64 or ro.shape[0] != self.nb + 1 or rp.dtype != np.uint64 \
                     or rl.dtype != np.uint64 or ro[0] != 0 or np.any(np.diff(ro) < 0) \
                     or rp.shape[0] != ro[self.nb] or rl.shape[0] != rp.shape[0] \
@@ -300,39 +296,34 @@ cdef class DenoiseLoop:
             self.rptr = <const uint64_t *>cnp.PyArray_DATA(<cnp.ndarray>rp)
             self.rlen = <const uint64_t *>cnp.PyArray_DATA(<cnp.ndarray>rl)
             self.paging = True
-            refs.append(att)
         if len(blocks) != self.nb:
             raise H3ValueError("the DiT does not match this loop (blocks)")
         for b in range(self.nb):
-            core = blocks[b].core
-            if core.hidden != Hd or core.head_dim != model.head_dim or core.ffn != cfg["ffn_dim"]:
+            core = blocks[b]
+            if core.hidden != Hd or core.head_dim != bind.head_dim or core.ffn != bind.ffn_dim:
                 raise H3ValueError(f"block {b} does not have the model's shapes")
             self.blocks[b] = core.w
-        cdef LinearCore pin = model.proj_in._c
-        cdef LinearCore ain = model.audio_proj_in._c
-        cdef LinearCore pout = model.proj_out._c
-        cdef LinearCore aout = model.audio_proj_out._c
+        cdef LinearCore pin = bind.proj_in
+        cdef LinearCore ain = bind.audio_proj_in
+        cdef LinearCore pout = bind.proj_out
+        cdef LinearCore aout = bind.audio_proj_out
         if (pin.N != Hd or pin.K != self.pv or ain.N != Hd or ain.K != self.Ca or pout.K != Hd
                 or pout.N != self.pv or aout.K != Hd or aout.N != self.Ca):
             raise H3ValueError("the DiT's input/output projections do not fit the latents")
         self.proj_in, self.aproj_in, self.proj_out, self.aproj_out = pin.c, ain.c, pout.c, aout.c
-        self.norm_out = _f32p(model.norm_out, "norm_out", Hd)
-        x_txt = model._text_rows(self.pe)
-        cos, sin = model._rope_tables(self.position_ids)
-        self.x_txt = _f32p(x_txt, "text rows", self.L * Hd)
-        self.cos = _f32p(cos, "cos", self.S * (model.rot_dim // 2))
-        self.sin = _f32p(sin, "sin", self.S * (model.rot_dim // 2))
-        refs += [x_txt, cos, sin, pin, ain, pout, aout]
-        self.isa = isa_id(model.isa)
-        self.round_bf16 = int(model.round_bf16)
-        self.attn_bf16 = int(model.attn_bf16)
-        self.heads, self.rot_dim = model.heads, model.rot_dim
-        self.head_dim, self.ffn = model.head_dim, cfg["ffn_dim"]
-        self.eps, self.qk_eps, self.feps = cfg["norm_eps"], cfg["qk_norm_eps"], cfg["final_norm_eps"]
-        cdef ThreadPool pool = model._pool
+        self.norm_out = _f32p(bind.norm_out, "norm_out", Hd)
+        self.x_txt = _f32p(bind.text_rows, "text rows", self.L * Hd)
+        self.cos = _f32p(bind.cos, "cos", self.S * (bind.rot_dim // 2))
+        self.sin = _f32p(bind.sin, "sin", self.S * (bind.rot_dim // 2))
+        self.isa = isa_id(bind.isa)
+        self.round_bf16 = int(bind.round_bf16)
+        self.attn_bf16 = int(bind.attn_bf16)
+        self.heads, self.rot_dim = bind.heads, bind.rot_dim
+        self.head_dim, self.ffn = bind.head_dim, bind.ffn_dim
+        self.eps, self.qk_eps, self.feps = bind.norm_eps, bind.qk_norm_eps, bind.final_norm_eps
+        cdef ThreadPool pool = bind.pool
         self.pool = pool.c
         self.plock = pool.lock.c
-        refs.append(pool)
         # one workspace for the blocks and the four projections
         cdef size_t need = 0, t
         cdef h3_dit_block_args a
@@ -340,7 +331,7 @@ cdef class DenoiseLoop:
         memset(&e0, 0, sizeof(e0))
         nth = pool.threads
         for b in range(self.nb):
-            core = blocks[b].core
+            core = blocks[b]
             t = core.workspace_bytes(self.S, self.heads, self.rot_dim)
             need = max(need, t)
         need = max(need, h3_linear_workspace_bytes(self.proj_in, self.Nv, nth, &e0))

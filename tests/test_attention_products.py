@@ -133,6 +133,6 @@ def test_cython_loop_takes_the_same_products(dit_c, monkeypatch):
     for name, flag in (("python", True), ("cython", False)):
         monkeypatch.setattr(_config, "_ENV_LOOP_PYTHON", flag)
         out[name] = h3cy.denoise(dit, pe, g, steps=3, seed=1)
-        assert dit._loop_stats["loop"] == name
+        assert dit.loop_stats["loop"] == name
     for x, y in zip(out["python"], out["cython"]):
         assert np.array_equal(x, y)

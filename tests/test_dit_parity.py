@@ -350,7 +350,7 @@ def test_stored_rope_frequencies_in_every_path(theta_folders, monkeypatch):
         for folder, streaming in (("diffusers_bf16", False), ("original_bf16", False), ("original_bf16", True)):
             d = h3cy.DiT.from_pretrained(f[folder], weights="bf16", threads=2, streaming=streaming)
             runs[python_loop, folder, streaming] = h3cy.denoise(d, pe, g, steps=3, seed=1)
-            assert d._loop_stats["loop"] == ("python" if python_loop else "cython")
+            assert d.loop_stats["loop"] == ("python" if python_loop else "cython")
             d.close()
     base = runs[False, "diffusers_bf16", False]
     for key, out in runs.items():

@@ -50,7 +50,7 @@ def _both(monkeypatch, dit, run):
     for name, flag in (("python", True), ("cython", False)):
         monkeypatch.setattr(_config, "_ENV_LOOP_PYTHON", flag)
         out[name] = run()
-        assert dit._loop_stats["loop"] == name
+        assert dit.loop_stats["loop"] == name
     return out["python"], out["cython"]
 
 
@@ -169,7 +169,7 @@ def test_cancel_and_callback_errors_then_reuse(tiny_dit_factory, monkeypatch):
     g, pe, video, audio = _inputs(t.config)
     dit = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32")
     want = h3cy.denoise(dit, pe, g, steps=4, noise=(video, audio))
-    assert dit._loop_stats["loop"] == "cython"
+    assert dit.loop_stats["loop"] == "cython"
     nb = len(dit.blocks)
     # a token cancelled from another thread during block 5 stops after block 6 (step 1)
     for tok_cls in (h3cy.CancelToken, None):
@@ -249,7 +249,7 @@ def test_streaming_runs_in_the_cython_loop_bit_identical(six_original, monkeypat
             py, cy = _both(monkeypatch, dit, lambda: h3cy.denoise(dit, pe, g, steps=4, **kw))
             _equal(py, cy)
             _equal(cy, h3cy.denoise(resident, pe, g, steps=4, **kw))
-            assert resident._loop_stats["loop"] == "cython"
+            assert resident.loop_stats["loop"] == "cython"
             assert np.isfinite(cy[0]).all() and not np.array_equal(cy[0], video)
         assert all(b is None for b in dit.blocks)     # still streaming: nothing made resident
     finally:
@@ -287,12 +287,12 @@ def test_fp32_and_diffusers_layout_streaming_attach_and_take_the_cython_loop(tin
     for folder, weights in cases:
         resident = h3cy.DiT.from_pretrained(folder, weights=weights)
         want = h3cy.denoise(resident, pe, g, steps=3, noise=(video, audio))
-        assert resident._loop_stats["loop"] == "cython"
+        assert resident.loop_stats["loop"] == "cython"
         streaming = h3cy.DiT.from_pretrained(folder, weights=weights, streaming=True)
         try:
             py, cy = _both(monkeypatch, streaming,
                            lambda: h3cy.denoise(streaming, pe, g, steps=3, noise=(video, audio)))
-            assert streaming._loop_stats["loop"] == "cython", (folder, weights)
+            assert streaming.loop_stats["loop"] == "cython", (folder, weights)
             assert streaming._stream_attached() is not None
         finally:
             streaming.close()
@@ -312,7 +312,7 @@ def test_streaming_that_cannot_attach_takes_the_python_loop(tiny_dit_factory, mo
     try:
         streaming.config["_no_zero_copy"] = True
         got = h3cy.denoise(streaming, pe, g, steps=2, noise=(video, audio))
-        assert streaming._loop_stats["loop"] == "python"
+        assert streaming.loop_stats["loop"] == "python"
         assert streaming._stream_attached() is None
     finally:
         streaming.close()
@@ -364,7 +364,7 @@ try:
 except KeyboardInterrupt:
     print("interrupted in", where)
 v, a = h3cy.denoise(dit, pe, g, steps=2, seed=0)
-print("again", bool(np.isfinite(v).all()), dit._loop_stats["loop"])
+print("again", bool(np.isfinite(v).all()), dit.loop_stats["loop"])
 """
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
@@ -409,7 +409,7 @@ with open("/proc/self/clear_refs", "w") as f:
     f.write("5")
 v, a = h3cy.denoise(d, pe, g, steps=2, seed=0)
 assert np.isfinite(v).all()
-print(d._loop_stats["loop"], r1 - r0, status("VmHWM") - r1, status("VmRSS") - r1)
+print(d.loop_stats["loop"], r1 - r0, status("VmHWM") - r1, status("VmRSS") - r1)
 """
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     res = {}

@@ -17,6 +17,7 @@ float32 in every mode.
 import logging
 import os
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -146,6 +147,44 @@ class _CheckpointSource:
         return self.ckpt.swiglu_parts(prefix[: -len(".ff.")])
 
 
+@dataclass(frozen=True)
+class LoopBinding:
+    """A DiT's prepared state for one denoising run (:meth:`DiT.loop_binding`).
+
+    adaln : per timestep, (blocks, final 1+scale, final shift): blocks[b] is the six
+        (3, hidden) float32 modulation rows (shift, 1+scale, gate for attention, then MLP)
+    blocks : the blocks' C cores (``DitBlockCore``), resident or attached to the maps
+    pages : streaming only — (offsets (blocks+1,) int64, starts, lengths (R,) uint64, owners):
+        block b's mapped byte ranges, advised in and out by the loop; else None
+    proj_in, audio_proj_in, proj_out, audio_proj_out : ``LinearCore``
+    norm_out : (hidden,) float32; text_rows : (L, hidden); cos, sin : (S, rot_dim/2)
+    the rest : the kernel path, rounding and attention choices, shapes and epsilons, and the
+        thread pool the model owns
+    """
+    adaln: list
+    blocks: list
+    pages: tuple
+    proj_in: object
+    audio_proj_in: object
+    proj_out: object
+    audio_proj_out: object
+    norm_out: np.ndarray
+    text_rows: np.ndarray
+    cos: np.ndarray
+    sin: np.ndarray
+    isa: str
+    round_bf16: bool
+    attn_bf16: bool
+    heads: int
+    head_dim: int
+    rot_dim: int
+    ffn_dim: int
+    norm_eps: float
+    qk_norm_eps: float
+    final_norm_eps: float
+    pool: object
+
+
 class DiT:
     """The MiniMax-H3 transformer on the CPU.  Build with :meth:`from_pretrained`."""
 
@@ -261,6 +300,8 @@ class DiT:
         # (reader, writer) of a converted-weight cache file (h3cy.weights.cache), or None
         self._cache_reader, self._cache_writer = cache if cache is not None else (None, None)
         self.linears_attached = 0   # linears mapped from a cache or the checkpoint (no copy)
+        # what the last h3cy.denoise over this DiT ran: {"loop": "cython" | "python", ...}
+        self.loop_stats = None
         self._build_lock = threading.Lock()   # blocks are built on several threads
         self.generate_lock = threading.Lock()  # one denoising loop at a time (h3cy.denoise)
         f32 = self._linear_f32
@@ -427,7 +468,7 @@ class DiT:
         h = ops.silu(h, out=h, isa=self.isa, threads=self.threads)
         return self.time_2(h)
 
-    def _adaln_tables(self, t_value):
+    def adaln_tables(self, t_value):
         """Per block: (1+scale, shift, gate) for msa and mlp, [3 modalities, hidden] each;
         and the final (1+scale, shift) [hidden].  Computed for one timestep value."""
         key = np.float32(t_value).view(np.uint32).item()
@@ -463,7 +504,7 @@ class DiT:
         """Compute the AdaLN modulation tables for these timestep values in one pass, so
         that forwards at them never touch the AdaLN weights."""
         for v in np.asarray(values, np.float32).reshape(-1):
-            self._adaln_tables(v)
+            self.adaln_tables(v)
 
     def release_adaln(self):
         """Drop the AdaLN weights (about 13B of the 33B parameters).  Forwards at
@@ -574,6 +615,46 @@ class DiT:
                          int(self.round_bf16), self.isa, self._ws, rows, tables, cos, sin,
                          attn_bf16=int(self.attn_bf16))
 
+    @property
+    def loop_ready(self):
+        """Whether a C denoising loop can run this transformer: its blocks run on the C block
+        driver (not H3CY_DIT_PYTHON=1) and, when streaming, all attach in place to the maps."""
+        return not self._python_blocks and (not self.streaming or self._stream_attached() is not None)
+
+    def loop_binding(self, timesteps, prompt_embeds, position_ids):
+        """Everything a C denoising loop needs of this transformer for one run, prepared
+        here so that the loop touches no other attribute (see pyx/_loop.pxi):
+
+        timesteps : (U,) float32 — every distinct timestep of the run (AdaLN tables are
+            prepared for each, in order)
+        prompt_embeds : (L, text_dim) float32 — the text rows are computed once
+        position_ids : (S, 3) — the packed rows' (t, h, w) positions
+
+        Returns a :class:`LoopBinding`; it holds references to the arrays and C objects it
+        names, so they stay alive while the loop runs.
+        """
+        keys = np.asarray(timesteps, np.float32).reshape(-1)
+        self.prepare_timesteps(keys)
+        pages = None
+        blocks = [blk.core for blk in self.blocks] if not self.streaming else None
+        if self.streaming:
+            att = self._stream_attached()
+            if att is None:
+                raise H3ValueError("this streaming DiT's blocks cannot be attached in place")
+            blocks = [blk.core for blk in att[0]]
+            pages = (att[1], att[2], att[3], att[0])      # the blocks keep their views alive
+        cos, sin = self._rope_tables(position_ids)
+        cfg = self.config
+        return LoopBinding(
+            adaln=[self.adaln_tables(k) for k in keys], blocks=blocks, pages=pages,
+            proj_in=self.proj_in.core, audio_proj_in=self.audio_proj_in.core,
+            proj_out=self.proj_out.core, audio_proj_out=self.audio_proj_out.core,
+            norm_out=self.norm_out, text_rows=self._text_rows(prompt_embeds), cos=cos, sin=sin,
+            isa=self.isa, round_bf16=bool(self.round_bf16), attn_bf16=bool(self.attn_bf16),
+            heads=self.heads, head_dim=self.head_dim, rot_dim=self.rot_dim, ffn_dim=cfg["ffn_dim"],
+            norm_eps=cfg["norm_eps"], qk_norm_eps=cfg["qk_norm_eps"], final_norm_eps=cfg["final_norm_eps"],
+            pool=self._pool)
+
     # ---- forward -----------------------------------------------------------------------------
     def _rope_tables(self, position_ids):
         """cos, sin (S, rot_dim/2) float32 of the (t, h, w) positions (S, 3): [t | h | w]."""
@@ -669,7 +750,7 @@ class DiT:
         h[vi] = self._r(v)
         h[ai] = self._r(a)
         # 3. AdaLN tables for each distinct timestep, rows = ti*3 + tag
-        tabs = [self._adaln_tables(tv) for tv in t]
+        tabs = [self.adaln_tables(tv) for tv in t]
         rows = (ti * MODALITY_NUM + tags).astype(np.int64)
         rows32 = rows.astype(np.int32)
         if active_blocks is not None and len(active_blocks) != len(self.blocks):

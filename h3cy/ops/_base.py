@@ -232,6 +232,12 @@ class Linear:
         return self._pool.threads
 
     @property
+    def core(self):
+        """The C linear (``h3cy._kernels.LinearCore``) that C drivers such as the denoising
+        loop call directly; it keeps its weights alive."""
+        return self._c
+
+    @property
     def weight_bytes(self):
         """Bytes held for the converted weight and its scales."""
         return self._c.weight_bytes

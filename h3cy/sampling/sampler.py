@@ -113,7 +113,7 @@ def gate_ranked_blocks(dit, timesteps, layers):
     active = [True] * n
     if skip == 0:
         return active
-    tabs = [dit._adaln_tables(t) for t in np.unique(np.asarray(timesteps, np.float32))]
+    tabs = [dit.adaln_tables(t) for t in np.unique(np.asarray(timesteps, np.float32))]
     scores = []
     for b in range(2, n - 1):
         total = sum(np.abs(tab[0][b][2]).sum(dtype=np.float64) + np.abs(tab[0][b][5]).sum(dtype=np.float64)
@@ -238,7 +238,7 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
                 _cython_loop_usable(dit.with_weights(m) if m != dit.weights else dit) for m in set(plan))):
             return _run_cython(dit, pe, g, lay, sv, sa, tvs, tas, per_frame, video, audio, evaluate,
                                plan, active, on_step, on_progress, cancel)
-        dit._loop_stats = {"loop": "python"}
+        dit.loop_stats = {"loop": "python"}
         override = None
         last = prev = None          # (step, video velocity, audio velocity) of evaluations
         for i in range(n):
@@ -296,13 +296,12 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
 
 def _cython_loop_usable(dit):
     """The Cython loop runs DiTs with the C block driver: resident ones, and streaming ones
-    whose blocks all attach in place (DiT._stream_attached).  The rest (streaming over
+    whose blocks all attach in place (DiT.loop_ready).  The rest (streaming over
     a copied tensor, H3CY_DIT_PYTHON=1, a replaced forward, H3CY_LOOP_PYTHON=1) take the
     Python loop."""
     from ..models.dit import DiT
-    return (not _config.loop_python() and isinstance(dit, DiT) and not dit._python_blocks
-            and "forward" not in vars(dit)
-            and (not dit.streaming or dit._stream_attached() is not None))
+    return (not _config.loop_python() and isinstance(dit, DiT) and dit.loop_ready
+            and "forward" not in vars(dit))
 
 
 def _run_cython(dit, pe, g, lay, sv, sa, tvs, tas, per_frame, video, audio, evaluate, plan,
@@ -384,7 +383,7 @@ def _run_cython(dit, pe, g, lay, sv, sa, tvs, tas, per_frame, video, audio, eval
     stopped, x0 = loop.run(select_model, select, step_hook if on_step is not None else None,
                            on_progress, cancel, float(_progress.PROGRESS_INTERVAL),
                            threading.current_thread() is threading.main_thread())
-    dit._loop_stats = {"loop": "cython", "eval_seconds": loop.eval_seconds,
+    dit.loop_stats = {"loop": "cython", "eval_seconds": loop.eval_seconds,
                        "evaluations": loop.evaluations}
     if stopped:
         return x0
