@@ -84,6 +84,10 @@ const gemm_kernels *gemm_kernels_for(h3_isa isa) {
     return ((unsigned)isa < H3_ISA_COUNT) ? &resolved[isa] : &resolved[H3_ISA_REF];
 }
 
+int h3_linear_int_panel_width(h3_isa isa) {
+    return (unsigned)isa < H3_ISA_COUNT ? gemm_kernels_for(isa)->nr : 0;
+}
+
 int64_t h3_linear_n(const h3_linear *l) { return l->N; }
 int64_t h3_linear_k(const h3_linear *l) { return l->K; }
 h3_isa h3_linear_isa(const h3_linear *l) { return l->isa; }

@@ -112,6 +112,9 @@ size_t h3_linear_weight_bytes(const h3_linear *lin);
 /* 1 if this linear multiplies x as bf16 (AMX's bf16 tiles round it; the VDPBF16PS kernel,
  * chosen with bf16_inputs, takes it as given), else 0 (float32 inputs). */
 int h3_linear_bf16_activations(const h3_linear *lin);   /* storage held for W (+scales) */
+/* Output columns per packed panel of the int8/int4 kernels of `isa` (0 for an unknown
+ * isa): the packed layout follows it, so a converted-weight cache names it in its key. */
+int h3_linear_int_panel_width(h3_isa isa);
 /* Storage export / attach, for weight cache files and zero-copy bf16 checkpoints.
  * layout_get describes a linear's converted storage (w: w_bytes, scales: s_bytes; the
  * pointers stay owned by the linear).  attach makes a linear over storage the caller

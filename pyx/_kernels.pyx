@@ -63,6 +63,11 @@ def isa_check(str name):
     check(h3_isa_check(isa_id(name), &err), &err)
 
 
+def int_panel_width(str name):
+    """Output columns per packed panel of the int8/int4 kernels on the named path."""
+    return h3_linear_int_panel_width(isa_id(name))
+
+
 def isa_best():
     return h3_isa_name(h3_isa_best()).decode()
 

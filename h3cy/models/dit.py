@@ -223,52 +223,35 @@ class DiT:
             keeps float32 products for int8/int4 too.  ``H3CY_ATTENTION`` sets the default.
         """
         from ..weights.transformer import open_transformer
-        from ..weights import cache as weights_cache
+        from ..weights.cache import ComponentCache
         ckpt = open_transformer(path, qkv_layout=qkv_layout)
-        cache = None
         try:
-            if weights in ("fp16", "int8", "int4"):
-                isa_name = ops.resolve_isa(isa)
-                probe = ops.Linear(np.zeros((1, 8), np.float32), weights="int8", isa=isa_name, threads=1)
-                key = weights_cache.source_key(
-                    [os.path.join(ckpt.path, f) if not os.path.isabs(f) else f for f in ckpt.files],
-                    dict(mode=weights, ffn_act_group=ffn_act_group, nr=probe._c.export()[0]["nr"],
-                         isa_family="amx" if isa_name == "amx" else "simd", qkv=ckpt.qkv_layout))
-                cpath = weights_cache.cache_file(ckpt.path, cache_dir, weights, key)
-                reader = weights_cache.open_cache(cpath, key)
-                writer = weights_cache.CacheWriter(cpath, key) if reader is None else None
-                cache = (reader, writer)
-                log.info("h3cy: weight cache %s (%s)", cpath, "mapped" if reader else "building")
-            if streaming and cache is not None and cache[1] is not None:
-                # write the cache block by block (one block converted at a time), then
-                # stream from it
-                src = _CheckpointSource(ckpt)
-                tmp = cls(src, weights=weights, threads=threads, isa=isa,
-                          ffn_act_group=ffn_act_group, cache=cache, streaming=True)
-                for b in range(tmp.config["num_layers"]):
-                    _Block(tmp, src, f"transformer_blocks.{b}.", adaln=True)
-                del tmp
-                cache[1].finish()
-                cache = (weights_cache.open_cache(cpath, key), None)
-            model = cls(_CheckpointSource(ckpt), weights=weights, threads=threads, isa=isa,
-                        ffn_act_group=ffn_act_group, cache=cache, streaming=streaming,
-                        attention=attention)
-            if cache is not None and cache[1] is not None:
-                cache[1].finish()
+            files = [os.path.join(ckpt.path, f) if not os.path.isabs(f) else f for f in ckpt.files]
+            params = dict(ffn_act_group=ffn_act_group, qkv=ckpt.qkv_layout)
+            with ComponentCache.open(ckpt.path, files, weights, params, cache_dir, ops.resolve_isa(isa)) as cache:
+                if streaming:
+                    def build_all(pair):   # every block converted once, one at a time
+                        src = _CheckpointSource(ckpt)
+                        tmp = cls(src, weights=weights, threads=threads, isa=isa,
+                                  ffn_act_group=ffn_act_group, cache=pair, streaming=True)
+                        for b in range(tmp.config["num_layers"]):
+                            _Block(tmp, src, f"transformer_blocks.{b}.", adaln=True)
+                    cache.prebuild(build_all)
+                model = cls(_CheckpointSource(ckpt), weights=weights, threads=threads, isa=isa,
+                            ffn_act_group=ffn_act_group, cache=cache.pair, streaming=streaming,
+                            attention=attention)
+                cache.finish()
             model._cache_writer = None
             model._load_args = dict(path=path, threads=threads, streaming=streaming,
                                     cache_dir=cache_dir, qkv_layout=qkv_layout, isa=isa,
                                     ffn_act_group=ffn_act_group, attention=attention)
             return model
         except BaseException:
-            if cache is not None and cache[1] is not None:
-                cache[1].abort()
             ckpt.close()
             raise
         finally:
             if not streaming:
                 ckpt.close()
-
 
     def __init__(self, source, weights="bf16", threads=None, isa=None, ffn_act_group=None,
                  cache=None, streaming=False, attention=None):

@@ -285,7 +285,7 @@ class TextEncoder:
             wrong shape or dtype (the message names the file and the tensor), fewer layers than
             ``output_layer``
         """
-        from ..weights import cache as weights_cache
+        from ..weights.cache import ComponentCache
         if weights not in ops.WEIGHT_MODES:
             raise H3ValueError(f"weights must be one of {ops.WEIGHT_MODES}, got {weights!r}")
         if isinstance(output_layer, bool) or not isinstance(output_layer, (int, np.integer)) or output_layer < 0:
@@ -294,37 +294,24 @@ class TextEncoder:
         if not os.path.isdir(folder):
             raise _err(folder, "not a folder (expected a text_encoder folder with config.json)")
         src = _Source(folder, int(output_layer))
-        cache = None
         try:
             isa_name = ops.resolve_isa(isa)
-            if weights in ("fp16", "int8", "int4"):
-                probe = ops.Linear(np.zeros((1, 8), np.float32), weights="int8", isa=isa_name, threads=1)
-                shards = [f for f in src.files if f.endswith(".safetensors")]
-                key = weights_cache.source_key(shards, dict(
-                    kind="qwen3vl_text", mode=weights, layers=int(output_layer), nr=probe._c.export()[0]["nr"],
-                    isa_family="amx" if isa_name == "amx" else "simd"))
-                cpath = weights_cache.cache_file(folder, cache_dir, weights, key)
-                reader = weights_cache.open_cache(cpath, key)
-                writer = weights_cache.CacheWriter(cpath, key) if reader is None else None
-                cache = (reader, writer)
-                if streaming and writer is not None:
-                    # write the cache one layer at a time, then stream from it
-                    tmp = cls(src, weights, threads, isa_name, int(output_layer), cache, streaming=True)
-                    for layer in range(tmp.num_layers):
-                        _Layer(tmp, src, layer)
-                    del tmp
-                    writer.finish()
-                    cache = (weights_cache.open_cache(cpath, key), None)
-            enc = cls(src, weights, threads, isa_name, int(output_layer), cache, streaming)
-            if cache is not None and cache[1] is not None:
-                cache[1].finish()
+            shards = [f for f in src.files if f.endswith(".safetensors")]
+            params = dict(kind="qwen3vl_text", layers=int(output_layer))
+            with ComponentCache.open(folder, shards, weights, params, cache_dir, isa_name) as cache:
+                if streaming:
+                    def build_all(pair):   # every layer converted once, one at a time
+                        tmp = cls(src, weights, threads, isa_name, int(output_layer), pair, streaming=True)
+                        for layer in range(tmp.num_layers):
+                            _Layer(tmp, src, layer)
+                    cache.prebuild(build_all)
+                enc = cls(src, weights, threads, isa_name, int(output_layer), cache.pair, streaming)
+                cache.finish()
             enc._cache_writer = None
             if not streaming:
                 src.close()   # the layers' and the embedding table's views keep the mappings
             return enc
         except BaseException:
-            if cache is not None and cache[1] is not None:
-                cache[1].abort()
             src.close()
             raise
 

@@ -156,3 +156,69 @@ def open_cache(path, key):
             except OSError:
                 pass
         return None
+
+
+CACHED_MODES = ("fp16", "int8", "int4")
+
+
+class ComponentCache:
+    """The converted-weight cache of one component load (fp16, int8 and int4 weights):
+    mapped when a valid file exists, else written as the component builds its linears.
+
+    ``files`` are the checkpoint files the weights come from; ``params`` the component's
+    conversion options (they enter the key with the mode, the int kernels' panel width on
+    ``isa`` and whether AMX packs them).  The models take ``pair`` = (reader, writer): one
+    of the two is None.  Use as a context manager around the build, so that a failed or
+    cancelled load removes the half-written file::
+
+        with ComponentCache.open(folder, files, "int8", {...}, cache_dir, isa) as cache:
+            cache.prebuild(build_all) if streaming else None   # one part at a time
+            model = Model(..., cache=cache.pair)
+    """
+
+    def __init__(self, path=None, key=None):
+        self.path, self.key = path, key
+        self.reader = self.writer = None
+        if path is not None:
+            self.reader = open_cache(path, key)
+            self.writer = CacheWriter(path, key) if self.reader is None else None
+            log.info("h3cy: weight cache %s (%s)", path, "mapped" if self.reader else "building")
+
+    @classmethod
+    def open(cls, folder, files, mode, params, cache_dir, isa):
+        """The cache of these weights; a disabled one (``pair`` None) for modes that use
+        the checkpoint's tensors as they are."""
+        if mode not in CACHED_MODES:
+            return cls()
+        key = source_key(files, dict(params, mode=mode, nr=_kernels.int_panel_width(isa),
+                                     isa_family="amx" if isa == "amx" else "simd"))
+        return cls(cache_file(folder, cache_dir, mode, key), key)
+
+    @property
+    def pair(self):
+        """(reader, writer) for the model's linears, or None when nothing is cached."""
+        return None if self.path is None else (self.reader, self.writer)
+
+    def prebuild(self, build_all):
+        """Streaming loads: write the whole cache first (``build_all(pair)`` builds every
+        part once, one at a time, so only one part is converted in memory), then map it."""
+        if self.writer is None:
+            return
+        build_all(self.pair)
+        self.writer.finish()
+        self.writer = None
+        self.reader = open_cache(self.path, self.key)
+
+    def finish(self):
+        if self.writer is not None:
+            self.writer.finish()
+            self.writer = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and self.writer is not None:
+            self.writer.abort()
+            self.writer = None
+        return False
