@@ -37,7 +37,7 @@ def profile(mode, S, threads, reps):
         st = np.zeros(len(_kernels.DIT_STAGE_NAMES))
         t = time.perf_counter()
         blk.core.forward(h0.copy(), d.heads, d.rot_dim, cfg["norm_eps"], cfg["qk_norm_eps"],
-                         int(d.round_bf16), d.isa, ws, rows, tables, cos, sin, st, int(d.attn_bf16))
+                         int(d.round_bf16), ws, rows, tables, cos, sin, st, int(d.attn_bf16))
         total = time.perf_counter() - t
         if r:
             runs.append(np.concatenate([st, [total]]))

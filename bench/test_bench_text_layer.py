@@ -39,7 +39,7 @@ def test_text_layer_h3cy(benchmark, L, mode):
 
     def run():
         h = x0.copy()
-        layer.core.forward(h, 1e-6, int(mode == "bf16"), enc.isa, ws, cos, sin)
+        layer.core.forward(h, 1e-6, int(mode == "bf16"), ws, cos, sin)
         return h
     out = benchmark.pedantic(run, rounds=2, warmup_rounds=1)
     assert np.all(np.isfinite(out))

@@ -50,7 +50,7 @@ def h3cy_layer(t, weights, threads):
     enc = te.TextEncoder.__new__(te.TextEncoder)
     enc.weights, enc.round_bf16 = weights, weights == "bf16"
     enc.isa = h3cy.ops.resolve_isa(None)
-    enc._pool = h3cy.ops._pool(threads)
+    enc._pool = h3cy.ops.ThreadPool(threads)
     enc.threads = threads
     enc._cache_reader = enc._cache_writer = None
     enc._build_lock = __import__("threading").Lock()
@@ -68,7 +68,7 @@ def h3cy_run(t, mode, threads, x0):
 
     def run():
         h = x0.copy()
-        layer.core.forward(h, 1e-6, int(mode == "bf16"), enc.isa, ws, cos, sin)
+        layer.core.forward(h, 1e-6, int(mode == "bf16"), ws, cos, sin)
         return h
     return run
 

@@ -72,7 +72,7 @@ def h3cy_block_timer(folder, mode):
 
     def run():
         h = h0.copy()
-        blk.core.forward(h, HEADS, dec.rot_dim, 1e-5, int(dec.round_bf16), dec.isa, ws, cos, sin,
+        blk.core.forward(h, HEADS, dec.rot_dim, 1e-5, int(dec.round_bf16), ws, cos, sin,
                          attn_bf16=int(dec.attn_bf16))
         return h
     return run, dec

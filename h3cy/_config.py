@@ -19,6 +19,7 @@ H3CY_HUGEPAGES=0 keep converted weights and large GEMM workspaces in ordinary 4 
               instead of transparent huge pages (same bits; for A/B).  Read by the C
               library at each such allocation.
 """
+import numbers
 import os
 
 _ENV_ISA = os.environ.get("H3CY_ISA", "").strip().lower() or None
@@ -131,21 +132,23 @@ def get_num_threads():
     return default_threads()
 
 
+def check_threads(n):
+    """The one check of a thread count (set_num_threads, ops objects, models): a positive
+    int, else H3ValueError (a ValueError) naming the value."""
+    from .errors import H3ValueError
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise H3ValueError(f"threads must be a positive int, got {n!r}")
+    return int(n)
+
+
 def set_num_threads(n):
     """Set the default thread count for objects created with ``threads=None``
     (``None`` restores the automatic default)."""
-    if n is None:
-        _state["threads"] = None
-        return
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"threads must be an int, got {type(n).__name__}")
-    if n < 1:
-        raise ValueError(f"threads must be >= 1, got {n}")
-    _state["threads"] = n
+    _state["threads"] = None if n is None else check_threads(n)
 
 
-# prompt encoding (issue 5): the root of h3cy's on-disk caches (prompt encodings go under
-# <root>/prompts).  H3CY_CACHE_DIR, else ~/.cache/h3cy (where the weight cache also falls back).
+# The root of h3cy's on-disk caches (prompt encodings go under <root>/prompts).
+# H3CY_CACHE_DIR, else ~/.cache/h3cy (where the weight cache also falls back).
 _ENV_CACHE_DIR = os.environ.get("H3CY_CACHE_DIR", "").strip() or None
 
 

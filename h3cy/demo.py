@@ -61,10 +61,10 @@ def build_tokenizer(folder, vocab_size=600):
     """Train a byte-level BPE (Qwen2's pre-tokenizer) on the built-in text and save it the
     way the release does: vocab.json + merges.txt + tokenizer_config.json."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
-    from .models.tokenizer import _QWEN2_PATTERN
+    from .models.tokenizer import QWEN2_SPLIT_PATTERN
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(_QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT_PATTERN), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())

@@ -23,6 +23,7 @@ cdef class DitBlockCore:
     cdef object _refs
     cdef readonly ThreadPool pool
     cdef readonly int hidden, inner, ffn, head_dim
+    cdef h3_isa isa          # the path its linears were made for: the block runs on it
 
     def __cinit__(self, LinearCore qkv, int interleaved, LinearCore out, LinearCore up,
                   LinearCore down, norm1, norm2, norm_q, norm_k, ThreadPool pool):
@@ -43,6 +44,7 @@ cdef class DitBlockCore:
         self.w.norm_k = _fptr(norm_k, "norm_k", self.head_dim)
         self._refs = (qkv, out, up, down, norm1, norm2, norm_q, norm_k)
         self.pool = pool
+        self.isa = h3_linear_isa(qkv.c)
 
     def workspace_bytes(self, int64_t S, int heads, int rot_dim):
         cdef h3_dit_block_args a
@@ -52,7 +54,7 @@ cdef class DitBlockCore:
         return h3_dit_block_workspace_bytes(&self.w, &a, self.pool.threads)
 
     def forward(self, float[:, ::1] h, int heads, int rot_dim, float eps, float qk_eps,
-                int round_bf16, str isa, ws, rows=None, tables=None, cos=None, sin=None,
+                int round_bf16, ws, rows=None, tables=None, cos=None, sin=None,
                 double[::1] stage_seconds=None, int attn_bf16=0):
         """h: (S, hidden) updated in place.  tables: (shift_msa, scale1p_msa, gate_msa,
         shift_mlp, scale1p_mlp, gate_mlp), each (T, hidden); rows: (S,) int32 in [0, T).
@@ -99,9 +101,8 @@ cdef class DitBlockCore:
             if stage_seconds.shape[0] != H3_DIT_STAGES:
                 raise H3ValueError(f"stage_seconds must have {H3_DIT_STAGES} entries")
             a.stage_seconds = &stage_seconds[0]
-        cdef h3_isa iid = isa_id(isa)
         cdef float *hp = &h[0, 0] if S > 0 else NULL
         with self.pool.lock:
             with nogil:
-                rc = h3_dit_block_forward(&self.w, &a, hp, self.pool.c, wp, wb, iid, &err)
+                rc = h3_dit_block_forward(&self.w, &a, hp, self.pool.c, wp, wb, self.isa, &err)
         check(rc, &err)

@@ -104,6 +104,7 @@ cdef class QwenLayerCore:
     cdef object _refs
     cdef readonly ThreadPool pool
     cdef readonly int hidden, heads, kv_heads, head_dim, ffn
+    cdef h3_isa isa          # the path its linears were made for: the layer runs on it
 
     def __cinit__(self, LinearCore q, LinearCore k, LinearCore v, LinearCore o,
                   LinearCore gate_up, LinearCore gate, LinearCore up, LinearCore down,
@@ -138,6 +139,7 @@ cdef class QwenLayerCore:
         self.w.k_norm = _fptr(k_norm, "k_norm", self.head_dim)
         self._refs = (q, k, v, o, gate_up, gate, up, down, input_norm, post_norm, q_norm, k_norm)
         self.pool = pool
+        self.isa = h3_linear_isa(q.c)
 
     cdef void _args(self, h3_qwen_layer_args *a, int64_t S):
         memset(a, 0, sizeof(a[0]))
@@ -149,7 +151,7 @@ cdef class QwenLayerCore:
         self._args(&a, S)
         return h3_qwen_layer_workspace_bytes(&self.w, &a, self.pool.threads)
 
-    def forward(self, float[:, ::1] h, float eps, int round_bf16, str isa, ws, cos, sin):
+    def forward(self, float[:, ::1] h, float eps, int round_bf16, ws, cos, sin):
         """h: (S, hidden) updated in place; cos, sin: (S, head_dim/2) float32."""
         cdef h3_qwen_layer_args a
         cdef h3_err err
@@ -169,9 +171,8 @@ cdef class QwenLayerCore:
         a.round_bf16 = round_bf16
         a.cos = _fptr(cos, "cos", S * (self.head_dim // 2))
         a.sin = _fptr(sin, "sin", S * (self.head_dim // 2))
-        cdef h3_isa iid = isa_id(isa)
         cdef float *hp = &h[0, 0] if S > 0 else NULL
         with self.pool.lock:
             with nogil:
-                rc = h3_qwen_layer_forward(&self.w, &a, hp, self.pool.c, wp, wb, iid, &err)
+                rc = h3_qwen_layer_forward(&self.w, &a, hp, self.pool.c, wp, wb, self.isa, &err)
         check(rc, &err)

@@ -26,6 +26,7 @@ cdef class VitBlockCore:
     cdef object _refs
     cdef readonly ThreadPool pool
     cdef readonly int hidden, inner, ffn
+    cdef h3_isa isa          # the path its linears were made for: the block runs on it
 
     def __cinit__(self, LinearCore qkv, int interleaved, LinearCore out, LinearCore up,
                   LinearCore down, norm1, norm2, scale1, scale2, ThreadPool pool):
@@ -46,6 +47,7 @@ cdef class VitBlockCore:
         self.w.scale2 = _fptr(scale2, "scale2", self.hidden)
         self._refs = (qkv, out, up, down, norm1, norm2, scale1, scale2)
         self.pool = pool
+        self.isa = h3_linear_isa(qkv.c)
 
     def workspace_bytes(self, int64_t S, int heads, int rot_dim, int round_bf16):
         cdef h3_vit_block_args a
@@ -55,7 +57,7 @@ cdef class VitBlockCore:
         return h3_vit_block_workspace_bytes(&self.w, &a, self.pool.threads)
 
     def forward(self, float[:, ::1] h, int heads, int rot_dim, float eps, int round_bf16,
-                str isa, ws, cos, sin, int attn_bf16=0):
+                ws, cos, sin, int attn_bf16=0):
         """h: (S, hidden) updated in place; cos, sin: (S, rot_dim // 2) float32;
         attn_bf16: bf16 products in the attention where the CPU has them."""
         cdef h3_vit_block_args a
@@ -79,9 +81,8 @@ cdef class VitBlockCore:
         a.attn_bf16 = attn_bf16
         a.cos = _fptr(cos, "cos", S * (rot_dim // 2))
         a.sin = _fptr(sin, "sin", S * (rot_dim // 2))
-        cdef h3_isa iid = isa_id(isa)
         cdef float *hp = &h[0, 0] if S > 0 else NULL
         with self.pool.lock:
             with nogil:
-                rc = h3_vit_block_forward(&self.w, &a, hp, self.pool.c, wp, wb, iid, &err)
+                rc = h3_vit_block_forward(&self.w, &a, hp, self.pool.c, wp, wb, self.isa, &err)
         check(rc, &err)

@@ -65,6 +65,7 @@ cdef extern from "h3.h" nogil:
     size_t h3_linear_weight_bytes(const h3_linear *lin)
     int h3_linear_bf16_activations(const h3_linear *lin)
     int h3_linear_int_panel_width(h3_isa isa)
+    h3_isa h3_linear_isa(const h3_linear *lin)
     h3_status h3_linear_dequant(const h3_linear *lin, float *out, h3_err *err)
     enum:
         H3_EPI_NONE

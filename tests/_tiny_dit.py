@@ -20,9 +20,8 @@ The original-layout state dicts are built by inverting diffusers'
 the converter forward and comparing every tensor bit for bit, and checks spec §4.2's row formula and
 the SwiGLU half swap on one tensor element by element.
 
-Usage from a test module::
+Tests use the session fixture ``tiny_dit_factory`` (tests/conftest.py)::
 
-    from _tiny_dit import tiny_dit_factory, TINY_CONFIGS    # noqa: F401  (fixture import)
     def test_x(tiny_dit_factory):
         t = tiny_dit_factory("a")
 """
@@ -32,7 +31,6 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
-import pytest
 
 TINY_CONFIGS = {
     # heads x head_dim, 6 * rope_freq_dim <= head_dim; hidden != inner in every config
@@ -257,18 +255,6 @@ def _check_row_formula(osd, msd, cfg):
     assert np.array_equal(fc1[:F], proj[F:])   # gate
     assert np.array_equal(fc1[F:], proj[:F])   # value
     assert not np.array_equal(fc1, proj)
-
-
-@pytest.fixture(scope="session")
-def tiny_dit_factory(tmp_path_factory):
-    """``get(name) -> TinyDit`` for a TINY_CONFIGS name; each config is built once per session."""
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            cache[name] = build(name, str(tmp_path_factory.mktemp(f"tiny_dit_{name}")))
-        return cache[name]
-    return get
 
 
 # the 8-block model of the streaming memory tests (~5.8 MB of bf16 weights a block)

@@ -13,12 +13,9 @@ import json
 import os
 from dataclasses import dataclass
 
-import pytest
-
 import _tiny_audio_vae
 import _tiny_text_encoder
 import _tiny_vae
-from _tiny_dit import tiny_dit_factory  # noqa: F401  (fixture)
 
 
 @dataclass
@@ -34,10 +31,8 @@ def _link(src, dst):
     os.symlink(os.path.abspath(src), dst, target_is_directory=True)
 
 
-@pytest.fixture(scope="session")
-def tiny_pipeline(tiny_dit_factory, tmp_path_factory):  # noqa: F811
-    root = str(tmp_path_factory.mktemp("tiny_pipeline"))
-    dit = tiny_dit_factory("p")
+def build(dit, root):
+    """Both layouts under ``root`` around the TinyDit ``dit`` (config "p")."""
     vae = _tiny_vae.build(os.path.join(root, "parts", "vae"))
     amodel, afolders = _tiny_audio_vae.build("a", os.path.join(root, "parts", "audio_vae"))
     te = _tiny_text_encoder.build(os.path.join(root, "parts", "te"))

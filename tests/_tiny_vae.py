@@ -23,7 +23,6 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-import pytest
 
 LATENTS_MEAN = [0.858090341091156, -0.9606591463088989, 1.0661640167236328, -0.5090325474739075,
                 -0.2727581858634949, -1.3675414323806763, -0.2553254961967468, -0.26907554268836975,
@@ -156,11 +155,6 @@ def build(root, **overrides):
                                           "qk_norm_affine": False, "ffn_activation_fn": "silu",
                                           "ffn_use_gated": True}}, f, indent=2)
     return TinyVae(cfg, diff, orig)
-
-
-@pytest.fixture(scope="session")
-def tiny_vae(tmp_path_factory):
-    return build(str(tmp_path_factory.mktemp("tiny_vae")))
 
 
 def reference_decode(folder, latent, dtype="fp32", tiling=True):

@@ -34,6 +34,41 @@ def isa_params(include_ref=True):
     return out
 
 
+# ---- the tiny random reference models, built once per session (tests/_tiny_*.py) -------------
+@pytest.fixture(scope="session")
+def tiny_dit_factory(tmp_path_factory):
+    """``get(name) -> TinyDit`` for a TINY_CONFIGS name; each config is built once per session."""
+    import _tiny_dit
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = _tiny_dit.build(name, str(tmp_path_factory.mktemp(f"tiny_dit_{name}")))
+        return cache[name]
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_vae(tmp_path_factory):
+    """The tiny video VAE in both layouts (TinyVae)."""
+    import _tiny_vae
+    return _tiny_vae.build(str(tmp_path_factory.mktemp("tiny_vae")))
+
+
+@pytest.fixture(scope="session")
+def tiny_te(tmp_path_factory):
+    """The 51-layer tiny Qwen3-VL text encoder folder (bf16, with the released tokenizer)."""
+    import _tiny_text_encoder
+    return _tiny_text_encoder.build(str(tmp_path_factory.mktemp("tiny_text_encoder")))
+
+
+@pytest.fixture(scope="session")
+def tiny_pipeline(tiny_dit_factory, tmp_path_factory):
+    """A whole tiny MiniMax-H3 in both folder layouts (TinyPipeline)."""
+    import _tiny_pipeline
+    return _tiny_pipeline.build(tiny_dit_factory("p"), str(tmp_path_factory.mktemp("tiny_pipeline")))
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)

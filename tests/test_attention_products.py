@@ -8,7 +8,6 @@ import h3cy
 from h3cy import _config, ops
 from h3cy.errors import H3ValueError
 from _compare import rel_l2
-from _tiny_dit import tiny_dit_factory  # noqa: F401  (fixture)
 from _tiny_vae import build as build_tiny_vae
 from conftest import HOST_ISAS
 from test_dit_parity import packed_inputs
@@ -45,7 +44,7 @@ def test_attention_env_default_and_bad_values(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def dit_c(tiny_dit_factory):  # noqa: F811
+def dit_c(tiny_dit_factory):
     """Config "c": head_dim 32, so the bf16 kernels apply (D a multiple of 32)."""
     t = tiny_dit_factory("c")
     return t, packed_inputs(t.config, seed=21)

@@ -21,7 +21,7 @@ from h3cy.weights.transformer import (TransformerConfig, expected_tensors, fp32_
 from h3cy.errors import CheckpointError, H3ValueError
 from h3cy.weights.safetensors import MAX_HEADER_BYTES, SafetensorsFile
 
-from _tiny_dit import TINY_CONFIGS, tiny_dit_factory  # noqa: F401  (fixture)
+from _tiny_dit import TINY_CONFIGS
 
 
 def _theta_inv_freq(F, theta):

@@ -9,8 +9,6 @@ import time
 import av
 import pytest
 
-from _tiny_dit import tiny_dit_factory  # noqa: F401  (fixture used by tiny_pipeline)
-from _tiny_pipeline import tiny_pipeline  # noqa: F401  (fixture)
 
 
 def _run(*args, env=None, timeout=300):
@@ -40,7 +38,7 @@ def test_demo_writes_an_mp4_and_says_the_weights_are_random(tmp_path):
     assert r2.returncode == 0 and _probe(tmp_path / "demo2.mp4")["frames"] == 39
 
 
-def test_generate_writes_mp4_frames_and_latents(tiny_pipeline, tmp_path):  # noqa: F811
+def test_generate_writes_mp4_frames_and_latents(tiny_pipeline, tmp_path):
     out = tmp_path / "g.mp4"
     r = _run("generate", "-m", tiny_pipeline.diffusers, "-p", "A red fox", "-o", str(out), "--width", "64",
              "--height", "64", "--steps", "2", "--weights", "fp32", "--frames-dir", str(tmp_path / "fr"),
@@ -56,7 +54,7 @@ def test_generate_writes_mp4_frames_and_latents(tiny_pipeline, tmp_path):  # noq
         assert phase in r.stderr          # one tqdm bar per phase
 
 
-def test_ctrl_c_stops_cleanly_and_writes_nothing(tiny_pipeline, tmp_path):  # noqa: F811
+def test_ctrl_c_stops_cleanly_and_writes_nothing(tiny_pipeline, tmp_path):
     out = tmp_path / "never.mp4"
     cmd = [sys.executable, "-m", "h3cy.cli", "generate", "-m", tiny_pipeline.diffusers, "-p", "x",
            "-o", str(out), "--width", "64", "--height", "64", "--steps", "5000", "--weights", "fp32",
@@ -86,7 +84,7 @@ def test_ctrl_c_stops_cleanly_and_writes_nothing(tiny_pipeline, tmp_path):  # no
     assert [p for p in os.listdir(tmp_path) if "partial" in p] == []
 
 
-def test_convert_builds_the_int8_caches(tiny_pipeline, tmp_path):  # noqa: F811
+def test_convert_builds_the_int8_caches(tiny_pipeline, tmp_path):
     cache = tmp_path / "cache"
     r = _run("convert", tiny_pipeline.release, "--weights", "int8", "--cache-dir", str(cache))
     assert r.returncode == 0, r.stderr
@@ -103,7 +101,7 @@ def test_errors_are_one_line_exit_2(args):
     assert len(lines) == 1 and lines[0].startswith("h3cy: error:") and "/nonexistent/model" in lines[0]
 
 
-def test_illegal_size_is_a_clear_error(tiny_pipeline, tmp_path):  # noqa: F811
+def test_illegal_size_is_a_clear_error(tiny_pipeline, tmp_path):
     r = _run("generate", "-m", tiny_pipeline.diffusers, "-p", "x", "-o", str(tmp_path / "o.mp4"),
              "--width", "100", "--weights", "fp32")
     assert r.returncode == 2 and "nearest legal" in r.stderr

@@ -94,14 +94,15 @@ def test_set_num_threads_sets_the_default():
     assert 1 <= n <= (os.cpu_count() or 1)
 
 
-@pytest.mark.parametrize("bad", [0, -2])
+@pytest.mark.parametrize("bad", [0, -2, 2.5, True, "4"])
 def test_bad_thread_counts_raise(bad):
-    with pytest.raises(ValueError):
+    """One check, one error type (H3ValueError, a ValueError) wherever a thread count goes."""
+    with pytest.raises(H3ValueError, match="threads must be a positive int"):
         h3cy.set_num_threads(bad)
-    with pytest.raises(ValueError):
+    with pytest.raises(H3ValueError, match="threads must be a positive int"):
         h3cy.ops.Linear(np.ones((2, 2), np.float32), weights="fp32", threads=bad)
-    with pytest.raises(TypeError):
-        h3cy.set_num_threads(2.5)
+    with pytest.raises(H3ValueError, match="threads must be a positive int"):
+        h3cy.ops.Compute.resolve("fp32", threads=bad)
 
 
 def test_env_threads():

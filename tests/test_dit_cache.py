@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import h3cy
-from _tiny_dit import tiny_dit_factory  # noqa: F401  (fixture)
 from test_dit_parity import packed_inputs
 
 

@@ -10,7 +10,7 @@ import torch
 import h3cy
 from h3cy.errors import H3Error, H3ValueError
 from _compare import assert_close, assert_nontrivial, max_rel, rel_l2
-from _tiny_dit import TINY_CONFIGS, tiny_dit_factory  # noqa: F401  (fixture)
+from _tiny_dit import TINY_CONFIGS
 from conftest import isa_params
 
 torch.set_num_threads(2)

@@ -352,7 +352,7 @@ def test_widening_all_bit_patterns(isa, threads):
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("n", [1, 7, 15, 16, 17, 33, 100003])
 def test_conversion_lengths_and_cross(isa, n, rng):
-    pool = ops._pool(2)
+    pool = ops.ThreadPool(2)
     x = (rng.standard_normal(n) * 100).astype(np.float32)
     b = ops.to_bf16(x, isa=isa, threads=2)
     np.testing.assert_array_equal(b, _bf16_rne(x))
@@ -372,7 +372,7 @@ def test_conversion_lengths_and_cross(isa, n, rng):
 def test_path_report_from_c(isa, rng):
     """The C entries report the kernel table they ran: the one asked for (amx -> avx512)."""
     want = ops.elem_kernel_isa(isa)
-    pool = ops._pool(1)
+    pool = ops.ThreadPool(1)
     x = rng.standard_normal((3, 20)).astype(np.float32)
     out = np.empty_like(x)
     assert _kernels.elem_rmsnorm(x, None, out, 1e-6, isa, pool) == want
@@ -459,7 +459,7 @@ def test_bad_input(name, call, msg):
 
 def test_bad_input_reaches_c_validation():
     """The C entries validate on their own (the Python checks are not the only guard)."""
-    pool = ops._pool(2)
+    pool = ops.ThreadPool(2)
     x = np.zeros((4, 2, 8), np.float32)
     c = np.zeros((4, 4), np.float32)
     with pytest.raises(H3ValueError, match=r"rot_dim must be even and in \[2, head_dim = 8\], got 7"):

@@ -93,7 +93,7 @@ def test_attach_parts_equals_the_fused_weight(isa, dtype, M, rng):
     fused = np.concatenate([q, k, v])
     b = rng.standard_normal(120, dtype=np.float32)
     x = rng.standard_normal((M, 96), dtype=np.float32)
-    pool = h3cy.ops._pool(2)
+    pool = h3cy.ops.ThreadPool(2)
     lay = _float_layout(120, 96, fused.dtype)
     want = np.empty((M, 120), np.float32)
     _kernels.linear_attach(lay, fused, None, b, isa, pool).forward(x, want, 0)
@@ -117,7 +117,7 @@ def test_attach_parts_swiglu_pair_from_swapped_halves(isa, M, rng):
     value half] is the [gate; value] pair linear, SwiGLU epilogue included."""
     stored = _bf16_bits(rng.standard_normal((2 * 56, 64), dtype=np.float32))   # [value; gate]
     value, gate = stored[:56], stored[56:]
-    pool = h3cy.ops._pool(2)
+    pool = h3cy.ops.ThreadPool(2)
     lay = _float_layout(112, 64, np.uint16, pair=1)
     x = rng.standard_normal((M, 64), dtype=np.float32)
     want = np.empty((M, 56), np.float32)
@@ -133,7 +133,7 @@ def test_attach_parts_swiglu_pair_from_swapped_halves(isa, M, rng):
 
 
 def test_attach_parts_rejects_bad_parts(rng):
-    pool = h3cy.ops._pool(1)
+    pool = h3cy.ops.ThreadPool(1)
     a = _bf16_bits(rng.standard_normal((8, 16), dtype=np.float32))
     lay = _float_layout(24, 16, np.uint16)
     with pytest.raises(ValueError, match="equal size"):
@@ -157,7 +157,7 @@ def test_f32_exact_bf16_weights_keep_float32_inputs(isa, rng):
     w = _bf16_bits(rng.standard_normal((64, 256), dtype=np.float32))
     x = rng.standard_normal((40, 256), dtype=np.float32)
     core = _kernels.linear_attach(_float_layout(64, 256, np.uint16, f32_exact=1), w, None, None,
-                                  isa, h3cy.ops._pool(2))
+                                  isa, h3cy.ops.ThreadPool(2))
     assert not core.bf16_activations
     got = np.empty((40, 64), np.float32)
     core.forward(x, got, 0)
@@ -171,7 +171,7 @@ def test_linear_in_place_modes_and_refusals(rng):
     float32 ones) as stored, also in parts; everything else is refused (None), so the
     caller converts."""
     from h3cy.weights.inplace import linear_in_place
-    pool = h3cy.ops._pool(1)
+    pool = h3cy.ops.ThreadPool(1)
     a = rng.standard_normal((16, 32), dtype=np.float32)
     b16 = _bf16_bits(a)
     x = rng.standard_normal((5, 32), dtype=np.float32)

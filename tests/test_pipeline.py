@@ -15,8 +15,6 @@ from _compare import assert_close, assert_nontrivial, max_rel
 from conftest import isa_params
 from _ref_denoise import reference_loop
 from _tiny_audio_vae import reference_decode as audio_reference
-from _tiny_dit import tiny_dit_factory  # noqa: F401  (fixture used by tiny_pipeline)
-from _tiny_pipeline import tiny_pipeline  # noqa: F401  (fixture)
 from _tiny_vae import reference_decode as video_reference
 
 # 320x64 px: two spatial tiles; 39 frames: T = 12 latents, two temporal clips
@@ -34,7 +32,7 @@ def _inputs(tp, seed=0, L=5):
 
 
 @pytest.fixture(scope="module")
-def references(tiny_pipeline):  # noqa: F811
+def references(tiny_pipeline):
     """Per layout: diffusers' latents, float pixels and waveform for the same inputs."""
     tp = tiny_pipeline
     g, pe, video, audio = _inputs(tp)
@@ -58,7 +56,7 @@ def _pipe(tp, layout, **kw):
 
 
 @pytest.mark.parametrize("layout", ["diffusers", "release"])
-def test_generate_equals_diffusers_pieces(tiny_pipeline, references, layout):  # noqa: F811
+def test_generate_equals_diffusers_pieces(tiny_pipeline, references, layout):
     tp = tiny_pipeline
     want = references[layout]
     g, pe, video, audio = _inputs(tp)
@@ -85,7 +83,7 @@ def test_generate_equals_diffusers_pieces(tiny_pipeline, references, layout):  #
 
 
 @pytest.mark.parametrize("isa", isa_params())
-def test_generate_on_every_isa_path(tiny_pipeline, references, isa):  # noqa: F811
+def test_generate_on_every_isa_path(tiny_pipeline, references, isa):
     """The whole pipeline (transformer, both decoders) on each path this CPU runs, against
     diffusers' pieces, with the bounds of test_generate_equals_diffusers_pieces."""
     tp = tiny_pipeline
@@ -99,7 +97,7 @@ def test_generate_on_every_isa_path(tiny_pipeline, references, isa):  # noqa: F8
     assert diff.max() <= 1
 
 
-def test_latent_output_then_decode_equals_generate(tiny_pipeline, references):  # noqa: F811
+def test_latent_output_then_decode_equals_generate(tiny_pipeline, references):
     tp = tiny_pipeline
     g, pe, video, audio = _inputs(tp)
     pipe = _pipe(tp, "diffusers")
@@ -119,7 +117,7 @@ def test_latent_output_then_decode_equals_generate(tiny_pipeline, references):  
     np.testing.assert_array_equal(np.concatenate([fr for _, fr in streamed]), full.frames)
 
 
-def test_mp4_of_a_generation(tiny_pipeline, tmp_path):  # noqa: F811
+def test_mp4_of_a_generation(tiny_pipeline, tmp_path):
     tp = tiny_pipeline
     g, pe, video, audio = _inputs(tp)
     res = _pipe(tp, "release").generate(prompt_embeds=pe, noise=(video, audio), width=W, height=H, frames=F,
@@ -135,7 +133,7 @@ def test_mp4_of_a_generation(tiny_pipeline, tmp_path):  # noqa: F811
     assert os.path.getsize(res.save_audio(tmp_path / "t.wav")) > 44
 
 
-def test_phases_progress_and_prompt_cache(tiny_pipeline, tmp_path, monkeypatch):  # noqa: F811
+def test_phases_progress_and_prompt_cache(tiny_pipeline, tmp_path, monkeypatch):
     tp = tiny_pipeline
     pipe = _pipe(tp, "release", cache_dir=str(tmp_path))
     seen = []
@@ -167,7 +165,7 @@ def _count_builds(monkeypatch):
     return counts
 
 
-def test_components_released_after_each_phase_or_kept(tiny_pipeline, monkeypatch):  # noqa: F811
+def test_components_released_after_each_phase_or_kept(tiny_pipeline, monkeypatch):
     tp = tiny_pipeline
     g, pe, video, audio = _inputs(tp)
     kw = dict(prompt_embeds=pe, noise=(video, audio), width=W, height=H, frames=F, steps=1)
@@ -188,7 +186,7 @@ def test_components_released_after_each_phase_or_kept(tiny_pipeline, monkeypatch
 
 
 @pytest.mark.parametrize("phase", ["encode", "denoise", "decode_audio", "decode_video"])
-def test_cancel_in_every_phase_then_reusable(tiny_pipeline, tmp_path, phase):  # noqa: F811
+def test_cancel_in_every_phase_then_reusable(tiny_pipeline, tmp_path, phase):
     tp = tiny_pipeline
     pipe = _pipe(tp, "release", cache_dir=str(tmp_path))
     tok = h3cy.CancelToken()
@@ -204,7 +202,7 @@ def test_cancel_in_every_phase_then_reusable(tiny_pipeline, tmp_path, phase):  #
     np.testing.assert_array_equal(again.frames, ref.frames)
 
 
-def test_callback_exception_propagates_unchanged(tiny_pipeline):  # noqa: F811
+def test_callback_exception_propagates_unchanged(tiny_pipeline):
     tp = tiny_pipeline
     g, pe, video, audio = _inputs(tp)
     boom = RuntimeError("user interrupt")
@@ -220,7 +218,7 @@ def test_callback_exception_propagates_unchanged(tiny_pipeline):  # noqa: F811
     pipe.generate(prompt_embeds=pe, noise=(video, audio), width=W, height=H, frames=F, steps=1)
 
 
-def test_one_generation_at_a_time(tiny_pipeline):  # noqa: F811
+def test_one_generation_at_a_time(tiny_pipeline):
     tp = tiny_pipeline
     g, pe, video, audio = _inputs(tp)
     pipe = _pipe(tp, "diffusers")
@@ -240,7 +238,7 @@ def test_one_generation_at_a_time(tiny_pipeline):  # noqa: F811
     assert not t.is_alive()
 
 
-def test_streaming_auto_follows_available_memory(tiny_pipeline, monkeypatch):  # noqa: F811
+def test_streaming_auto_follows_available_memory(tiny_pipeline, monkeypatch):
     pipe = _pipe(tiny_pipeline, "diffusers", streaming="auto")
     monkeypatch.setattr(pipeline_mod, "available_memory", lambda: 10)
     assert pipe.streaming_for("transformer") is True
@@ -249,14 +247,14 @@ def test_streaming_auto_follows_available_memory(tiny_pipeline, monkeypatch):  #
     assert _pipe(tiny_pipeline, "diffusers", streaming=True).streaming_for("text_encoder") is True
 
 
-def test_attention_choice_reaches_transformer_and_video_decoder(tiny_pipeline):  # noqa: F811
+def test_attention_choice_reaches_transformer_and_video_decoder(tiny_pipeline):
     pipe = _pipe(tiny_pipeline, "diffusers", weights="int8", vae_weights="int8")
     assert pipe._build("transformer").attn_bf16 and pipe._build("video_vae").attn_bf16
     pipe = _pipe(tiny_pipeline, "diffusers", weights="int8", vae_weights="int8", attention="fp32")
     assert not pipe._build("transformer").attn_bf16 and not pipe._build("video_vae").attn_bf16
 
 
-def test_bad_arguments(tiny_pipeline, tmp_path):  # noqa: F811
+def test_bad_arguments(tiny_pipeline, tmp_path):
     tp = tiny_pipeline
     pipe = _pipe(tp, "diffusers")
     pe = np.zeros((3, tp.dit.config["text_dim"]), np.float32)

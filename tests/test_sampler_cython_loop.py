@@ -9,7 +9,7 @@ import torch
 
 import h3cy
 from h3cy import _config
-from _tiny_dit import TINY_CONFIGS, random_model, tiny_dit_factory  # noqa: F401  (fixture)
+from _tiny_dit import TINY_CONFIGS, random_model
 
 GEOM = dict(width=64, height=64, frames=22)    # T=7, h=w=4, A=37
 

@@ -9,7 +9,6 @@ import torch
 import h3cy
 from h3cy.sampling.layout import pack_audio, patchify
 from _compare import assert_close, assert_nontrivial
-from _tiny_dit import tiny_dit_factory  # noqa: F401  (fixture)
 from _ref_denoise import reference_loop as _reference_loop
 
 GEOM = dict(width=64, height=64, frames=22)    # T=7, h=w=4, A=37

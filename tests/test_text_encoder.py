@@ -24,11 +24,6 @@ LONG_IDS = IDS + [9707, 11, 50891, 0, 220, 220, 17, 15, 17, 21, 198, 104811, 519
 
 
 @pytest.fixture(scope="session")
-def tiny_te(tmp_path_factory):
-    return tiny.build(str(tmp_path_factory.mktemp("tiny_text_encoder")))
-
-
-@pytest.fixture(scope="session")
 def encoders(tiny_te, tmp_path_factory):
     wc = str(tmp_path_factory.mktemp("weight_cache"))
     cache = {}
@@ -172,7 +167,7 @@ def _np_qrms(x, w, eps):
 
 @pytest.mark.parametrize("isa", isa_params())
 def test_qwen_bf16_kernels(isa, rng):
-    pool = h3cy.ops._pool(2)
+    pool = h3cy.ops.ThreadPool(2)
     x = round_bf16(rng.standard_normal((37, 133)).astype(np.float32) * 3)
     w = round_bf16(rng.standard_normal(133).astype(np.float32))
     out = np.full_like(x, np.nan)
@@ -224,7 +219,7 @@ def _sdpa_case(L, causal, seed):
 def test_bf16_attention_matches_torch_sdpa(L, causal, max_diff, isa):
     q, k, v, want = _sdpa_case(L, causal, seed=L)
     out = np.empty_like(q)
-    _kernels.qwen_attention_bf16p(q, k, v, out, 0.25, causal, isa, h3cy.ops._pool(2))
+    _kernels.qwen_attention_bf16p(q, k, v, out, 0.25, causal, isa, h3cy.ops.ThreadPool(2))
     got = round_bf16(out)                               # torch stores its output as bf16
     n = int(np.sum(got != want))
     if _torch_runs_avx512_order() and isa in EMULATES_TORCH_AVX512:
@@ -243,8 +238,8 @@ def test_bf16_attention_isas_identical(isa):
         k = rng.integers(-3, 4, (L, 2, 16)).astype(np.float32)
         v = round_bf16(rng.standard_normal((L, 2, 16)).astype(np.float32))
         a, b = np.empty_like(q), np.empty_like(q)
-        _kernels.qwen_attention_bf16p(q, k, v, a, 0.25, True, "ref", h3cy.ops._pool(2))
-        _kernels.qwen_attention_bf16p(q, k, v, b, 0.25, True, isa, h3cy.ops._pool(2))
+        _kernels.qwen_attention_bf16p(q, k, v, a, 0.25, True, "ref", h3cy.ops.ThreadPool(2))
+        _kernels.qwen_attention_bf16p(q, k, v, b, 0.25, True, isa, h3cy.ops.ThreadPool(2))
         assert_nontrivial(a)
         assert np.array_equal(a, b), f"L={L}: {np.sum(a != b)} differ"
 
@@ -288,7 +283,7 @@ def test_fp32_uses_the_bf16_checkpoint_in_place(encoders):
     for layer in enc.layers:
         for name, lin in layer.linears.items():
             st = [a for a in lin._c.storage if a is not None]
-            assert st and all(_pages._mmap_of(a) is not None and a.dtype == np.uint16 for a in st), name
+            assert st and all(_pages.mmap_of(a) is not None and a.dtype == np.uint16 for a in st), name
             assert not lin._c.bf16_activations, name
     assert len(enc.layers[0].linears["gate_up"]._c.storage) == 3     # gate, up, (no scales)
 

@@ -1,5 +1,4 @@
 """The prompt tokenizer against transformers' tokenizer built from the released files."""
-import os
 
 import pytest
 

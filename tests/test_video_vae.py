@@ -11,7 +11,7 @@ import h3cy
 from h3cy import _kernels
 from h3cy.models.video_vae import blend, split_tiles
 from _compare import assert_close, assert_nontrivial, max_rel, rel_l2
-from _tiny_vae import reference_decode, tiny_vae  # noqa: F401  (fixture import)
+from _tiny_vae import reference_decode
 from conftest import isa_params
 
 # 512x320 px canvas: 3 tile rows x 2 tile columns; T = 12 -> 2 temporal clips, 39 frames

@@ -293,13 +293,12 @@ class AudioDecoder:
     weights, isa, threads : the load options in effect
     """
 
-    def __init__(self, reader, cfg, weights="fp32", threads=None, isa=None):
-        if weights not in AUDIO_WEIGHT_MODES:
-            raise H3ValueError(f"weights must be one of {AUDIO_WEIGHT_MODES}, got {weights!r}")
-        self.isa = ops.resolve_isa(isa)
-        self.weights = weights
-        self._pool = ops._pool(threads)
-        self.threads = self._pool.threads
+    def __init__(self, reader, cfg, compute):
+        self.compute = compute
+        self.isa = compute.isa
+        self.weights = compute.weights
+        self._pool = compute.pool
+        self.threads = compute.threads
         self.config = cfg
         self.sample_rate = cfg["sampling_rate"]
         self.rates = cfg["decoder_rates"]
@@ -326,13 +325,14 @@ class AudioDecoder:
 
         Raises CheckpointError for a missing folder/file/tensor or a wrong shape.
         """
+        compute = ops.Compute.resolve(weights, isa, threads, modes=AUDIO_WEIGHT_MODES)
         folder = os.fspath(path)
         if not os.path.isdir(folder):
             raise CheckpointError(f"{folder}: not a folder")
         cfg, wpath = _read_config(folder)
         reader = _Reader(wpath)
         try:
-            return cls(reader, _infer_arch(cfg, reader), weights=weights, threads=threads, isa=isa)
+            return cls(reader, _infer_arch(cfg, reader), compute)
         finally:
             reader.close()
 

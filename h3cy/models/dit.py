@@ -110,15 +110,15 @@ class _Block:
         self.down = mk(src.get(prefix + "ff.net.2.weight"), act_group=dit.ffn_act_group,
                        name=prefix + "ff.net.2")
         self.core = _kernels.DitBlockCore(
-            self.qkv._c, int(self.qkv_layout == "interleaved"), self.out._c, self.up._c,
-            self.down._c, self.norm1, self.norm2, self.norm_q, self.norm_k, dit._pool)
+            self.qkv.core, int(self.qkv_layout == "interleaved"), self.out.core, self.up.core,
+            self.down.core, self.norm1, self.norm2, self.norm_q, self.norm_k, dit._pool)
 
     def storage(self):
         """The mapped arrays this block's attached linears read (for page advice)."""
         out = []
         for lin in (getattr(self, n, None) for n in ("qkv", "out", "up", "down", "adaln")):
-            if lin is not None and lin._c.storage is not None:
-                out.extend(lin._c.storage)
+            if lin is not None and lin.core.storage is not None:
+                out.extend(lin.core.storage)
         return out
 
 
@@ -224,26 +224,27 @@ class DiT:
         """
         from ..weights.transformer import open_transformer
         from ..weights.cache import ComponentCache
+        compute = ops.Compute.resolve(weights, isa, threads)     # the one resolution of this load
         ckpt = open_transformer(path, qkv_layout=qkv_layout)
         try:
             files = [os.path.join(ckpt.path, f) if not os.path.isabs(f) else f for f in ckpt.files]
             params = dict(ffn_act_group=ffn_act_group, qkv=ckpt.qkv_layout)
-            with ComponentCache.open(ckpt.path, files, weights, params, cache_dir, ops.resolve_isa(isa)) as cache:
+            with ComponentCache.open(ckpt.path, files, weights, params, cache_dir, compute.isa) as cache:
                 if streaming:
                     def build_all(pair):   # every block converted once, one at a time
                         src = _CheckpointSource(ckpt)
-                        tmp = cls(src, weights=weights, threads=threads, isa=isa,
-                                  ffn_act_group=ffn_act_group, cache=pair, streaming=True)
+                        tmp = cls(src, ffn_act_group=ffn_act_group, cache=pair, streaming=True,
+                                  compute=compute)
                         for b in range(tmp.config["num_layers"]):
                             _Block(tmp, src, f"transformer_blocks.{b}.", adaln=True)
                     cache.prebuild(build_all)
-                model = cls(_CheckpointSource(ckpt), weights=weights, threads=threads, isa=isa,
-                            ffn_act_group=ffn_act_group, cache=cache.pair, streaming=streaming,
-                            attention=attention)
+                model = cls(_CheckpointSource(ckpt), ffn_act_group=ffn_act_group, cache=cache.pair,
+                            streaming=streaming, attention=attention, compute=compute)
                 cache.finish()
             model._cache_writer = None
-            model._load_args = dict(path=path, threads=threads, streaming=streaming,
-                                    cache_dir=cache_dir, qkv_layout=qkv_layout, isa=isa,
+            # with_weights() loads siblings in other modes on the same path and pool
+            model._load_args = dict(path=path, threads=compute.pool, streaming=streaming,
+                                    cache_dir=cache_dir, qkv_layout=qkv_layout, isa=compute.isa,
                                     ffn_act_group=ffn_act_group, attention=attention)
             return model
         except BaseException:
@@ -254,18 +255,20 @@ class DiT:
                 ckpt.close()
 
     def __init__(self, source, weights="bf16", threads=None, isa=None, ffn_act_group=None,
-                 cache=None, streaming=False, attention=None):
-        if weights not in ops.WEIGHT_MODES:
-            raise H3ValueError(f"weights must be one of {ops.WEIGHT_MODES}, got {weights!r}")
+                 cache=None, streaming=False, attention=None, compute=None):
+        # weights mode, kernel path and the model's own pool, resolved once (from_pretrained
+        # passes its own); every layer below gets them from here
+        compute = compute or ops.Compute.resolve(weights, isa, threads)
+        self.compute = compute
+        weights = compute.weights
         # bf16 products in the attention (C blocks and the Python reference path alike)
         self.attn_bf16 = ops.attention_bf16(attention, weights)
         cfg = source.config
         self.config = cfg
         self.weights = weights
-        self.isa = ops.resolve_isa(isa)
-        self._threads = threads
-        self._pool = ops._pool(threads)
-        self.threads = self._pool.threads
+        self.isa = compute.isa
+        self._pool = compute.pool
+        self.threads = compute.threads
         self.round_bf16 = weights == "bf16"
         self.heads = cfg["num_attention_heads"]
         self.head_dim = cfg["attention_head_dim"]
@@ -320,7 +323,7 @@ class DiT:
                                             bias=_f32(source.get("norm_out.linear.bias")),
                                             name="norm_out.linear")
         self.inv_freq = _source_inv_freq(source, cfg)
-        self._attn = ops.Attention(scale=1.0 / np.sqrt(self.head_dim), isa=self.isa, threads=self.threads,
+        self._attn = ops.Attention(scale=1.0 / np.sqrt(self.head_dim), isa=self.isa, threads=self._pool,
                                    bf16=self.attn_bf16)
         self._tables = {}          # timestep value (float32 bits) -> prepared AdaLN tables
         self._ws = None            # block workspace, kept between forwards
@@ -342,7 +345,7 @@ class DiT:
             with self._build_lock:
                 self.linears_attached += 1
             core = reader.attach(name, bias, self.isa, self._pool)
-            return ops.Linear._from_core(core, mode, self._pool)
+            return ops.Linear.from_core(core, mode, self._pool)
         if not self.config.get("_no_zero_copy"):
             lin = linear_in_place(w, mode, self.isa, self._pool, pair=pair, bias=bias)
             if lin is not None:
@@ -366,14 +369,14 @@ class DiT:
         wd = "bf16" if w.dtype == np.uint16 else "fp32"
         w = np.ascontiguousarray(w)
         lin = ops.Linear(w, bias=bias, weights=mode, isa=self.isa, weight_dtype=wd,
-                         threads=self.threads, pair=pair, bf16_inputs=mode == "bf16", **kw)
+                         threads=self._pool, pair=pair, bf16_inputs=mode == "bf16", **kw)
         if writer is not None and name is not None:
             with self._build_lock:
-                writer.add(name, lin._c)
+                writer.add(name, lin.core)
         return lin
 
     def _linear_f32(self, w, b):
-        return ops.Linear(_f32(w), bias=_f32(b), weights="fp32", isa=self.isa, threads=self.threads)
+        return ops.Linear(_f32(w), bias=_f32(b), weights="fp32", isa=self.isa, threads=self._pool)
 
     # ---- small helpers -----------------------------------------------------------------
     def _r(self, x):
@@ -383,7 +386,7 @@ class DiT:
         return x
 
     def _rms(self, x, w, eps):
-        y = ops.rms_norm(x, w, eps=eps, isa=self.isa, threads=self.threads)
+        y = ops.rms_norm(x, w, eps=eps, isa=self.isa, threads=self._pool)
         return self._r(y)
 
     def _modulate(self, n, scale1p, shift, rows):
@@ -403,7 +406,7 @@ class DiT:
     def _rope(self, x, cos, sin):
         """Rotate-half RoPE on the first rot_dim channels of every head of x (S, H, D)."""
         if not self.round_bf16:
-            return ops.rope(x, cos, sin, rot_dim=self.rot_dim, isa=self.isa, threads=self.threads)
+            return ops.rope(x, cos, sin, rot_dim=self.rot_dim, isa=self.isa, threads=self._pool)
         half = self.rot_dim // 2
         c = round_bf16(cos)[:, None, :]
         s = round_bf16(sin)[:, None, :]
@@ -438,7 +441,7 @@ class DiT:
         if self.round_bf16:
             gv = self._r(blk.up(n))
             f = gv.shape[1] // 2
-            g = round_bf16(ops.silu(np.ascontiguousarray(gv[:, :f]), isa=self.isa, threads=self.threads))
+            g = round_bf16(ops.silu(np.ascontiguousarray(gv[:, :f]), isa=self.isa, threads=self._pool))
             act = round_bf16(g * gv[:, f:])
         else:
             act = blk.up.swiglu(n)
@@ -448,7 +451,7 @@ class DiT:
     def _temb(self, timestep):
         e = timestep_embedding(timestep, self.config["freq_dim"])
         h = self.time_1(e)
-        h = ops.silu(h, out=h, isa=self.isa, threads=self.threads)
+        h = ops.silu(h, out=h, isa=self.isa, threads=self._pool)
         return self.time_2(h)
 
     def adaln_tables(self, t_value):
@@ -461,7 +464,7 @@ class DiT:
             raise H3Error(f"timestep {float(t_value)!r} was not prepared before release_adaln(); "
                           "call prepare_timesteps with every timestep you will use")
         temb = self._temb(np.array([t_value], np.float32))
-        st = ops.silu(temb, isa=self.isa, threads=self.threads)
+        st = ops.silu(temb, isa=self.isa, threads=self._pool)
         st = self._r(st)
         Hd = self.hidden
         blocks = []
@@ -561,14 +564,14 @@ class DiT:
         for b in range(len(self.blocks)):
             blk = _Block(self, self._source, f"transformer_blocks.{b}.", adaln=False)
             lins = (blk.qkv, blk.out, blk.up, blk.down)
-            if not all(lin._c.storage is not None and _pages._mmap_of(lin._c.storage[0]) is not None
+            if not all(lin.core.storage is not None and _pages.mmap_of(lin.core.storage[0]) is not None
                        for lin in lins):
                 _pages.release(blk.storage())
                 del blk, blocks
                 self._attached = False
                 return None
             for a in blk.storage():
-                if a is not None and a.nbytes and _pages._mmap_of(a) is not None:
+                if a is not None and a.nbytes and _pages.mmap_of(a) is not None:
                     ptr.append(a.ctypes.data)
                     ln.append(a.nbytes)
             off.append(len(ptr))
@@ -595,7 +598,7 @@ class DiT:
             self._ws = np.empty(need, np.uint8)
         cfg = self.config
         blk.core.forward(h, self.heads, self.rot_dim, cfg["norm_eps"], cfg["qk_norm_eps"],
-                         int(self.round_bf16), self.isa, self._ws, rows, tables, cos, sin,
+                         int(self.round_bf16), self._ws, rows, tables, cos, sin,
                          attn_bf16=int(self.attn_bf16))
 
     @property

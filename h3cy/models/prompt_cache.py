@@ -163,10 +163,10 @@ def cached_prompt(folder, prompt, weights, cache_dir=None, isa=None, output_laye
     ``weights``, or None — without loading the encoder (only its config, index and shard
     headers are read), so a pipeline skips loading it on a cache hit."""
     from .. import ops
-    from .text_encoder import _Source
+    from .text_encoder import TextEncoderSource
     if cache_dir is False:
         return None
-    src = _Source(os.fspath(folder), int(output_layer))
+    src = TextEncoderSource(os.fspath(folder), int(output_layer))
     try:
         files = src.files
     finally:

@@ -124,7 +124,7 @@ def rope_tables(positions, inv_freq):
     return np.ascontiguousarray(np.cos(ang), np.float32), np.ascontiguousarray(np.sin(ang), np.float32)
 
 
-class _Source:
+class TextEncoderSource:
     """The encoder folder's tensors: validated up front (names, shapes, dtypes of everything
     the encoder will read), mapped shard by shard."""
 
@@ -244,16 +244,16 @@ class _Layer:
         L = self.linears
         c = enc.config
         self.core = _kernels.QwenLayerCore(
-            L["q_proj"]._c, L["k_proj"]._c, L["v_proj"]._c, L["o_proj"]._c,
-            gate_up._c if gate_up is not None else None, gate._c if gate is not None else None,
-            up._c if up is not None else None, L["down_proj"]._c, *self.norms,
+            L["q_proj"].core, L["k_proj"].core, L["v_proj"].core, L["o_proj"].core,
+            gate_up.core if gate_up is not None else None, gate.core if gate is not None else None,
+            up.core if up is not None else None, L["down_proj"].core, *self.norms,
             c.num_attention_heads, c.num_key_value_heads, enc._pool)
 
     def storage(self):
         out = []
         for lin in self.linears.values():
-            if lin._c.storage is not None:
-                out.extend(lin._c.storage)
+            if lin.core.storage is not None:
+                out.extend(lin.core.storage)
         return out
 
 
@@ -286,26 +286,24 @@ class TextEncoder:
             ``output_layer``
         """
         from ..weights.cache import ComponentCache
-        if weights not in ops.WEIGHT_MODES:
-            raise H3ValueError(f"weights must be one of {ops.WEIGHT_MODES}, got {weights!r}")
+        compute = ops.Compute.resolve(weights, isa, threads)     # the one resolution of this load
         if isinstance(output_layer, bool) or not isinstance(output_layer, (int, np.integer)) or output_layer < 0:
             raise H3ValueError(f"output_layer must be an int >= 0, got {output_layer!r}")
         folder = os.fspath(path)
         if not os.path.isdir(folder):
             raise _err(folder, "not a folder (expected a text_encoder folder with config.json)")
-        src = _Source(folder, int(output_layer))
+        src = TextEncoderSource(folder, int(output_layer))
         try:
-            isa_name = ops.resolve_isa(isa)
             shards = [f for f in src.files if f.endswith(".safetensors")]
             params = dict(kind="qwen3vl_text", layers=int(output_layer))
-            with ComponentCache.open(folder, shards, weights, params, cache_dir, isa_name) as cache:
+            with ComponentCache.open(folder, shards, weights, params, cache_dir, compute.isa) as cache:
                 if streaming:
                     def build_all(pair):   # every layer converted once, one at a time
-                        tmp = cls(src, weights, threads, isa_name, int(output_layer), pair, streaming=True)
+                        tmp = cls(src, compute, int(output_layer), pair, streaming=True)
                         for layer in range(tmp.num_layers):
                             _Layer(tmp, src, layer)
                     cache.prebuild(build_all)
-                enc = cls(src, weights, threads, isa_name, int(output_layer), cache.pair, streaming)
+                enc = cls(src, compute, int(output_layer), cache.pair, streaming)
                 cache.finish()
             enc._cache_writer = None
             if not streaming:
@@ -315,16 +313,17 @@ class TextEncoder:
             src.close()
             raise
 
-    def __init__(self, source, weights, threads, isa, output_layer, cache, streaming):
+    def __init__(self, source, compute, output_layer, cache, streaming):
         self.config = source.config
         self.path = source.folder
-        self.weights = weights
-        self.isa = isa
+        self.compute = compute
+        self.weights = compute.weights
+        self.isa = compute.isa
         self.output_layer = output_layer
         self.num_layers = output_layer
-        self.round_bf16 = weights == "bf16"
-        self._pool = ops._pool(threads)
-        self.threads = self._pool.threads
+        self.round_bf16 = self.weights == "bf16"
+        self._pool = compute.pool
+        self.threads = compute.threads
         self._source = source
         self._cache_reader, self._cache_writer = cache if cache is not None else (None, None)
         self._build_lock = threading.Lock()
@@ -352,7 +351,7 @@ class TextEncoder:
         reader, writer = self._cache_reader, self._cache_writer
         if reader is not None and name in reader:
             core = reader.attach(name, None, self.isa, self._pool)
-            return ops.Linear._from_core(core, mode, self._pool)
+            return ops.Linear.from_core(core, mode, self._pool)
         lin = linear_in_place(w, mode, self.isa, self._pool, pair=pair)
         if lin is not None:      # bf16/fp32 over the checkpoint's tensors (h3cy.weights.inplace)
             return lin
@@ -371,10 +370,10 @@ class TextEncoder:
             w = w.astype(np.float32)
         wd = "bf16" if w.dtype == np.uint16 else "fp32"
         lin = ops.Linear(np.ascontiguousarray(w), weights=mode, isa=self.isa, weight_dtype=wd,
-                         threads=self.threads, pair=pair, bf16_inputs=mode == "bf16", **kw)
+                         threads=self._pool, pair=pair, bf16_inputs=mode == "bf16", **kw)
         if writer is not None:
             with self._build_lock:
-                writer.add(name, lin._c)
+                writer.add(name, lin.core)
         return lin
 
     def _pair(self, src, p):
@@ -479,7 +478,7 @@ class TextEncoder:
                 if self._ws is None or self._ws.nbytes < need:
                     self._ws = None
                     self._ws = np.empty(need, np.uint8)
-                layer.core.forward(h, eps, int(self.round_bf16), self.isa, self._ws, cos, sin)
+                layer.core.forward(h, eps, int(self.round_bf16), self._ws, cos, sin)
                 ticker.tick()
             if total == 0 and on_progress is not None:
                 on_progress(0, 0, "encode")

@@ -32,7 +32,7 @@ from ..weights import pages as _pages
 
 from .. import ops
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
-from ..weights.transformer import _load_json, _weight_files
+from ..weights.transformer import load_json, weight_files
 from .._progress import Ticker
 from ..errors import CheckpointError, H3ValueError
 from ..weights.safetensors import SafetensorsFile
@@ -262,7 +262,7 @@ def _open(path):
     if not os.path.isdir(folder):
         raise _cerr(folder, None, "not a folder (expected a video VAE folder with config.json)")
     cpath = os.path.join(folder, "config.json")
-    cfg = _load_json(cpath, "config")
+    cfg = load_json(cpath, "config")
     if not isinstance(cfg, dict):
         raise _cerr(cpath, None, "config is not a JSON object")
     if "source_path" in cfg or "source_safetensors_path" in cfg:
@@ -273,7 +273,7 @@ def _open(path):
                 raise _cerr(cpath, None, f"config {k!r} must be a relative path inside the folder")
         sdir = os.path.join(folder, sub)
         spath = os.path.join(sdir, "config.json")
-        src = _load_json(spath, "source config") if os.path.isfile(spath) else None
+        src = load_json(spath, "source config") if os.path.isfile(spath) else None
         if src is not None and not isinstance(src, dict):
             raise _cerr(spath, None, "source config is not a JSON object")
         conf = _original_config(cfg, cpath, src, spath)
@@ -283,7 +283,7 @@ def _open(path):
         paths = [wpath]
     else:
         conf = _diffusers_config(cfg, cpath)
-        _, paths = _weight_files(folder)
+        _, paths = weight_files(folder)
     files = _Files(paths)
     try:
         if files.has("decoder.x_embedder.weight") or files.has("decoder.transformer_blocks.0.attn.to_qkv.weight"):
@@ -340,22 +340,22 @@ class VideoDecoder:
         CheckpointError — missing/unreadable files, bad config, a missing tensor or one of
             the wrong shape or dtype (the message names it).
         """
-        if weights not in WEIGHT_MODES:
-            raise H3ValueError(f"weights must be one of {WEIGHT_MODES}, got {weights!r}")
+        compute = ops.Compute.resolve(weights, isa, threads, modes=WEIGHT_MODES)
         attn_bf16 = ops.attention_bf16(attention, weights)
         conf, files = _open(path)
         try:
-            return cls(conf, files, weights, threads, isa, attn_bf16)
+            return cls(conf, files, compute, attn_bf16)
         finally:
             files.close()       # views keep the mapping of what the linears attached
 
-    def __init__(self, conf, files, weights, threads, isa, attn_bf16=False):
-        self.weights = weights
+    def __init__(self, conf, files, compute, attn_bf16=False):
+        self.compute = compute
+        self.weights = compute.weights
         self.attn_bf16 = bool(attn_bf16)
-        self.isa = ops.resolve_isa(isa)
-        self._pool = ops._pool(threads)
-        self.threads = self._pool.threads
-        self.round_bf16 = weights == "bf16"
+        self.isa = compute.isa
+        self._pool = compute.pool
+        self.threads = compute.threads
+        self.round_bf16 = self.weights == "bf16"
         c = conf
         self.hidden = c.heads * c.head_dim
         self.ffn = int(self.hidden * c.ffn_mult)
@@ -398,9 +398,9 @@ class VideoDecoder:
             lay = dict(wtype=wt, group_size=0, act_group=0, pair=int(pair), nr=0, N=N, K=K, Kp=K,
                        w_bytes=w.nbytes, s_bytes=0, bf16_inputs=int(mode == "bf16"))
             core = _kernels.linear_attach(lay, w, None, b, self.isa, self._pool)
-            return ops.Linear._from_core(core, mode, self._pool)
+            return ops.Linear.from_core(core, mode, self._pool)
         kw = {"act_group": act_group} if act_group is not None and mode == "int8" else {}
-        return ops.Linear(w, bias=b, weights=mode, isa=self.isa, threads=self.threads, pair=pair,
+        return ops.Linear(w, bias=b, weights=mode, isa=self.isa, threads=self._pool, pair=pair,
                           weight_dtype="bf16" if w.dtype == np.uint16 else "fp32",
                           bf16_inputs=mode == "bf16", **kw)
 
@@ -456,7 +456,7 @@ class VideoDecoder:
             up = self._linear(up_w, up_b, m, pair=True)
             down = self._linear(dn_w, dn_b, m, act_group=act_group)
             vec = [f32(files.get(p + n, (Hd,))).copy() for n in ("norm1.weight", "norm2.weight", "scale1", "scale2")]
-            core = _kernels.VitBlockCore(qkv._c, int(orig), out._c, up._c, down._c, *vec, self._pool)
+            core = _kernels.VitBlockCore(qkv.core, int(orig), out.core, up.core, down.core, *vec, self._pool)
             self.blocks.append(_Block(core, (qkv, out, up, down, vec)))
 
     # ---- one ViT sequence ------------------------------------------------------------------
@@ -497,7 +497,7 @@ class VideoDecoder:
             self._ws = None
             self._ws = np.empty(need, np.uint8)
         for blk in self.blocks:
-            blk.core.forward(h, c.heads, self.rot_dim, c.eps, int(self.round_bf16), self.isa, self._ws, cos, sin,
+            blk.core.forward(h, c.heads, self.rot_dim, c.eps, int(self.round_bf16), self._ws, cos, sin,
                              attn_bf16=int(self.attn_bf16))
             tick()
         hn = np.empty((N, self.hidden), np.float32)

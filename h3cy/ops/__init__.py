@@ -12,16 +12,15 @@ copies a large activation behind your back, so a wrong dtype or a strided view r
 >>> lin = h3cy.ops.Linear(w, weights="fp32")
 >>> y = lin(np.ones((3, 48), np.float32))          # y = x @ w.T, shape (3, 64)
 
-Modules: ``_base`` (ISA, thread-pool and weights-mode resolution, Linear), ``attention``,
+Modules: ``_base`` (ISA, thread-pool and weights-mode resolution: Compute, Linear), ``attention``,
 ``elem`` (norms, RoPE, activations, conversions), ``bf16`` (bf16 rounding in numpy).
 """
 from . import attention as _attention_module, elem as _elem_module
-from ._base import (ATTENTION_MODES, WEIGHT_MODES, Linear, ThreadPool, active_isa, attention_bf16,
+from ._base import (ATTENTION_MODES, WEIGHT_MODES, Compute, Linear, ThreadPool, active_isa, attention_bf16,
                     available_isas, cpu_features, isa_supported, resolve_isa)
-from ._base import _pool  # noqa: F401  (models share pools through it; see h3cy/ops/_base.py)
 from .attention import *  # noqa: F401,F403
 from .elem import *  # noqa: F401,F403
 
-__all__ = (["active_isa", "available_isas", "isa_supported", "cpu_features", "resolve_isa", "ThreadPool",
+__all__ = (["active_isa", "available_isas", "isa_supported", "cpu_features", "resolve_isa", "ThreadPool", "Compute",
             "Linear", "WEIGHT_MODES", "ATTENTION_MODES", "attention_bf16"]
            + _attention_module.__all__ + _elem_module.__all__)

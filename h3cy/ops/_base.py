@@ -1,11 +1,13 @@
 """ISA, thread-pool and weights-mode resolution, and Linear (see h3cy.ops)."""
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import _config
 from .. import _kernels
 from ..errors import H3ValueError, UnsupportedCPUError
 
-__all__ = ["active_isa", "available_isas", "isa_supported", "cpu_features", "resolve_isa", "ThreadPool",
+__all__ = ["active_isa", "available_isas", "isa_supported", "cpu_features", "resolve_isa", "ThreadPool", "Compute",
            "Linear", "WEIGHT_MODES", "ATTENTION_MODES", "attention_bf16"]
 
 WEIGHT_MODES = ("fp32", "bf16", "fp16", "int8", "int4")
@@ -100,18 +102,48 @@ def active_isa():
 _pools = {}
 
 
-def _pool(threads):
-    """A shared pool per thread count for ops objects (models own their own pools)."""
-    n = _config.get_num_threads() if threads is None else threads
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise H3ValueError(f"threads must be a positive int, got {threads!r}")
-    n = int(n)
+def pool_for(threads):
+    """The pool an ops object runs on: ``threads`` itself when it is a ThreadPool (a
+    model's own, passed down to its layers), else a pool shared per thread count by the
+    ops objects that users make directly (models own theirs: see Compute)."""
+    if isinstance(threads, ThreadPool):
+        return threads
+    n = _config.check_threads(_config.get_num_threads() if threads is None else threads)
     if n not in _pools:
         _pools[n] = _kernels.ThreadPool(n)
     return _pools[n]
 
 
-def _need(arr, name, dtype, ndim=None, shape=None):
+@dataclass(frozen=True)
+class Compute:
+    """What a model computes with, resolved once when it loads and handed to every layer:
+    the weights mode, the kernel path and the model's own thread pool.
+
+    Build with :meth:`resolve`; nothing below the model parses these settings again."""
+    weights: str
+    isa: str
+    pool: ThreadPool
+
+    @property
+    def threads(self):
+        return self.pool.threads
+
+    @classmethod
+    def resolve(cls, weights, isa=None, threads=None, modes=WEIGHT_MODES):
+        """Check ``weights`` against ``modes`` (H3ValueError), pick the path (``isa``, else
+        ``H3CY_ISA``, else the best: UnsupportedCPUError if the CPU lacks it) and make a
+        pool of ``threads`` (default :func:`h3cy.get_num_threads`; H3ValueError if bad)."""
+        if weights not in modes:
+            raise H3ValueError(f"weights must be one of {modes}, got {weights!r}")
+        if isinstance(threads, ThreadPool):
+            pool = threads
+        else:
+            pool = ThreadPool(_config.check_threads(_config.get_num_threads() if threads is None
+                                                    else threads))
+        return cls(weights, resolve_isa(isa), pool)
+
+
+def need_array(arr, name, dtype, ndim=None, shape=None):
     """Check an input array without copying it; raise H3ValueError naming the problem."""
     if not isinstance(arr, np.ndarray):
         raise H3ValueError(f"{name} must be a numpy array, got {type(arr).__name__}")
@@ -129,10 +161,10 @@ def _need(arr, name, dtype, ndim=None, shape=None):
     return arr
 
 
-def _out(out, name, shape):
+def out_array(out, name, shape):
     if out is None:
         return np.empty(shape, dtype=np.float32)
-    _need(out, name, np.float32, len(shape), shape)
+    need_array(out, name, np.float32, len(shape), shape)
     if not out.flags.writeable:
         raise H3ValueError(f"{name} is read-only")
     return out
@@ -191,16 +223,16 @@ class Linear:
         if weights not in WEIGHT_MODES:
             raise H3ValueError(f"weights must be one of {WEIGHT_MODES}, got {weights!r}")
         if weight_dtype in ("fp32", "float32"):
-            _need(weight, "weight", np.float32, 2)
+            need_array(weight, "weight", np.float32, 2)
             src = 0
         elif weight_dtype == "bf16":
-            _need(weight, "weight", np.uint16, 2)
+            need_array(weight, "weight", np.uint16, 2)
             src = 1
         else:
             raise H3ValueError(f"weight_dtype must be 'fp32' or 'bf16', got {weight_dtype!r}")
         N, K = weight.shape
         if bias is not None:
-            _need(bias, "bias", np.float32, 1, (N,))
+            need_array(bias, "bias", np.float32, 1, (N,))
         if group_size is not None and weights != "int4":
             raise H3ValueError("group_size applies to weights='int4' only")
         if act_group is not None and weights not in ("int8", "int4"):
@@ -211,15 +243,16 @@ class Linear:
         self.act_group = act_group
         self.N, self.K = N, K
         self.pair = bool(pair)
-        self._pool = _pool(threads)
+        self._pool = pool_for(threads)
         _warn_if_portable(weights, self.isa)
         self._c = _kernels.LinearCore(weight, src, bias, weights, group_size or 0,
                                       act_group or 0, int(self.pair), self.isa, self._pool,
                                       int(bool(bf16_inputs)))
 
     @classmethod
-    def _from_core(cls, core, weights, pool, group_size=None, act_group=None):
-        """Wrap an existing LinearCore (attached storage: cache files, mmapped bf16)."""
+    def from_core(cls, core, weights, pool, group_size=None, act_group=None):
+        """A Linear over an existing ``LinearCore`` (storage attached in place: a weight-cache
+        file, mapped bf16 checkpoint rows), running on ``pool``."""
         self = cls.__new__(cls)
         self._c, self._pool = core, pool
         self.isa, self.weights = core.isa, weights
@@ -253,13 +286,13 @@ class Linear:
         return self._c.dequantized()
 
     def _x(self, x):
-        _need(x, "x", np.float32, 2, (None, self.K))
+        need_array(x, "x", np.float32, 2, (None, self.K))
         return x
 
     def __call__(self, x, out=None):
         """x: (M, K) float32 -> (M, N) float32."""
         x = self._x(x)
-        out = _out(out, "out", (x.shape[0], self.N))
+        out = out_array(out, "out", (x.shape[0], self.N))
         self._c.forward(x, out, 0)
         return out
 
@@ -269,7 +302,7 @@ class Linear:
         if not self.pair:
             raise H3ValueError("swiglu() needs a Linear created with pair=True")
         x = self._x(x)
-        out = _out(out, "out", (x.shape[0], self.N // 2))
+        out = out_array(out, "out", (x.shape[0], self.N // 2))
         self._c.forward(x, out, 1)
         return out
 
@@ -280,14 +313,14 @@ class Linear:
         into it (default row m -> gate row m, which then needs G >= M)."""
         x = self._x(x)
         M = x.shape[0]
-        _need(resid, "resid", np.float32, 2, (M, self.N))
+        need_array(resid, "resid", np.float32, 2, (M, self.N))
         if gate is not None:
-            _need(gate, "gate", np.float32, 2, (None, self.N))
+            need_array(gate, "gate", np.float32, 2, (None, self.N))
         if gate_row is not None:
             if gate is None:
                 raise H3ValueError("gate_row given without gate")
-            _need(gate_row, "gate_row", np.int32, 1, (M,))
-        out = _out(out, "out", (M, self.N))
+            need_array(gate_row, "gate_row", np.int32, 1, (M,))
+        out = out_array(out, "out", (M, self.N))
         self._c.forward(x, out, 2, resid, gate, gate_row)
         return out
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import _kernels
 from ..errors import H3ValueError
-from ._base import _pool, resolve_isa
+from ._base import pool_for, resolve_isa
 
 __all__ = ["Attention", "attention", "attention_workspace_bytes", "MAX_HEAD_DIM"]
 
@@ -83,7 +83,7 @@ class Attention:
         self.causal = bool(causal)
         self.bf16 = bool(bf16)
         self.isa = resolve_isa(isa)
-        self._pool = _pool(threads)
+        self._pool = pool_for(threads)
 
     @property
     def threads(self):

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import _kernels as _k
 from ..errors import H3Error, H3ValueError
-from ._base import _need, _out, _pool, resolve_isa
+from ._base import need_array, out_array, pool_for, resolve_isa
 
 __all__ = ["rms_norm", "rope", "silu", "gelu_tanh", "swiglu", "adaln_modulate",
            "to_bf16", "from_bf16", "to_f16", "from_f16", "elem_kernel_isa"]
@@ -31,7 +31,7 @@ def elem_kernel_isa(isa=None):
 def _run(fn, isa, threads, *args):
     """Call a _kernels.elem_* wrapper on the resolved path and check the path that ran."""
     name = resolve_isa(isa)
-    ran = fn(*args, name, _pool(threads))
+    ran = fn(*args, name, pool_for(threads))
     want = "avx512" if name == "amx" else name
     if ran != want:
         raise H3Error(f"{fn.__name__}: asked for the {name!r} path but the {ran!r} kernels ran")
@@ -59,13 +59,13 @@ def rms_norm(x, weight=None, eps=1e-6, out=None, isa=None, threads=None):
     -------
     out : ndarray of shape (..., n), float32
     """
-    _need(x, "x", np.float32)
+    need_array(x, "x", np.float32)
     if x.ndim < 1:
         raise H3ValueError("x must have at least 1 dimension, got a scalar")
     n = x.shape[-1]
     if weight is not None:
-        _need(weight, "weight", np.float32, 1, (n,))
-    out = _out(out, "out", x.shape)
+        need_array(weight, "weight", np.float32, 1, (n,))
+    out = out_array(out, "out", x.shape)
     _run(_k.elem_rmsnorm, isa, threads, _rows2d(x, n), weight, _rows2d(out, n), float(eps))
     return out
 
@@ -89,11 +89,11 @@ def rope(x, cos, sin, rot_dim=None, isa=None, threads=None):
     -------
     x : the same array
     """
-    _need(x, "x", np.float32, 3)
+    need_array(x, "x", np.float32, 3)
     if not x.flags.writeable:
         raise H3ValueError("x is read-only (rope works in place)")
     rows, heads, head_dim = x.shape
-    _need(cos, "cos", np.float32, 2)
+    need_array(cos, "cos", np.float32, 2)
     if rot_dim is None:
         rot_dim = 2 * cos.shape[1]
     if isinstance(rot_dim, bool) or not isinstance(rot_dim, (int, np.integer)):
@@ -101,15 +101,15 @@ def rope(x, cos, sin, rot_dim=None, isa=None, threads=None):
     rot_dim = int(rot_dim)
     if rot_dim < 2 or rot_dim % 2 or rot_dim > head_dim:
         raise H3ValueError(f"rot_dim must be even and in [2, head_dim = {head_dim}], got {rot_dim}")
-    _need(cos, "cos", np.float32, 2, (rows, rot_dim // 2))
-    _need(sin, "sin", np.float32, 2, (rows, rot_dim // 2))
+    need_array(cos, "cos", np.float32, 2, (rows, rot_dim // 2))
+    need_array(sin, "sin", np.float32, 2, (rows, rot_dim // 2))
     _run(_k.elem_rope, isa, threads, x, cos, sin, rot_dim)
     return x
 
 
 def _act(x, out, act, isa, threads):
-    _need(x, "x", np.float32)
-    out = _out(out, "out", x.shape)
+    need_array(x, "x", np.float32)
+    out = out_array(out, "out", x.shape)
     _run(_k.elem_activation, isa, threads, x.reshape(-1), out.reshape(-1), act)
     return out
 
@@ -144,11 +144,11 @@ def swiglu(x, out=None, isa=None, threads=None):
     -------
     out : ndarray of shape (..., h), float32
     """
-    _need(x, "x", np.float32)
+    need_array(x, "x", np.float32)
     if x.ndim < 1 or x.shape[-1] % 2 or x.shape[-1] == 0:
         raise H3ValueError(f"x must have an even, non-zero last dimension (2h), got shape {x.shape}")
     h = x.shape[-1] // 2
-    out = _out(out, "out", x.shape[:-1] + (h,))
+    out = out_array(out, "out", x.shape[:-1] + (h,))
     _run(_k.elem_swiglu, isa, threads, _rows2d(x, 2 * h), _rows2d(out, h))
     return out
 
@@ -169,14 +169,14 @@ def adaln_modulate(x, scale, shift, row_table=None, out=None, isa=None, threads=
     -------
     out : ndarray of shape (rows, n), float32
     """
-    _need(x, "x", np.float32, 2)
+    need_array(x, "x", np.float32, 2)
     rows, n = x.shape
-    _need(scale, "scale", np.float32)
+    need_array(scale, "scale", np.float32)
     if scale.ndim not in (1, 2):
         raise H3ValueError(f"scale must have shape (n,) or (T, n), got {scale.shape}")
     sc = scale.reshape(1, -1) if scale.ndim == 1 else scale
-    _need(sc, "scale", np.float32, 2, (None, n))
-    _need(shift, "shift", np.float32, scale.ndim, scale.shape)
+    need_array(sc, "scale", np.float32, 2, (None, n))
+    need_array(shift, "shift", np.float32, scale.ndim, scale.shape)
     sh = shift.reshape(sc.shape)
     if sc.shape[0] < 1:
         raise H3ValueError("scale/shift have no rows")
@@ -184,8 +184,8 @@ def adaln_modulate(x, scale, shift, row_table=None, out=None, isa=None, threads=
         if sc.shape[0] != 1:
             raise H3ValueError(f"row_table is required when scale has {sc.shape[0]} rows")
     else:
-        _need(row_table, "row_table", np.int32, 1, (rows,))
-    out = _out(out, "out", (rows, n))
+        need_array(row_table, "row_table", np.int32, 1, (rows,))
+    out = out_array(out, "out", (rows, n))
     _run(_k.elem_adaln, isa, threads, x, sc, sh, row_table, out)
     return out
 
@@ -194,7 +194,7 @@ def _convert(src, sdt, out, odtype, odt, isa, threads):
     if out is None:
         out = np.empty(src.shape, dtype=odtype)
     else:
-        _need(out, "out", odtype, src.ndim, src.shape)
+        need_array(out, "out", odtype, src.ndim, src.shape)
         if not out.flags.writeable:
             raise H3ValueError("out is read-only")
     _run(_k.elem_convert, isa, threads, src, sdt, out, odt)
@@ -206,13 +206,13 @@ def to_bf16(x, out=None, isa=None, threads=None):
 
     x : ndarray of any shape, float32.  Returns a uint16 array of the same shape.
     """
-    _need(x, "x", np.float32)
+    need_array(x, "x", np.float32)
     return _convert(x, _DT_F32, out, np.uint16, _DT_BF16, isa, threads)
 
 
 def from_bf16(bits, out=None, isa=None, threads=None):
     """bfloat16 bits (uint16, any shape) -> float32 (exact)."""
-    _need(bits, "bits", np.uint16)
+    need_array(bits, "bits", np.uint16)
     return _convert(bits, _DT_BF16, out, np.float32, _DT_F32, isa, threads)
 
 
@@ -221,7 +221,7 @@ def to_f16(x, out=None, isa=None, threads=None):
 
     x : ndarray of any shape, float32.  Returns an np.float16 array of the same shape.
     """
-    _need(x, "x", np.float32)
+    need_array(x, "x", np.float32)
     return _convert(x, _DT_F32, out, np.float16, _DT_F16, isa, threads)
 
 
@@ -229,5 +229,5 @@ def from_f16(h, out=None, isa=None, threads=None):
     """float16 (np.float16, or its bits as uint16; any shape) -> float32 (exact)."""
     if isinstance(h, np.ndarray) and h.dtype == np.uint16:
         h = h.view(np.float16)
-    _need(h, "h", np.float16)
+    need_array(h, "h", np.float16)
     return _convert(h, _DT_F16, out, np.float32, _DT_F32, isa, threads)

@@ -34,7 +34,7 @@ def linear_in_place(w, mode, isa, pool, pair=False, bias=None):
                N=N, K=K, Kp=K, w_bytes=N * K * dt.itemsize, s_bytes=0,
                bf16_inputs=int(mode == "bf16"), f32_exact=int(mode == "fp32"))
     core = _kernels.linear_attach(lay, parts if len(parts) > 1 else parts[0], None, bias, isa, pool)
-    return ops.Linear._from_core(core, mode, pool)
+    return ops.Linear.from_core(core, mode, pool)
 
 
 def joined_rows(w):

@@ -8,7 +8,7 @@ import numpy as np
 PAGE = mmap.PAGESIZE
 
 
-def _mmap_of(arr):
+def mmap_of(arr):
     b = arr
     while b is not None:
         if isinstance(b, mmap.mmap):
@@ -30,7 +30,7 @@ def advise(arrays, option):
     for a in arrays:
         if a is None or not isinstance(a, np.ndarray) or a.nbytes == 0:
             continue
-        mm = _mmap_of(a)
+        mm = mmap_of(a)
         if mm is None:
             continue
         start, length = _range(a, mm)

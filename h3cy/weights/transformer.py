@@ -62,7 +62,7 @@ from ..errors import CheckpointError, H3ValueError
 from .safetensors import SafetensorsFile
 
 __all__ = ["TransformerConfig", "TensorEntry", "TransformerCheckpoint", "open_transformer",
-           "expected_tensors", "MODALITY_NUM", "KEEP_IN_FP32_MODULES"]
+           "expected_tensors", "MODALITY_NUM", "KEEP_IN_FP32_MODULES", "load_json", "weight_files"]
 
 log = logging.getLogger("h3cy")
 
@@ -312,7 +312,9 @@ class TensorEntry:
 # ---------------------------------------------------------------------------------------------
 # the folder
 # ---------------------------------------------------------------------------------------------
-def _load_json(path, what):
+def load_json(path, what):
+    """A component's JSON file (config, index), read with a size cap; CheckpointError naming
+    the file and ``what`` it is when it cannot be read or parsed."""
     try:
         with open(path, "rb") as f:
             raw = f.read(64 << 20)
@@ -324,7 +326,7 @@ def _load_json(path, what):
         raise _err(path, None, f"{what} is not valid JSON: {str(e)[:200]}") from None
 
 
-def _weight_files(folder):
+def weight_files(folder):
     """``(index_path or None, [shard paths])`` of a transformer folder."""
     present = [n for n in (DIFFUSERS_INDEX, ORIGINAL_INDEX, DIFFUSERS_SINGLE, ORIGINAL_SINGLE)
                if os.path.isfile(os.path.join(folder, n))]
@@ -337,7 +339,7 @@ def _weight_files(folder):
     path = os.path.join(folder, name)
     if not name.endswith(".index.json"):
         return None, [path]
-    idx = _load_json(path, "index")
+    idx = load_json(path, "index")
     wm = idx.get("weight_map") if isinstance(idx, dict) else None
     if not isinstance(wm, dict) or not wm:
         raise _err(path, None, "index has no 'weight_map' object")
@@ -601,10 +603,10 @@ def open_transformer(path, qkv_layout=None):
     if not os.path.isdir(folder):
         raise _err(folder, None, "not a folder (expected a transformer folder with config.json)")
     cfg_path = os.path.join(folder, "config.json")
-    raw_cfg = _load_json(cfg_path, "config")
+    raw_cfg = load_json(cfg_path, "config")
     cfg = TransformerConfig.from_dict(raw_cfg, cfg_path)
     theta_given = "rope_theta" in raw_cfg
-    index, shard_paths = _weight_files(folder)
+    index, shard_paths = weight_files(folder)
     files = {}
     try:
         for p in shard_paths:
