@@ -167,10 +167,10 @@ def test_f32_exact_bf16_weights_keep_float32_inputs(isa, rng):
 
 
 def test_linear_in_place_modes_and_refusals(rng):
-    """h3cy.weights.inplace.linear_in_place: bf16 and fp32 modes use bf16 tensors (and fp32 mode
+    """h3cy.weights.linears.linear_in_place: bf16 and fp32 modes use bf16 tensors (and fp32 mode
     float32 ones) as stored, also in parts; everything else is refused (None), so the
     caller converts."""
-    from h3cy.weights.inplace import linear_in_place
+    from h3cy.weights.linears import linear_in_place
     pool = h3cy.ops.ThreadPool(1)
     a = rng.standard_normal((16, 32), dtype=np.float32)
     b16 = _bf16_bits(a)
@@ -197,7 +197,7 @@ def test_linear_in_place_modes_and_refusals(rng):
 def test_joined_rows_never_mixes_bf16_bits_with_float_values(rng):
     """The converting modes join a weight's parts; bf16 parts (uint16 bits) beside a float32
     one are widened first, so the joined weight holds values, not bit patterns."""
-    from h3cy.weights.inplace import joined_rows
+    from h3cy.weights.linears import joined_rows
     from h3cy.ops.bf16 import bf16_bits_to_f32
     b = (rng.standard_normal((3, 8), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
     f = rng.standard_normal((3, 8), dtype=np.float32)

@@ -34,6 +34,7 @@ from .. import _kernels
 from .. import ops
 from .._progress import Ticker
 from ..errors import CheckpointError, H3ValueError
+from ..weights.linears import make_linear
 from ..weights.safetensors import SafetensorsFile
 
 __all__ = ["AudioDecoder", "AUDIO_WEIGHT_MODES"]
@@ -203,6 +204,12 @@ def _time_grouping(w, dilation, padding):
     return g, kg, padg, wg.reshape(g * cout, kg, g * cin)
 
 
+def _gemm_weight(w2, b, mode, isa, pool):
+    """The C linear of a convolution's GEMM weight w2 [N, K] float32 (a copy made here, so
+    fp32 uses it in place) in ``mode``, through the models' one linear policy."""
+    return make_linear(w2, ops.Compute(mode, isa, pool), bias=b)[0].core
+
+
 class _Conv:
     """Conv1d (stride 1) over channels-last [T, Cin] -> [T_out, Cout]."""
 
@@ -211,14 +218,13 @@ class _Conv:
         self.cin, self.cout, self.k, self.dil, self.pad = cin, cout, k, dilation, padding
         w2 = np.ascontiguousarray(w.transpose(0, 2, 1).reshape(cout, k * cin))   # tap-major rows
         b = None if b is None else np.ascontiguousarray(b)
-        self.core = _kernels.LinearCore(w2, 0, b, mode, 0, 0, 0, isa, pool)
+        self.core = _gemm_weight(w2, b, mode, isa, pool)
         self.grouped = None
         tg = _time_grouping(w, dilation, padding) if _GROUP_NARROW_TIME else None
         if tg is not None:
             g, kg, padg, wg = tg
             bg = None if b is None else np.tile(b, g)
-            core = _kernels.LinearCore(np.ascontiguousarray(wg.reshape(g * cout, kg * g * cin)), 0, bg,
-                                       mode, 0, 0, 0, isa, pool)
+            core = _gemm_weight(np.ascontiguousarray(wg.reshape(g * cout, kg * g * cin)), bg, mode, isa, pool)
             self.grouped = (g, kg, padg, core)
 
     def _grouped_for(self, T):
@@ -251,7 +257,7 @@ class _ConvT:
         cin, cout, k = w.shape
         self.cin, self.cout, self.k, self.stride, self.pad = cin, cout, k, stride, padding
         w2 = np.ascontiguousarray(w.transpose(2, 1, 0).reshape(k * cout, cin))   # row j*Cout + co
-        self.core = _kernels.LinearCore(w2, 0, None, mode, 0, 0, 0, isa, pool)
+        self.core = _gemm_weight(w2, None, mode, isa, pool)
         self.bias = np.array(b, dtype=np.float32)   # a copy, not a view of the mapping
 
     def out_len(self, T):

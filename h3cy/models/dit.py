@@ -27,7 +27,7 @@ from .. import _kernels
 
 from .. import ops
 from ..weights import pages as _pages
-from ..weights.inplace import joined_rows, linear_in_place
+from ..weights.linears import make_linear
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
 from ..errors import H3Error, H3ValueError
 
@@ -334,45 +334,14 @@ class DiT:
 
     # ---- weights ---------------------------------------------------------------------
     def _linear(self, w, bias=None, pair=False, act_group=None, name=None):
-        """A checkpoint weight (an array, or a list of arrays whose rows concatenate to it)
-        in this model's weights mode: mapped from the weight cache when it holds it; used
-        in place (zero-copy, also when its rows lie in several tensors) for bf16 mode over
-        bf16 tensors and fp32 mode over bf16 or fp32 tensors; else converted (and added
-        to the cache)."""
-        mode = self.weights
-        reader, writer = self._cache_reader, self._cache_writer
-        if reader is not None and name in reader:
+        """A checkpoint weight in this model's mode (h3cy.weights.linears.make_linear):
+        mapped from the weight cache, used in place, or converted (and cached)."""
+        cache = (self._cache_reader, self._cache_writer)
+        lin, attached = make_linear(w, self.compute, name=name, cache=cache, bias=bias, pair=pair,
+                                    act_group=act_group, in_place=not self.config.get("_no_zero_copy"))
+        if attached:
             with self._build_lock:
                 self.linears_attached += 1
-            core = reader.attach(name, bias, self.isa, self._pool)
-            return ops.Linear.from_core(core, mode, self._pool)
-        if not self.config.get("_no_zero_copy"):
-            lin = linear_in_place(w, mode, self.isa, self._pool, pair=pair, bias=bias)
-            if lin is not None:
-                with self._build_lock:
-                    self.linears_attached += 1
-                return lin
-        w = joined_rows(w)
-        kw = {}
-        if mode == "int4":
-            # groups of 128 along K where K allows (the released shapes do), else 64 or 32;
-            # an activation group must hold whole weight groups
-            K = w.shape[1]
-            for gs in (128, 64, 32):
-                if K % gs == 0 and (act_group is None or act_group % gs == 0):
-                    break
-            else:
-                gs = 32  # K is padded to the group; act_group % 32 is checked by Linear
-            kw["group_size"] = gs
-        if act_group is not None and mode in ("int8", "int4"):
-            kw["act_group"] = act_group
-        wd = "bf16" if w.dtype == np.uint16 else "fp32"
-        w = np.ascontiguousarray(w)
-        lin = ops.Linear(w, bias=bias, weights=mode, isa=self.isa, weight_dtype=wd,
-                         threads=self._pool, pair=pair, bf16_inputs=mode == "bf16", **kw)
-        if writer is not None and name is not None:
-            with self._build_lock:
-                writer.add(name, lin.core)
         return lin
 
     def _linear_f32(self, w, b):

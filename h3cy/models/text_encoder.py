@@ -32,7 +32,7 @@ from .. import _kernels
 from ..weights import pages as _pages
 
 from .. import ops
-from ..weights.inplace import joined_rows, linear_in_place
+from ..weights.linears import make_linear
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
 from .._progress import Ticker
 from ..errors import CheckpointError, H3ValueError
@@ -343,37 +343,15 @@ class TextEncoder:
                 self.layers = list(ex.map(lambda i: _Layer(self, source, i), range(n)))
 
     # ---- weights ---------------------------------------------------------------------
-    def _act_group(self, K):
-        return 1024 if self.weights in ("int8", "int4") and K % 1024 == 0 else None
-
     def _linear(self, w, name, pair=False):
-        mode = self.weights
-        reader, writer = self._cache_reader, self._cache_writer
-        if reader is not None and name in reader:
-            core = reader.attach(name, None, self.isa, self._pool)
-            return ops.Linear.from_core(core, mode, self._pool)
-        lin = linear_in_place(w, mode, self.isa, self._pool, pair=pair)
-        if lin is not None:      # bf16/fp32 over the checkpoint's tensors (h3cy.weights.inplace)
-            return lin
-        w = joined_rows(w)
-        kw = {}
-        K = w.shape[1]
-        ag = self._act_group(K)
-        if mode == "int4":
-            gs = next((g for g in (128, 64, 32) if K % g == 0), 32)
-            kw["group_size"] = gs
-            if ag is not None and ag % gs:
-                ag = None
-        if ag is not None:
-            kw["act_group"] = ag
-        if w.dtype == np.float16:
-            w = w.astype(np.float32)
-        wd = "bf16" if w.dtype == np.uint16 else "fp32"
-        lin = ops.Linear(np.ascontiguousarray(w), weights=mode, isa=self.isa, weight_dtype=wd,
-                         threads=self._pool, pair=pair, bf16_inputs=mode == "bf16", **kw)
-        if writer is not None:
-            with self._build_lock:
-                writer.add(name, lin.core)
+        """A checkpoint weight in this encoder's mode (h3cy.weights.linears.make_linear); int
+        modes take one activation scale per 1024 input channels where K allows."""
+        ag = None      # (w is None: mapped from the cache, which knows its own layout)
+        if w is not None and self.weights in ("int8", "int4"):
+            K = (w[0] if isinstance(w, (list, tuple)) else w).shape[1]
+            ag = 1024 if K % 1024 == 0 else None
+        lin, _ = make_linear(w, self.compute, name=name, cache=(self._cache_reader, self._cache_writer),
+                             pair=pair, act_group=ag)
         return lin
 
     def _pair(self, src, p):

@@ -32,6 +32,7 @@ from ..weights import pages as _pages
 
 from .. import ops
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
+from ..weights.linears import make_linear
 from ..weights.transformer import load_json, weight_files
 from .._progress import Ticker
 from ..errors import CheckpointError, H3ValueError
@@ -381,28 +382,20 @@ class VideoDecoder:
 
     # ---- weights -------------------------------------------------------------------------
     def _linear(self, w, b, mode, pair=False, act_group=None):
-        """A Linear over w [N, K] (float32 or bf16 bits) with a float32 bias, in ``mode``:
-        mapped in place where the stored dtype is the mode's (fp32/bf16), else converted."""
+        """A Linear over w [N, K] (float32 or bf16 bits) with a float32 bias, in ``mode``
+        (h3cy.weights.linears.make_linear): the decoder's bf16 linears take bf16 weights and
+        a bf16 bias, as diffusers' bf16 run; the other float modes float32 weights."""
         b = None if b is None else (bf16_bits_to_f32(b) if b.dtype == np.uint16 else np.ascontiguousarray(b, np.float32))
         if mode == "bf16":
             if b is not None:
                 b = round_bf16(b)       # diffusers' bf16 linear adds a bf16 bias
             if w.dtype == np.float32:
                 w = (round_bf16(np.ascontiguousarray(w)).view(np.uint32) >> 16).astype(np.uint16)
-        elif mode != "bf16" and w.dtype == np.uint16:
+        elif w.dtype == np.uint16:
             w = bf16_bits_to_f32(w)
-        w = np.ascontiguousarray(w)
-        wt = {"fp32": 0, "bf16": 1}.get(mode)
-        if wt is not None and w.dtype == (np.float32 if wt == 0 else np.uint16):
-            N, K = w.shape
-            lay = dict(wtype=wt, group_size=0, act_group=0, pair=int(pair), nr=0, N=N, K=K, Kp=K,
-                       w_bytes=w.nbytes, s_bytes=0, bf16_inputs=int(mode == "bf16"))
-            core = _kernels.linear_attach(lay, w, None, b, self.isa, self._pool)
-            return ops.Linear.from_core(core, mode, self._pool)
-        kw = {"act_group": act_group} if act_group is not None and mode == "int8" else {}
-        return ops.Linear(w, bias=b, weights=mode, isa=self.isa, threads=self._pool, pair=pair,
-                          weight_dtype="bf16" if w.dtype == np.uint16 else "fp32",
-                          bf16_inputs=mode == "bf16", **kw)
+        lin, _ = make_linear(np.ascontiguousarray(w), self.compute, mode=mode, bias=b, pair=pair,
+                             act_group=act_group if mode == "int8" else None)
+        return lin
 
     def _load(self, files):
         c = self.conf

@@ -15,6 +15,7 @@ import logging
 import mmap
 import os
 import struct
+import threading
 
 import numpy as np
 
@@ -101,6 +102,7 @@ class CacheWriter:
     def __init__(self, path, key):
         self.path = path
         self.key = key
+        self._lock = threading.Lock()      # layers are built (and added) on several threads
         self._f = open(path + ".tmp", "wb")
         self._pos = 0
         self.entries = {}
@@ -117,10 +119,11 @@ class CacheWriter:
 
     def add(self, name, core):
         layout, wbytes, sbytes = core.export()
-        e = {"layout": layout, "w_off": self._blob(wbytes)}
-        if sbytes is not None:
-            e["s_off"] = self._blob(sbytes)
-        self.entries[name] = e
+        with self._lock:
+            e = {"layout": layout, "w_off": self._blob(wbytes)}
+            if sbytes is not None:
+                e["s_off"] = self._blob(sbytes)
+            self.entries[name] = e
 
     def finish(self):
         index = json.dumps({"version": FORMAT_VERSION, "key": self.key,

@@ -148,7 +148,7 @@ class ModelFolder:
         per_other = 2.0 if component == "text_encoder" else 4.0
         if component in ("transformer", "text_encoder") and weights in ("fp32", "bf16"):
             # the DiT and the text encoder multiply bf16/fp32 checkpoint tensors in place in
-            # both modes (fp32 widens bf16 inside the kernel, h3cy.weights.inplace): the matrices
+            # both modes (fp32 widens bf16 inside the kernel, h3cy.weights.linears): the matrices
             # cost what they cost on disk (bf16 mode over a float32 checkpoint converts: 2 bytes)
             disk = s.get("matrix_bytes_on_disk", s["matrix_params"] * 2)
             mat = disk if weights == "fp32" else min(disk, s["matrix_params"] * 2)

@@ -1,0 +1,105 @@
+"""How every model builds its linears from checkpoint tensors: one policy for the DiT,
+the text encoder and the decoders (:func:`make_linear`).
+
+In order: a linear the converted-weight cache holds is mapped from it; a tensor whose
+stored dtype the mode can use is used in place (zero-copy); anything else is converted in
+this process (and added to the cache when one is being written).
+
+A linear in ``bf16`` mode multiplies bf16 checkpoint tensors as stored (its inputs are
+rounded to bf16, so bf16 x bf16 kernels are exact); one in ``fp32`` mode multiplies bf16
+tensors widened inside the kernel by float32 inputs exactly (``f32_exact``: never AMX's
+or VDPBF16PS's bf16 x bf16 products) -- the fp32 weights the checkpoint stands for, at
+half their memory -- or float32 tensors as stored.  A weight may come as up to three
+tensors whose rows concatenate to it (``h3_linear_attach_parts``): the diffusers layout's
+``to_q``/``to_k``/``to_v``, a SwiGLU ``[gate; value]`` pair from two tensors or halves.
+"""
+import numpy as np
+
+from .. import _kernels
+
+from .. import ops
+from ..ops.bf16 import bf16_bits_to_f32
+
+
+def linear_in_place(w, mode, isa, pool, pair=False, bias=None):
+    """An :class:`h3cy.ops.Linear` over ``w`` (an array, or a list of equal-shape arrays
+    whose rows concatenate to the weight) without copying it, or None when this mode
+    cannot use these tensors as stored (other modes, mixed dtypes, non-contiguous or
+    more than three parts; the caller then converts)."""
+    parts = list(w) if isinstance(w, (list, tuple)) else [w]
+    dt = parts[0].dtype
+    if (mode not in ("bf16", "fp32") or len(parts) > 3
+            or not all(p.dtype == dt and p.ndim == 2 and p.flags.c_contiguous and p.shape == parts[0].shape
+                       for p in parts)
+            or not (dt == np.uint16 or (mode == "fp32" and dt == np.float32))):
+        return None
+    N, K = parts[0].shape[0] * len(parts), parts[0].shape[1]
+    lay = dict(wtype=1 if dt == np.uint16 else 0, group_size=0, act_group=0, pair=int(pair), nr=0,
+               N=N, K=K, Kp=K, w_bytes=N * K * dt.itemsize, s_bytes=0,
+               bf16_inputs=int(mode == "bf16"), f32_exact=int(mode == "fp32"))
+    core = _kernels.linear_attach(lay, parts if len(parts) > 1 else parts[0], None, bias, isa, pool)
+    return ops.Linear.from_core(core, mode, pool)
+
+
+def joined_rows(w):
+    """The weight as one array, for the modes that convert it: ``w`` itself, or its parts'
+    rows concatenated -- as float32 when the parts' dtypes differ, so that bf16 bits
+    (uint16) are never concatenated with float32 values."""
+    if not isinstance(w, (list, tuple)):
+        return w
+    if len(w) == 1:
+        return w[0]
+    if len({a.dtype for a in w}) > 1:
+        w = [bf16_bits_to_f32(a) if a.dtype == np.uint16 else np.asarray(a, np.float32) for a in w]
+    return np.concatenate(w)
+
+
+def int4_group(K, act_group=None):
+    """The int4 weight group along K: 128 where K allows (the released shapes do), else 64 or
+    32, and one that divides the activation group (an activation scale must cover whole
+    weight groups); 32 when none fits (K is padded to it)."""
+    for gs in (128, 64, 32):
+        if K % gs == 0 and (act_group is None or act_group % gs == 0):
+            return gs
+    return 32
+
+
+def make_linear(w, compute, *, mode=None, name=None, cache=None, bias=None, pair=False,
+                act_group=None, in_place=True):
+    """``(Linear, attached)``: the weight ``w`` ((N, K) float32 or bf16 bits, or a list of
+    arrays whose rows concatenate to it) as a linear in ``compute``'s mode, path and pool.
+
+    mode : this linear's weights mode when the component keeps it in another than
+        ``compute.weights`` (the decoders' small projections stay fp32)
+    name : the linear's name in the converted-weight cache (None: not cached)
+    cache : ``(reader, writer)`` of the load's weights.cache.ComponentCache, or None
+    bias : (N,) float32 or None
+    pair : rows are [gate; value] halves (for the SwiGLU epilogue)
+    act_group : int8/int4 input channels per activation scale (None: the whole row)
+    in_place : False converts even tensors the mode could use as stored (tests of the
+        converting path)
+
+    ``attached`` is True when no weight was copied (mapped from the cache or the checkpoint).
+    """
+    mode, isa, pool = mode or compute.weights, compute.isa, compute.pool
+    reader, writer = cache if cache is not None else (None, None)
+    if reader is not None and name is not None and name in reader:
+        return ops.Linear.from_core(reader.attach(name, bias, isa, pool), mode, pool), True
+    if in_place:
+        lin = linear_in_place(w, mode, isa, pool, pair=pair, bias=bias)
+        if lin is not None:
+            return lin, True
+    w = joined_rows(w)
+    if w.dtype == np.float16:
+        w = w.astype(np.float32)
+    kw = {}
+    if act_group is not None and mode in ("int8", "int4"):
+        kw["act_group"] = act_group
+    if mode == "int4":
+        kw["group_size"] = int4_group(w.shape[1], act_group)
+    lin = ops.Linear(np.ascontiguousarray(w), bias=bias, weights=mode, isa=isa,
+                     weight_dtype="bf16" if w.dtype == np.uint16 else "fp32", threads=pool, pair=pair,
+                     bf16_inputs=mode == "bf16", **kw)
+    if writer is not None and name is not None:
+        writer.add(name, lin.core)
+    return lin, False
