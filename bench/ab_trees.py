@@ -1,0 +1,94 @@
+"""A/B of two source trees of h3cy (each built in place): one full-size DiT block forward and
+one full-size GEMM, timed in fresh processes that alternate old, new, old, new ...; prints
+each pair's new/old ratio and the median ratio per measurement.  For refactors that must
+not change speed (same kernels, other Python around them).
+
+    python3 bench/ab_trees.py --old /path/to/old/tree --new . [--pairs 5] [--threads 2]
+
+Each process times --reps calls after one warm-up and reports the median (seconds).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+CHILD = r"""
+import json, os, sys, time
+tree = sys.argv[1]
+sys.path[:0] = [tree, os.path.join(tree, "bench")]
+import numpy as np
+import h3cy
+try:
+    from synthetic import SyntheticSource
+except ImportError:
+    from h3cy._synthetic import SyntheticSource
+threads, reps, S, M = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+assert os.path.dirname(h3cy.__file__).startswith(os.path.abspath(tree)), h3cy.__file__
+out = {}
+def med(f):
+    f()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter(); f(); ts.append(time.perf_counter() - t)
+    return sorted(ts)[len(ts) // 2]
+for mode in ("int8", "bf16"):
+    d = h3cy.DiT(SyntheticSource(num_layers=1, num_refiner_layers=0), weights=mode, threads=threads)
+    cfg = d.config
+    rng = np.random.default_rng(0)
+    L, Na = 16, 64
+    Nv = S - L - Na
+    pv = cfg["in_channels"] * 4
+    inputs = dict(hidden_states=rng.standard_normal((1, Nv, pv)).astype(np.float32),
+                  audio_hidden_states=rng.standard_normal((1, Na, cfg["audio_in_channels"])).astype(np.float32),
+                  encoder_hidden_states=rng.standard_normal((1, L, cfg["text_dim"])).astype(np.float32),
+                  timestep=np.array([0.5], np.float32), timestep_indices=np.zeros(S, np.int64),
+                  token_tags=np.r_[np.ones(L), 2 * np.ones(Na), np.zeros(Nv)].astype(np.int64),
+                  position_ids=rng.integers(0, 30, (S, 3)).astype(np.float32),
+                  video_indices=np.arange(L + Na, S), audio_indices=np.arange(L, L + Na),
+                  text_indices=np.arange(L))
+    d.prepare_timesteps([0.5])
+    out[f"dit_block_{mode}"] = med(lambda: d.forward(**inputs))
+    w = rng.standard_normal((14336, 5376)).astype(np.float32) * 0.02
+    lin = h3cy.ops.Linear(w, weights=mode, threads=threads)
+    x = rng.standard_normal((M, 5376)).astype(np.float32)
+    y = np.empty((M, 14336), np.float32)
+    out[f"gemm_{mode}"] = med(lambda: lin(x, out=y))
+print("RESULT " + json.dumps(out))
+"""
+
+
+def run(tree, a):
+    r = subprocess.run([sys.executable, "-c", CHILD, os.path.abspath(tree), str(a.threads), str(a.reps),
+                        str(a.S), str(a.M)], capture_output=True, text=True)
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if r.returncode or line is None:
+        raise SystemExit(f"{tree}: failed\n{r.stderr[-3000:]}")
+    return json.loads(line[len("RESULT "):])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--old", required=True)
+    ap.add_argument("--new", required=True)
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--S", type=int, default=1024, help="packed rows of the block forward")
+    ap.add_argument("--M", type=int, default=256, help="rows of the GEMM (K=5376, N=14336)")
+    a = ap.parse_args()
+    ratios = {}
+    for p in range(a.pairs):
+        old, new = run(a.old, a), run(a.new, a)
+        for k in old:
+            ratios.setdefault(k, []).append(new[k] / old[k])
+        print(f"pair {p + 1}: " + "  ".join(f"{k} old {old[k]:.4f}s new {new[k]:.4f}s ({new[k] / old[k]:.3f})"
+                                            for k in old), flush=True)
+    print(f"median new/old over {a.pairs} alternated pairs ({a.threads} threads):")
+    for k, v in ratios.items():
+        print(f"  {k:16s} {statistics.median(v):.3f}  (range {min(v):.3f} .. {max(v):.3f})")
+
+
+if __name__ == "__main__":
+    main()
