@@ -25,6 +25,7 @@ try:
 except ImportError:
     from h3cy._synthetic import SyntheticSource
 threads, reps, S, M = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+what = sys.argv[6].split(",")
 assert os.path.dirname(h3cy.__file__).startswith(os.path.abspath(tree)), h3cy.__file__
 out = {}
 def med(f):
@@ -34,22 +35,25 @@ def med(f):
         t = time.perf_counter(); f(); ts.append(time.perf_counter() - t)
     return sorted(ts)[len(ts) // 2]
 for mode in ("int8", "bf16"):
-    d = h3cy.DiT(SyntheticSource(num_layers=1, num_refiner_layers=0), weights=mode, threads=threads)
-    cfg = d.config
-    rng = np.random.default_rng(0)
-    L, Na = 16, 64
-    Nv = S - L - Na
-    pv = cfg["in_channels"] * 4
-    inputs = dict(hidden_states=rng.standard_normal((1, Nv, pv)).astype(np.float32),
-                  audio_hidden_states=rng.standard_normal((1, Na, cfg["audio_in_channels"])).astype(np.float32),
-                  encoder_hidden_states=rng.standard_normal((1, L, cfg["text_dim"])).astype(np.float32),
-                  timestep=np.array([0.5], np.float32), timestep_indices=np.zeros(S, np.int64),
-                  token_tags=np.r_[np.ones(L), 2 * np.ones(Na), np.zeros(Nv)].astype(np.int64),
-                  position_ids=rng.integers(0, 30, (S, 3)).astype(np.float32),
-                  video_indices=np.arange(L + Na, S), audio_indices=np.arange(L, L + Na),
-                  text_indices=np.arange(L))
-    d.prepare_timesteps([0.5])
-    out[f"dit_block_{mode}"] = med(lambda: d.forward(**inputs))
+  if "block" in what:
+      d = h3cy.DiT(SyntheticSource(num_layers=1, num_refiner_layers=0), weights=mode, threads=threads)
+      cfg = d.config
+      rng = np.random.default_rng(0)
+      L, Na = 16, 64
+      Nv = S - L - Na
+      pv = cfg["in_channels"] * 4
+      inputs = dict(hidden_states=rng.standard_normal((1, Nv, pv)).astype(np.float32),
+                    audio_hidden_states=rng.standard_normal((1, Na, cfg["audio_in_channels"])).astype(np.float32),
+                    encoder_hidden_states=rng.standard_normal((1, L, cfg["text_dim"])).astype(np.float32),
+                    timestep=np.array([0.5], np.float32), timestep_indices=np.zeros(S, np.int64),
+                    token_tags=np.r_[np.ones(L), 2 * np.ones(Na), np.zeros(Nv)].astype(np.int64),
+                    position_ids=rng.integers(0, 30, (S, 3)).astype(np.float32),
+                    video_indices=np.arange(L + Na, S), audio_indices=np.arange(L, L + Na),
+                    text_indices=np.arange(L))
+      d.prepare_timesteps([0.5])
+      out[f"dit_block_{mode}"] = med(lambda: d.forward(**inputs))
+  if "gemm" in what:
+    rng = np.random.default_rng(1)
     w = rng.standard_normal((14336, 5376)).astype(np.float32) * 0.02
     lin = h3cy.ops.Linear(w, weights=mode, threads=threads)
     x = rng.standard_normal((M, 5376)).astype(np.float32)
@@ -61,7 +65,7 @@ print("RESULT " + json.dumps(out))
 
 def run(tree, a):
     r = subprocess.run([sys.executable, "-c", CHILD, os.path.abspath(tree), str(a.threads), str(a.reps),
-                        str(a.S), str(a.M)], capture_output=True, text=True)
+                        str(a.S), str(a.M), a.what], capture_output=True, text=True)
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if r.returncode or line is None:
         raise SystemExit(f"{tree}: failed\n{r.stderr[-3000:]}")
@@ -77,6 +81,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--S", type=int, default=1024, help="packed rows of the block forward")
     ap.add_argument("--M", type=int, default=256, help="rows of the GEMM (K=5376, N=14336)")
+    ap.add_argument("--what", default="block,gemm", help="block, gemm or both (building a full-size "
+                    "block's random weights takes minutes on 2 cores)")
     a = ap.parse_args()
     ratios = {}
     for p in range(a.pairs):

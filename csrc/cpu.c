@@ -150,6 +150,10 @@ int h3_isa_supported(h3_isa isa) {
     }
 }
 
+h3_isa h3_isa_vector(h3_isa isa) {
+    return isa == H3_ISA_AMX ? H3_ISA_AVX512 : isa;
+}
+
 h3_isa h3_isa_best(void) {
     /* AMX first: its kernel tests passed on a Sapphire Rapids-class machine with
      * H3CY_ISA=amx (bench/results/amx_kernel_tests.log), which made it the default. */

@@ -218,7 +218,7 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
     } while (0)
 
     /* ---- attention half ---- */
-    h3_isa eisa = isa == H3_ISA_AMX ? H3_ISA_AVX512 : isa;
+    h3_isa eisa = h3_isa_vector(isa);
     TRY(norm_modulate(h, w->norm1, mod ? a->scale1p_msa : NULL, a->shift_msa, a, n, pool, eisa, err));
     STAGE(0);
     TRY(h3_linear_forward(w->qkv, pool, n, S, qkv, NULL, lws, lws_b, err));

@@ -13,12 +13,11 @@
 #define MIN_PER_THREAD 8192 /* floats: ~2 us of streaming, a few pool hand-offs */
 
 static const h3_elem_kernels *elem_table(h3_isa isa) {
-    switch (isa) {
+    switch (h3_isa_vector(isa)) {
     case H3_ISA_REF: return &h3_elem_ref;
 #if H3_X86
     case H3_ISA_AVX2: return &h3_elem_avx2;
-    case H3_ISA_AVX512:
-    case H3_ISA_AMX: return &h3_elem_avx512; /* no AMX-specific element-wise code */
+    case H3_ISA_AVX512: return &h3_elem_avx512;
 #endif
 #if H3_ARM64
     case H3_ISA_NEON: return &h3_elem_neon;

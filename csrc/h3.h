@@ -46,6 +46,10 @@ const char *h3_isa_name(h3_isa isa);                 /* "ref", "avx2", ... ; "?"
 int h3_isa_from_name(const char *name, h3_isa *out); /* 1 on success, 0 if unknown */
 int h3_isa_supported(h3_isa isa);                    /* 1 if this CPU+OS can run it */
 h3_isa h3_isa_best(void);                            /* the fastest supported path */
+/* The path whose vector (non-tile) kernels run for `isa`: AMX adds tile GEMMs and tile
+ * attention to AVX-512, so its element-wise ops, float attention and convolutions are
+ * AVX-512's; every other path is its own.  The one place this mapping is written. */
+h3_isa h3_isa_vector(h3_isa isa);
 h3_status h3_isa_check(h3_isa isa, h3_err *err);     /* H3_EUNSUPPORTED with the reason */
 /* Feature flags as detected (for diagnostics): bit i = feature i of h3_cpu_feature_name(i). */
 uint64_t h3_cpu_features(void);

@@ -113,10 +113,9 @@ static h3_status get_table(const char *op, h3_isa isa, const h3_qwen_elem_kernel
                            h3_err *err) {
     h3_status st = h3_isa_check(isa, err);
     if (st) return st;
-    switch (isa) {
+    switch (h3_isa_vector(isa)) {
 #if H3_X86
-    case H3_ISA_AVX512:
-    case H3_ISA_AMX: *k = &h3_qwen_elem_avx512; break;
+    case H3_ISA_AVX512: *k = &h3_qwen_elem_avx512; break;
 #endif
     default: *k = &h3_qwen_elem_ref; break; /* AVX2, NEON: the scalar kernels */
     }

@@ -114,7 +114,7 @@ h3_status h3_qwen_layer_forward(const h3_qwen_layer *w, const h3_qwen_layer_args
     const size_t lws_b = p.attn - p.lin, aws_b = p.total - p.attn;
     const int R = a->round_bf16;
     const int64_t Iq = (int64_t)H * D, Ik = (int64_t)Hk * D;
-    const h3_isa eisa = isa == H3_ISA_AMX ? H3_ISA_AVX512 : isa; /* element-wise kernels */
+    const h3_isa eisa = h3_isa_vector(isa); /* element-wise kernels */
     h3_epilogue resid = {H3_EPI_RESID, h, NULL, NULL, 0};
 
     /* ---- attention half ---- */

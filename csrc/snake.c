@@ -10,12 +10,11 @@
 #include <stdlib.h>
 
 static const h3_snake_kernels *snake_table(h3_isa isa) {
-    switch (isa) {
+    switch (h3_isa_vector(isa)) {
     case H3_ISA_REF: return &h3_snake_ref;
 #if H3_X86
     case H3_ISA_AVX2: return &h3_snake_avx2;
-    case H3_ISA_AVX512:
-    case H3_ISA_AMX: return &h3_snake_avx512; /* no AMX-specific element-wise code */
+    case H3_ISA_AVX512: return &h3_snake_avx512;
 #endif
 #if H3_ARM64
     case H3_ISA_NEON: return &h3_snake_neon;
@@ -83,6 +82,6 @@ h3_status h3_snake_aa(const float *x, float *y, int64_t T, int64_t C, const floa
     if (units < 2 || T * C < 16384) snake_task(&j, 0, 1);
     else h3_pool_run(pool, snake_task, &j);
     h3_free(ab);
-    if (ran) *ran = isa == H3_ISA_AMX ? H3_ISA_AVX512 : isa;
+    if (ran) *ran = h3_isa_vector(isa);
     return H3_OK;
 }

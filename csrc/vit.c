@@ -182,7 +182,7 @@ h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a
     void *lws = base + p.lin, *aws = base + p.attn;
     const size_t lws_b = p.attn - p.lin, aws_b = p.total - p.attn;
     const int R = a->round_bf16;
-    const h3_isa eisa = isa == H3_ISA_AMX ? H3_ISA_AVX512 : isa;
+    const h3_isa eisa = h3_isa_vector(isa);
     ew_ctx c;
 
     /* ---- attention half ---- */

@@ -68,6 +68,11 @@ def int_panel_width(str name):
     return h3_linear_int_panel_width(isa_id(name))
 
 
+def isa_vector(str name):
+    """The path whose vector kernels (element-wise, float attention) run for ``name``."""
+    return h3_isa_name(h3_isa_vector(isa_id(name))).decode()
+
+
 def isa_best():
     return h3_isa_name(h3_isa_best()).decode()
 

@@ -26,6 +26,7 @@ cdef extern from "h3.h" nogil:
     int h3_isa_from_name(const char *name, h3_isa *out)
     int h3_isa_supported(h3_isa isa)
     h3_isa h3_isa_best()
+    h3_isa h3_isa_vector(h3_isa isa)
     h3_status h3_isa_check(h3_isa isa, h3_err *err)
     uint64_t h3_cpu_features()
     const char *h3_cpu_feature_name(int i)

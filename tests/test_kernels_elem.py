@@ -392,6 +392,8 @@ def test_path_report_mismatch_raises(monkeypatch, rng):
     from h3cy.ops import elem as _ops_elem
 
     class Fake:
+        isa_vector = staticmethod(_kernels.isa_vector)
+
         @staticmethod
         def elem_rmsnorm(*args):
             return "ref"

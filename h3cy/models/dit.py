@@ -503,16 +503,7 @@ class DiT:
         import concurrent.futures
         if self._stream_ex is None:
             self._stream_ex = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="h3cy-stream")
-        n = len(self.blocks)
-        fut = self._stream_ex.submit(self._build_stream_block, 0) if n else None
-        for b in range(n):
-            blk = fut.result()
-            fut = self._stream_ex.submit(self._build_stream_block, b + 1) if b + 1 < n else None
-            try:
-                yield blk
-            finally:
-                _pages.release(blk.storage())
-                del blk
+        yield from _pages.stream(self._stream_ex, self._build_stream_block, len(self.blocks))
 
     def _stream_attached(self):
         """Streaming DiTs in the Cython loop: every block's core attached up front as views

@@ -20,7 +20,6 @@ Text-only positions are ``0 .. L-1`` on all three MRoPE axes, so the interleaved
 reduces to 1-D RoPE (``tests/test_text_encoder.py`` checks this against transformers).
 """
 import concurrent.futures
-import json
 import logging
 import os
 import threading
@@ -32,6 +31,7 @@ from .. import _kernels
 from ..weights import pages as _pages
 
 from .. import ops
+from ..weights.files import load_json
 from ..weights.linears import make_linear
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
 from .._progress import Ticker
@@ -51,16 +51,6 @@ _FLOAT_DTYPES = ("F32", "BF16", "F16")
 
 def _err(path, msg):
     return CheckpointError(f"{path}: {msg}")
-
-
-def _load_json(path, what):
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read(64 << 20).decode("utf-8"))
-    except OSError as e:
-        raise _err(path, f"cannot read {what}: {e.strerror or e}") from e
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise _err(path, f"{what} is not valid JSON: {str(e)[:200]}") from None
 
 
 class TextConfig:
@@ -131,14 +121,14 @@ class TextEncoderSource:
     def __init__(self, folder, output_layer):
         self.folder = folder
         cfg_path = os.path.join(folder, "config.json")
-        self.config = TextConfig(_load_json(cfg_path, "config"), cfg_path)
+        self.config = TextConfig(load_json(cfg_path, "config"), cfg_path)
         c = self.config
         if output_layer > c.num_hidden_layers:
             raise _err(cfg_path, f"the text stack has {c.num_hidden_layers} layers; hidden_states"
                                  f"[{output_layer}] needs at least {output_layer}")
         single, index = os.path.join(folder, SINGLE), os.path.join(folder, INDEX)
         if os.path.isfile(index):
-            wm = _load_json(index, "index").get("weight_map")
+            wm = load_json(index, "index").get("weight_map")
             if not isinstance(wm, dict):
                 raise _err(index, "index has no 'weight_map' object")
             self._where = {}
@@ -377,23 +367,7 @@ class TextEncoder:
             return
         if self._stream_ex is None:
             self._stream_ex = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="h3cy-text-stream")
-        n = self.num_layers
-        fut = self._stream_ex.submit(self._build_stream_layer, 0) if n else None
-        try:
-            for i in range(n):
-                layer = fut.result()
-                fut = self._stream_ex.submit(self._build_stream_layer, i + 1) if i + 1 < n else None
-                try:
-                    yield layer
-                finally:
-                    _pages.release(layer.storage())
-                    del layer
-        finally:
-            if fut is not None:   # stopped early (cancel, callback error): let it finish, drop it
-                try:
-                    fut.result()
-                except BaseException:
-                    pass
+        yield from _pages.stream(self._stream_ex, self._build_stream_layer, self.num_layers)
 
     # ---- the forward ---------------------------------------------------------------------
     @property

@@ -33,7 +33,8 @@ from ..weights import pages as _pages
 from .. import ops
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
 from ..weights.linears import make_linear
-from ..weights.transformer import load_json, weight_files
+from ..weights.files import load_json
+from ..weights.transformer import weight_files
 from .._progress import Ticker
 from ..errors import CheckpointError, H3ValueError
 from ..weights.safetensors import SafetensorsFile

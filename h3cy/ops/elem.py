@@ -23,16 +23,16 @@ _ACT_SILU, _ACT_GELU_TANH = 0, 1
 
 
 def elem_kernel_isa(isa=None):
-    """Name of the kernel set the element-wise ops run for ``isa`` (``amx`` -> ``avx512``)."""
-    name = resolve_isa(isa)
-    return "avx512" if name == "amx" else name
+    """Name of the kernel set the element-wise ops run for ``isa`` (``amx`` -> ``avx512``:
+    the C library's h3_isa_vector)."""
+    return _k.isa_vector(resolve_isa(isa))
 
 
 def _run(fn, isa, threads, *args):
     """Call a _kernels.elem_* wrapper on the resolved path and check the path that ran."""
     name = resolve_isa(isa)
     ran = fn(*args, name, pool_for(threads))
-    want = "avx512" if name == "amx" else name
+    want = _k.isa_vector(name)
     if ran != want:
         raise H3Error(f"{fn.__name__}: asked for the {name!r} path but the {ran!r} kernels ran")
 

@@ -46,3 +46,26 @@ def prefetch(arrays):
 
 def release(arrays):
     advise(arrays, mmap.MADV_DONTNEED)
+
+
+def stream(executor, build, n):
+    """Parts ``build(0) .. build(n-1)`` in order, each built on ``executor`` one ahead of its
+    use (its pages prefetched by ``build``) and its pages released once the caller is done
+    with it.  When the caller stops part-way (cancel, a callback's error), the part in
+    flight is waited for and released too, so nothing is left mapped in."""
+    fut = executor.submit(build, 0) if n else None
+    try:
+        for i in range(n):
+            part = fut.result()
+            fut = executor.submit(build, i + 1) if i + 1 < n else None
+            try:
+                yield part
+            finally:
+                release(part.storage())
+                del part
+    finally:
+        if fut is not None:
+            try:
+                release(fut.result().storage())
+            except BaseException:
+                pass

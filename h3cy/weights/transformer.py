@@ -50,7 +50,6 @@ elsewhere — also what diffusers' ``save_pretrained`` writes for a model loaded
 layout) float32, shape (``rope_inv_freq_len``,), finite and positive.  Problems raise
 :class:`h3cy.CheckpointError` naming the file and the tensor; every file opened so far is closed.
 """
-import json
 import logging
 import math
 import os
@@ -59,10 +58,11 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..errors import CheckpointError, H3ValueError
+from .files import load_json
 from .safetensors import SafetensorsFile
 
 __all__ = ["TransformerConfig", "TensorEntry", "TransformerCheckpoint", "open_transformer",
-           "expected_tensors", "MODALITY_NUM", "KEEP_IN_FP32_MODULES", "load_json", "weight_files"]
+           "expected_tensors", "MODALITY_NUM", "KEEP_IN_FP32_MODULES", "weight_files"]
 
 log = logging.getLogger("h3cy")
 
@@ -312,20 +312,6 @@ class TensorEntry:
 # ---------------------------------------------------------------------------------------------
 # the folder
 # ---------------------------------------------------------------------------------------------
-def load_json(path, what):
-    """A component's JSON file (config, index), read with a size cap; CheckpointError naming
-    the file and ``what`` it is when it cannot be read or parsed."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(64 << 20)
-    except OSError as e:
-        raise _err(path, None, f"cannot read {what}: {e.strerror or e}") from e
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise _err(path, None, f"{what} is not valid JSON: {str(e)[:200]}") from None
-
-
 def weight_files(folder):
     """``(index_path or None, [shard paths])`` of a transformer folder."""
     present = [n for n in (DIFFUSERS_INDEX, ORIGINAL_INDEX, DIFFUSERS_SINGLE, ORIGINAL_SINGLE)
