@@ -1,4 +1,4 @@
-"""The prompt encoder (issue 5) against transformers' Qwen3VLForConditionalGeneration on a tiny
+"""The prompt encoder against transformers' Qwen3VLForConditionalGeneration on a tiny
 random model (tests/_tiny_text_encoder.py): hidden_states[50] in every weights mode, the
 MRoPE -> 1-D RoPE reduction, the bf16 element-wise kernels per ISA, streaming, checkpoint
 errors, encode_prompt's tokenizer and prompt cache, progress and cancel."""
