@@ -92,17 +92,11 @@ class Pipeline:
     def _check_configs(self):
         """Cheap cross-checks between components, so a mismatched folder fails before any
         long phase: the text encoder's width must be the transformer's text_dim."""
-        import json
         import os
         from .errors import CheckpointError
-        cfgs = {}
-        for c in ("text_encoder", "transformer", "video_vae", "audio_vae"):
-            p = os.path.join(self.folder.paths[c], "config.json")
-            try:
-                with open(p, encoding="utf-8") as f:
-                    cfgs[c] = json.load(f)
-            except (OSError, ValueError) as e:
-                raise CheckpointError(f"{p}: cannot read the {c} config ({e})") from None
+        from .weights.files import load_json
+        cfgs = {c: load_json(os.path.join(self.folder.paths[c], "config.json"), f"the {c} config")
+                for c in ("text_encoder", "transformer", "video_vae", "audio_vae")}
         te = cfgs["text_encoder"].get("text_config", cfgs["text_encoder"])
         text_dim = cfgs["transformer"].get("text_dim")
         if isinstance(te, dict) and text_dim is not None and te.get("hidden_size") not in (None, text_dim):
