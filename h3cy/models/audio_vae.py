@@ -35,7 +35,7 @@ from .. import ops
 from .._progress import Ticker
 from ..errors import CheckpointError, H3ValueError
 from ..weights.linears import make_linear
-from ..weights.safetensors import SafetensorsFile
+from ..weights.files import TensorFiles, checkpoint_error
 
 __all__ = ["AudioDecoder", "AUDIO_WEIGHT_MODES"]
 
@@ -127,32 +127,25 @@ def _infer_arch(cfg, r):
 
 
 class _Reader:
-    """Decoder tensors from one safetensors file, as float32 with checked shapes."""
+    """Decoder tensors from one safetensors file (weights.files.TensorFiles), as float32
+    with checked shapes and finite values."""
 
     def __init__(self, path):
         self.path = path
-        self.f = SafetensorsFile(path)
+        self.f = TensorFiles([path])
 
     def shape(self, name):
-        if name not in self.f:
-            raise CheckpointError(f"{self.path}: missing tensor {name!r}")
         return tuple(self.f.info(name).shape)
 
     def get(self, name, shape=None):
-        if name not in self.f:
-            raise CheckpointError(f"{self.path}: missing tensor {name!r}")
-        info = self.f.info(name)
-        if info.dtype not in ("F32", "F16", "BF16"):
-            raise CheckpointError(f"{self.path}: tensor {name!r} has dtype {info.dtype}, expected F32")
-        a = self.f.get(name)
-        if info.dtype == "BF16":
+        a = self.f.get(name, dtypes=("F32", "F16", "BF16"))
+        if self.f.info(name).dtype == "BF16":
             a = (a.astype(np.uint32) << 16).view(np.float32)
         a = np.asarray(a, dtype=np.float32)
         if shape is not None and tuple(a.shape) != tuple(shape):
-            raise CheckpointError(f"{self.path}: tensor {name!r} has shape {tuple(a.shape)}, "
-                                  f"expected {tuple(shape)}")
+            raise checkpoint_error(self.path, name, f"shape {tuple(a.shape)}, expected {tuple(shape)}")
         if not np.all(np.isfinite(a)):
-            raise CheckpointError(f"{self.path}: tensor {name!r} has NaN or Inf values")
+            raise checkpoint_error(self.path, name, "NaN or Inf values")
         return a
 
     def weight_norm(self, prefix, shape):

@@ -33,11 +33,10 @@ from ..weights import pages as _pages
 from .. import ops
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
 from ..weights.linears import make_linear
-from ..weights.files import load_json
+from ..weights.files import TensorFiles, checkpoint_error, load_json
 from ..weights.transformer import weight_files
 from .._progress import Ticker
-from ..errors import CheckpointError, H3ValueError
-from ..weights.safetensors import SafetensorsFile
+from ..errors import H3ValueError
 
 __all__ = ["VideoDecoder", "to_uint8", "split_tiles", "blend", "PIXEL_MEAN", "PIXEL_STD"]
 
@@ -129,13 +128,6 @@ def _pixels(raw, bf16):
 # ---------------------------------------------------------------------------------------------
 # the checkpoint
 # ---------------------------------------------------------------------------------------------
-def _cerr(path, tensor, msg):
-    where = f"{path}: tensor {tensor!r}: " if tensor is not None else f"{path}: "
-    e = CheckpointError(where + msg)
-    e.path, e.tensor = path, tensor
-    return e
-
-
 class _Config:
     """The decoder's geometry, from either config spelling."""
 
@@ -149,14 +141,14 @@ class _Config:
 def _pos_int(d, key, default, path):
     v = d.get(key, default)
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise _cerr(path, None, f"config {key!r} must be a positive int, got {v!r}")
+        raise checkpoint_error(path, None, f"config {key!r} must be a positive int, got {v!r}")
     return v
 
 
 def _pos_float(d, key, default, path):
     v = d.get(key, default)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-        raise _cerr(path, None, f"config {key!r} must be a positive number, got {v!r}")
+        raise checkpoint_error(path, None, f"config {key!r} must be a positive number, got {v!r}")
     return float(v)
 
 
@@ -166,13 +158,13 @@ def _stats(d, key, n, path):
         return np.full(n, 0.0 if key == "latents_mean" else 1.0, np.float32)
     a = np.asarray(v, dtype=np.float64) if isinstance(v, list) else None
     if a is None or a.shape != (n,) or not np.isfinite(a).all():
-        raise _cerr(path, None, f"config {key!r} must be {n} finite numbers")
+        raise checkpoint_error(path, None, f"config {key!r} must be {n} finite numbers")
     return a.astype(np.float32)
 
 
 def _prod(v, key, path):
     if not isinstance(v, list) or not v or not all(isinstance(x, int) and x >= 1 for x in v):
-        raise _cerr(path, None, f"config {key!r} must be a list of positive ints, got {v!r}")
+        raise checkpoint_error(path, None, f"config {key!r} must be a list of positive ints, got {v!r}")
     return int(np.prod(v))
 
 
@@ -199,11 +191,11 @@ def _original_config(wrap, wpath, src, spath):
     """FL2VA/video_vae/config.json (wrapper) + source/config.json (``vit_decoder_kwargs``)."""
     vk = src.get("vit_decoder_kwargs", {}) if src is not None else {}
     if not isinstance(vk, dict):
-        raise _cerr(spath, None, "config 'vit_decoder_kwargs' must be an object")
+        raise checkpoint_error(spath, None, "config 'vit_decoder_kwargs' must be an object")
     for key, want in (("norm_type", "rms_norm"), ("qk_norm_type", "rms_norm"), ("ffn_activation_fn", "silu"),
                       ("ffn_use_gated", True), ("qk_norm_affine", False)):
         if key in vk and vk[key] != want:
-            raise _cerr(spath, None, f"vit_decoder_kwargs {key!r} = {vk[key]!r}: only {want!r} "
+            raise checkpoint_error(spath, None, f"vit_decoder_kwargs {key!r} = {vk[key]!r}: only {want!r} "
                                      f"(the released decoder) is implemented")
     s = src or {}
     c = _pos_int(s, "z_channels", wrap.get("latent_channels", 24), spath)
@@ -223,77 +215,43 @@ def _original_config(wrap, wpath, src, spath):
         latents_mean=_stats(wrap, "latents_mean", c, wpath), latents_std=_stats(wrap, "latents_std", c, wpath))
 
 
-class _Files:
-    """The mapped safetensors files of one folder; name -> file lookup."""
-
-    def __init__(self, paths):
-        self.files, self.where = [], {}
-        try:
-            for p in paths:
-                f = SafetensorsFile(p)
-                self.files.append(f)
-                for n in f.tensors:
-                    self.where[n] = f
-        except BaseException:
-            self.close()
-            raise
-
-    def has(self, name):
-        return name in self.where
-
-    def get(self, name, shape):
-        f = self.where.get(name)
-        if f is None:
-            raise _cerr(self.files[0].path if self.files else "?", name, "missing tensor")
-        info = f.tensors[name]
-        if info.dtype not in ("F32", "BF16"):
-            raise _cerr(f.path, name, f"dtype {info.dtype}: expected F32 or BF16")
-        if tuple(info.shape) != tuple(shape):
-            raise _cerr(f.path, name, f"shape {list(info.shape)} but the config implies {list(shape)}")
-        return f.get(name)
-
-    def close(self):
-        for f in self.files:
-            f.close()
-
-
 def _open(path):
     """(config, files, names) of a diffusers ``vae/`` or original ``video_vae/`` folder.
     ``names`` maps the roles this loader reads to the stored tensor names."""
     folder = os.fspath(path)
     if not os.path.isdir(folder):
-        raise _cerr(folder, None, "not a folder (expected a video VAE folder with config.json)")
+        raise checkpoint_error(folder, None, "not a folder (expected a video VAE folder with config.json)")
     cpath = os.path.join(folder, "config.json")
     cfg = load_json(cpath, "config")
     if not isinstance(cfg, dict):
-        raise _cerr(cpath, None, "config is not a JSON object")
+        raise checkpoint_error(cpath, None, "config is not a JSON object")
     if "source_path" in cfg or "source_safetensors_path" in cfg:
         sub = cfg.get("source_path", "source")
         wname = cfg.get("source_safetensors_path", "model.safetensors")
         for v, k in ((sub, "source_path"), (wname, "source_safetensors_path")):
             if not isinstance(v, str) or not v or os.path.isabs(v) or ".." in v.split("/"):
-                raise _cerr(cpath, None, f"config {k!r} must be a relative path inside the folder")
+                raise checkpoint_error(cpath, None, f"config {k!r} must be a relative path inside the folder")
         sdir = os.path.join(folder, sub)
         spath = os.path.join(sdir, "config.json")
         src = load_json(spath, "source config") if os.path.isfile(spath) else None
         if src is not None and not isinstance(src, dict):
-            raise _cerr(spath, None, "source config is not a JSON object")
+            raise checkpoint_error(spath, None, "source config is not a JSON object")
         conf = _original_config(cfg, cpath, src, spath)
         wpath = os.path.join(sdir, wname)
         if not os.path.isfile(wpath):
-            raise _cerr(wpath, None, "weights file not found")
+            raise checkpoint_error(wpath, None, "weights file not found")
         paths = [wpath]
     else:
         conf = _diffusers_config(cfg, cpath)
         _, paths = weight_files(folder)
-    files = _Files(paths)
+    files = TensorFiles(paths)
     try:
         if files.has("decoder.x_embedder.weight") or files.has("decoder.transformer_blocks.0.attn.to_qkv.weight"):
             conf.layout = "original"
         elif files.has("decoder.proj_in.weight"):
             conf.layout = "diffusers"
         else:
-            raise _cerr(paths[0], None, "no MiniMax-H3 video VAE decoder tensors found (neither "
+            raise checkpoint_error(paths[0], None, "no MiniMax-H3 video VAE decoder tensors found (neither "
                                         "decoder.proj_in.weight nor decoder.x_embedder.weight)")
         pin = "decoder.proj_in.weight" if conf.layout == "diffusers" else "decoder.x_embedder.weight"
         files.get(pin, (conf.heads * conf.head_dim, conf.latent_channels))   # checks the shape
@@ -363,10 +321,10 @@ class VideoDecoder:
         self.ffn = int(self.hidden * c.ffn_mult)
         self.rot_dim = int(c.head_dim * c.rope_dim_ratio)
         if self.rot_dim % 6 or self.rot_dim < 6:
-            raise _cerr(getattr(files.files[0], "path", "?"), None,
+            raise checkpoint_error(getattr(files.files[0], "path", "?"), None,
                         f"rope dim {self.rot_dim} (head_dim * rope_dim_ratio) must be a positive multiple of 6")
         if c.token_drop not in (0, 1, 2, 3, 4) or c.clip_length < c.patch_t:
-            raise _cerr(files.files[0].path, None, "unsupported clip_length/token_drop")
+            raise checkpoint_error(files.files[0].path, None, "unsupported clip_length/token_drop")
         self.conf = c
         self.config = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in c.as_dict().items()}
         self.config.update(hidden=self.hidden, ffn=self.ffn, rot_dim=self.rot_dim)

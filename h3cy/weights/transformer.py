@@ -57,8 +57,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ..errors import CheckpointError, H3ValueError
-from .files import load_json
+from ..errors import H3ValueError
+from .files import checkpoint_error, load_json
 from .safetensors import SafetensorsFile
 
 __all__ = ["TransformerConfig", "TensorEntry", "TransformerCheckpoint", "open_transformer",
@@ -75,13 +75,6 @@ ORIGINAL_SINGLE = "model.safetensors"
 ROPE_INV_FREQ = "rope.inv_freq"
 # stored tensors that are buffers, not diffusers parameters: not among keys() nor in nbytes
 BUFFER_TENSORS = (ROPE_INV_FREQ,)
-
-
-def _err(path, tensor, msg):
-    where = f"{path}: tensor {tensor!r}: " if tensor is not None else f"{path}: "
-    e = CheckpointError(where + msg)
-    e.path, e.tensor = path, tensor
-    return e
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,12 +152,12 @@ class TransformerConfig:
         different values, or out of range.
         """
         if not isinstance(d, dict):
-            raise _err(path, None, f"config must be a JSON object, got {type(d).__name__}")
+            raise checkpoint_error(path, None, f"config must be a JSON object, got {type(d).__name__}")
         vals = {}
         for field, dk, ok, kind in _CONFIG_KEYS:
             have = [(k, d[k]) for k in dict.fromkeys((dk, ok)) if k in d]
             if len(have) == 2 and have[0][1] != have[1][1]:
-                raise _err(path, None, f"config keys {dk!r}={have[0][1]!r} and {ok!r}={have[1][1]!r} disagree")
+                raise checkpoint_error(path, None, f"config keys {dk!r}={have[0][1]!r} and {ok!r}={have[1][1]!r} disagree")
             if not have:
                 if field in _DEFAULTS:
                     vals[field] = _DEFAULTS[field]
@@ -172,31 +165,31 @@ class TransformerConfig:
                         log.info("%s: config has no %r; using diffusers' default %r", path, dk, _DEFAULTS[field])
                     continue
                 names = dk if dk == ok else f"{dk!r} (original: {ok!r})"
-                raise _err(path, None, f"config key {names} is missing")
+                raise checkpoint_error(path, None, f"config key {names} is missing")
             key, v = have[0]
             if kind in ("int", "int0"):
                 if isinstance(v, bool) or not isinstance(v, int) or v < (kind == "int"):
                     word = "a positive" if kind == "int" else "a non-negative"
-                    raise _err(path, None, f"config {key!r} must be {word} int, got {v!r}")
+                    raise checkpoint_error(path, None, f"config {key!r} must be {word} int, got {v!r}")
             elif kind == "float":
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                    raise _err(path, None, f"config {key!r} must be a positive finite number, got {v!r}")
+                    raise checkpoint_error(path, None, f"config {key!r} must be a positive finite number, got {v!r}")
                 v = float(v)
             else:
                 if (not isinstance(v, (list, tuple)) or len(v) != 3
                         or not all(isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in v)):
-                    raise _err(path, None, f"config {key!r} must be three positive ints, got {v!r}")
+                    raise checkpoint_error(path, None, f"config {key!r} must be three positive ints, got {v!r}")
                 v = tuple(v)
             vals[field] = v
         cfg = cls(**vals)
         if 6 * cfg.rope_freq_dim > cfg.attention_head_dim:
-            raise _err(path, None, f"config rope_freq_dim={cfg.rope_freq_dim}: RoPE rotates 6*rope_freq_dim = "
+            raise checkpoint_error(path, None, f"config rope_freq_dim={cfg.rope_freq_dim}: RoPE rotates 6*rope_freq_dim = "
                                    f"{6 * cfg.rope_freq_dim} channels, more than attention_head_dim="
                                    f"{cfg.attention_head_dim}")
         for key, want in (("adaln_out_features", cfg.adaln_out_features),
                           ("final_adaln_out_features", 2 * cfg.hidden_size)):
             if key in d and d[key] != want:
-                raise _err(path, None, f"config {key!r}={d[key]!r} but hidden_size={cfg.hidden_size} "
+                raise checkpoint_error(path, None, f"config {key!r}={d[key]!r} but hidden_size={cfg.hidden_size} "
                                        f"implies {want}")
         return cfg
 
@@ -317,10 +310,10 @@ def weight_files(folder):
     present = [n for n in (DIFFUSERS_INDEX, ORIGINAL_INDEX, DIFFUSERS_SINGLE, ORIGINAL_SINGLE)
                if os.path.isfile(os.path.join(folder, n))]
     if not present:
-        raise _err(folder, None, f"no weights: expected {DIFFUSERS_SINGLE}, {DIFFUSERS_INDEX}, "
+        raise checkpoint_error(folder, None, f"no weights: expected {DIFFUSERS_SINGLE}, {DIFFUSERS_INDEX}, "
                                  f"{ORIGINAL_SINGLE} or {ORIGINAL_INDEX}")
     if len(present) > 1:
-        raise _err(folder, None, f"ambiguous weights: found {', '.join(present)}; keep one")
+        raise checkpoint_error(folder, None, f"ambiguous weights: found {', '.join(present)}; keep one")
     name = present[0]
     path = os.path.join(folder, name)
     if not name.endswith(".index.json"):
@@ -328,12 +321,12 @@ def weight_files(folder):
     idx = load_json(path, "index")
     wm = idx.get("weight_map") if isinstance(idx, dict) else None
     if not isinstance(wm, dict) or not wm:
-        raise _err(path, None, "index has no 'weight_map' object")
+        raise checkpoint_error(path, None, "index has no 'weight_map' object")
     shards = []
     for key, fname in wm.items():
         if (not isinstance(fname, str) or not fname or fname in (".", "..")
                 or os.path.basename(fname) != fname or "\\" in fname or "\0" in fname):
-            raise _err(path, key, f"weight_map file name {fname!r} must be a plain file name in the folder")
+            raise checkpoint_error(path, key, f"weight_map file name {fname!r} must be a plain file name in the folder")
         if fname not in shards:
             shards.append(fname)
     return (path, idx), [os.path.join(folder, s) for s in shards]
@@ -392,7 +385,7 @@ class TransformerCheckpoint:
         try:
             return self._entries[name]
         except KeyError:
-            raise _err(self.path, name, "no such tensor (diffusers names; see keys())") from None
+            raise checkpoint_error(self.path, name, "no such tensor (diffusers names; see keys())") from None
 
     def dtype(self, name):
         """Stored dtype name of ``name``: "F32" or "BF16"."""
@@ -587,7 +580,7 @@ def open_transformer(path, qkv_layout=None):
         raise H3ValueError(f'qkv_layout must be None, "interleaved" or "stacked", got {qkv_layout!r}')
     folder = os.fspath(path)
     if not os.path.isdir(folder):
-        raise _err(folder, None, "not a folder (expected a transformer folder with config.json)")
+        raise checkpoint_error(folder, None, "not a folder (expected a transformer folder with config.json)")
     cfg_path = os.path.join(folder, "config.json")
     raw_cfg = load_json(cfg_path, "config")
     cfg = TransformerConfig.from_dict(raw_cfg, cfg_path)
@@ -612,7 +605,7 @@ def _locate(index, files):
     for p, f in files.items():
         for name in f.tensors:
             if name in where:
-                raise _err(p, name, f"tensor also stored in {where[name]}")
+                raise checkpoint_error(p, name, f"tensor also stored in {where[name]}")
             where[name] = p
     if index is not None:
         ipath, idx = index
@@ -621,13 +614,13 @@ def _locate(index, files):
         for name, fname in wm.items():
             got = where.get(name)
             if got is None:
-                raise _err(os.path.join(folder, fname), name, f"listed in {os.path.basename(ipath)} "
+                raise checkpoint_error(os.path.join(folder, fname), name, f"listed in {os.path.basename(ipath)} "
                                                               f"but not stored in that file")
             if os.path.basename(got) != fname:
-                raise _err(got, name, f"{os.path.basename(ipath)} says it is in {fname}")
+                raise checkpoint_error(got, name, f"{os.path.basename(ipath)} says it is in {fname}")
         for name, p in where.items():
             if name not in wm:
-                raise _err(p, name, f"stored but not listed in {os.path.basename(ipath)}")
+                raise checkpoint_error(p, name, f"stored but not listed in {os.path.basename(ipath)}")
         meta = idx.get("metadata")
         total = meta.get("total_size") if isinstance(meta, dict) else None
         have = sum(files[p].tensors[n].nbytes for n, p in where.items())
@@ -645,7 +638,7 @@ def _build(folder, cfg, cfg_path, index, where, files, qkv_layout, theta_given=F
     no = sum(n in onames for n in stored)
     if nd == 0 and no == 0:
         some = stored[0] if stored else None
-        raise _err(where[some] if some else folder, some,
+        raise checkpoint_error(where[some] if some else folder, some,
                    "no MiniMax-H3 transformer tensor names found (neither diffusers nor original layout)")
     layout = "diffusers" if nd >= no else "original"
     names = dnames if layout == "diffusers" else onames
@@ -654,7 +647,7 @@ def _build(folder, cfg, cfg_path, index, where, files, qkv_layout, theta_given=F
     extra = sorted(n for n in stored if n not in names)
     if extra:
         more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
-        raise _err(where[extra[0]], extra[0], f"unexpected tensor{more} {hint}")
+        raise checkpoint_error(where[extra[0]], extra[0], f"unexpected tensor{more} {hint}")
     wfile = index[0] if index is not None else next(iter(files))
     seen = set()
     missing = []
@@ -665,7 +658,7 @@ def _build(folder, cfg, cfg_path, index, where, files, qkv_layout, theta_given=F
         seen.add(n)
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise _err(wfile, missing[0], f"missing tensor{more} {hint}")
+        raise checkpoint_error(wfile, missing[0], f"missing tensor{more} {hint}")
 
     if layout == "original":
         if qkv_layout is None:
@@ -688,7 +681,7 @@ def _build(folder, cfg, cfg_path, index, where, files, qkv_layout, theta_given=F
             want = (3 * shape[0], shape[1])
         info = files[where[n]].tensors[n]
         if info.shape != want:
-            raise _err(where[n], n, f"shape {list(info.shape)} but config implies {list(want)} {hint}")
+            raise checkpoint_error(where[n], n, f"shape {list(info.shape)} but config implies {list(want)} {hint}")
 
     # dtypes: one of three policies
     policies = {"released": lambda d: "F32" if fp32_in_release(d) else "BF16",
@@ -703,7 +696,7 @@ def _build(folder, cfg, cfg_path, index, where, files, qkv_layout, theta_given=F
         pol = min(policies, key=lambda p: len(bad[p]))
         n, want = bad[pol][0]
         got = files[where[n]].tensors[n].dtype
-        raise _err(where[n], n, f"dtype {got} but a {pol} checkpoint stores it as {want} (accepted: "
+        raise checkpoint_error(where[n], n, f"dtype {got} but a {pol} checkpoint stores it as {want} (accepted: "
                                 f"released mix of F32/BF16, all F32, all BF16)")
     dtype_policy = ok[0]
 
@@ -769,14 +762,14 @@ def _stored_rope_inv_freq(f, path, cfg, cfg_path, theta_given):
     info = f.tensors[name]
     F = cfg.rope_freq_dim
     if info.dtype != "F32":
-        raise _err(path, name, f"dtype {info.dtype} but the release stores the RoPE frequencies as F32")
+        raise checkpoint_error(path, name, f"dtype {info.dtype} but the release stores the RoPE frequencies as F32")
     if info.shape != (F,):
-        raise _err(path, name, f"shape {list(info.shape)} but config rope_inv_freq_len={F} ({cfg_path}) "
+        raise checkpoint_error(path, name, f"shape {list(info.shape)} but config rope_inv_freq_len={F} ({cfg_path}) "
                                f"implies [{F}]")
     inv = np.array(f.get(name), dtype=np.float32, copy=True)
     bad = np.flatnonzero(~np.isfinite(inv) | (inv <= 0))
     if bad.size:
-        raise _err(path, name, f"RoPE frequencies must be finite and positive; element {int(bad[0])} is "
+        raise checkpoint_error(path, name, f"RoPE frequencies must be finite and positive; element {int(bad[0])} is "
                                f"{float(inv[bad[0]])!r}")
     inv.flags.writeable = False
     default = _theta_inv_freq(F, cfg.rope_theta)
