@@ -34,31 +34,32 @@ def med(f):
     for _ in range(reps):
         t = time.perf_counter(); f(); ts.append(time.perf_counter() - t)
     return sorted(ts)[len(ts) // 2]
+def block_inputs(cfg):
+    rng = np.random.default_rng(0)
+    L, Na = 16, 64
+    Nv = S - L - Na
+    return dict(hidden_states=rng.standard_normal((1, Nv, cfg["in_channels"] * 4)).astype(np.float32),
+                audio_hidden_states=rng.standard_normal((1, Na, cfg["audio_in_channels"])).astype(np.float32),
+                encoder_hidden_states=rng.standard_normal((1, L, cfg["text_dim"])).astype(np.float32),
+                timestep=np.array([0.5], np.float32), timestep_indices=np.zeros(S, np.int64),
+                token_tags=np.r_[np.ones(L), 2 * np.ones(Na), np.zeros(Nv)].astype(np.int64),
+                position_ids=rng.integers(0, 30, (S, 3)).astype(np.float32),
+                video_indices=np.arange(L + Na, S), audio_indices=np.arange(L, L + Na),
+                text_indices=np.arange(L))
 for mode in ("int8", "bf16"):
-  if "block" in what:
-      d = h3cy.DiT(SyntheticSource(num_layers=1, num_refiner_layers=0), weights=mode, threads=threads)
-      cfg = d.config
-      rng = np.random.default_rng(0)
-      L, Na = 16, 64
-      Nv = S - L - Na
-      pv = cfg["in_channels"] * 4
-      inputs = dict(hidden_states=rng.standard_normal((1, Nv, pv)).astype(np.float32),
-                    audio_hidden_states=rng.standard_normal((1, Na, cfg["audio_in_channels"])).astype(np.float32),
-                    encoder_hidden_states=rng.standard_normal((1, L, cfg["text_dim"])).astype(np.float32),
-                    timestep=np.array([0.5], np.float32), timestep_indices=np.zeros(S, np.int64),
-                    token_tags=np.r_[np.ones(L), 2 * np.ones(Na), np.zeros(Nv)].astype(np.int64),
-                    position_ids=rng.integers(0, 30, (S, 3)).astype(np.float32),
-                    video_indices=np.arange(L + Na, S), audio_indices=np.arange(L, L + Na),
-                    text_indices=np.arange(L))
-      d.prepare_timesteps([0.5])
-      out[f"dit_block_{mode}"] = med(lambda: d.forward(**inputs))
-  if "gemm" in what:
-    rng = np.random.default_rng(1)
-    w = rng.standard_normal((14336, 5376)).astype(np.float32) * 0.02
-    lin = h3cy.ops.Linear(w, weights=mode, threads=threads)
-    x = rng.standard_normal((M, 5376)).astype(np.float32)
-    y = np.empty((M, 14336), np.float32)
-    out[f"gemm_{mode}"] = med(lambda: lin(x, out=y))
+    if "block" in what:
+        d = h3cy.DiT(SyntheticSource(num_layers=1, num_refiner_layers=0), weights=mode, threads=threads)
+        inputs = block_inputs(d.config)
+        d.prepare_timesteps([0.5])
+        out[f"dit_block_{mode}"] = med(lambda: d.forward(**inputs))
+        del d
+    if "gemm" in what:
+        rng = np.random.default_rng(1)
+        lin = h3cy.ops.Linear(rng.standard_normal((14336, 5376)).astype(np.float32) * 0.02,
+                              weights=mode, threads=threads)
+        x = rng.standard_normal((M, 5376)).astype(np.float32)
+        y = np.empty((M, 14336), np.float32)
+        out[f"gemm_{mode}"] = med(lambda: lin(x, out=y))
 print("RESULT " + json.dumps(out))
 """
 

@@ -31,7 +31,7 @@ def _modules():
 def _imports(mod, path):
     """[(imported h3cy module, imported name or None, line)] of every import in the file
     (function-local ones too)."""
-    pkg = mod.split(".")[:-1] if not mod.endswith("__init__") else mod.split(".")[:-1]
+    pkg = mod.split(".")[:-1]       # the package the file is in ("" for h3cy itself)
     tree = ast.parse(open(path, encoding="utf-8").read())
     out = []
     for node in ast.walk(tree):
@@ -57,13 +57,13 @@ def _top(dotted):
 
 
 def test_imports_run_one_way():
+    mods = _modules()
     bad = []
-    for mod, path in _modules().items():
+    for mod, path in mods.items():
         me = LAYERS[_top(mod)]
         for target, name, line in _imports(mod, path):
-            # "from . import x" names a module: its layer is x's
-            dest = f"{target}.{name}" if target == "" or (target and f"{target}.{name}" in _modules()) else target
-            dest = dest.lstrip(".")
+            # "from h3cy import x" / "from .pkg import x" naming a module: x's layer counts
+            dest = f"{target}.{name}".lstrip(".") if not target or f"{target}.{name}" in mods else target
             if LAYERS.get(_top(dest), 0) > me:
                 bad.append(f"h3cy/{mod.replace('.', '/')}.py:{line} ({_top(mod)}) imports {dest}")
     assert not bad, "\n".join(bad)

@@ -28,9 +28,7 @@ import os
 import numpy as np
 
 from .. import _config
-
 from .. import _kernels
-
 from .. import ops
 from .._progress import Ticker
 from ..errors import CheckpointError, H3ValueError

@@ -22,9 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _config
-
 from .. import _kernels
-
 from .. import ops
 from ..weights import pages as _pages
 from ..weights.linears import make_linear

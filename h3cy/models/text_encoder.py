@@ -27,9 +27,7 @@ import threading
 import numpy as np
 
 from .. import _kernels
-
 from ..weights import pages as _pages
-
 from .. import ops
 from ..weights.files import load_json
 from ..weights.linears import make_linear

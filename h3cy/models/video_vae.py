@@ -27,9 +27,7 @@ import threading
 import numpy as np
 
 from .. import _kernels
-
 from ..weights import pages as _pages
-
 from .. import ops
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
 from ..weights.linears import make_linear

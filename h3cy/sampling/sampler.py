@@ -21,9 +21,7 @@ import threading
 import numpy as np
 
 from .. import _config
-
 from .. import _kernels
-
 from .. import _progress
 from .._progress import Ticker
 from ..errors import Busy, H3ValueError

@@ -16,7 +16,6 @@ tensors whose rows concatenate to it (``h3_linear_attach_parts``): the diffusers
 import numpy as np
 
 from .. import _kernels
-
 from .. import ops
 from ..ops.bf16 import bf16_bits_to_f32
 
