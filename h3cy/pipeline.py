@@ -91,18 +91,23 @@ class Pipeline:
     # -- components ----------------------------------------------------------------------------
     def _check_configs(self):
         """Cheap cross-checks between components, so a mismatched folder fails before any
-        long phase: the text encoder's width must be the transformer's text_dim."""
+        long phase: the text encoder's width must be the transformer's text_dim.  Each
+        config is read by its component's own parser (a bad one fails here, as it would
+        at build time)."""
         import os
         from .errors import CheckpointError
+        from .models.text_encoder import TextConfig
         from .weights.files import load_json
-        cfgs = {c: load_json(os.path.join(self.folder.paths[c], "config.json"), f"the {c} config")
-                for c in ("text_encoder", "transformer", "video_vae", "audio_vae")}
-        te = cfgs["text_encoder"].get("text_config", cfgs["text_encoder"])
-        text_dim = cfgs["transformer"].get("text_dim")
-        if isinstance(te, dict) and text_dim is not None and te.get("hidden_size") not in (None, text_dim):
+        from .weights.transformer import TransformerConfig
+
+        def config(component):
+            path = os.path.join(self.folder.paths[component], "config.json")
+            return load_json(path, f"the {component} config"), path
+        te = TextConfig(*config("text_encoder"))
+        tr = TransformerConfig.from_dict(*config("transformer"))
+        if te.hidden_size != tr.text_dim:
             raise CheckpointError(f"{self.folder.root}: the text encoder's hidden_size "
-                                  f"{te.get('hidden_size')} is not the transformer's text_dim {text_dim}")
-        self.configs = cfgs
+                                  f"{te.hidden_size} is not the transformer's text_dim {tr.text_dim}")
 
     def streaming_for(self, component):
         """Whether ``component`` ("text_encoder" or "transformer") is streamed."""

@@ -217,7 +217,7 @@ def test_qkv_layout_override(tiny_dit_factory, folder, override):
     name = "transformer_blocks.1.attn.to_k.weight"
     with open_transformer(getattr(t, folder), qkv_layout=natural) as ckpt:
         assert np.array_equal(ckpt[name], t.params_bf16[name])
-        fused = ckpt._files[ckpt.entry(name).file].get(ckpt.entry(name).source)
+        fused, _ = ckpt.fused_qkv("transformer_blocks.1")   # the stored fused rows
     with open_transformer(getattr(t, folder), qkv_layout=override) as ckpt:
         assert ckpt.qkv_layout == override
         got = ckpt[name]
@@ -857,3 +857,54 @@ def test_fused_accessors(tiny_dit_factory, folder):
             proj = want[f"{prefix}.ff.net.0.proj.weight"]
             assert np.array_equal(gv[:F], proj[F:]) and np.array_equal(gv[F:], proj[:F])
             assert reaches_mmap(gv) == (folder != "diffusers_bf16")
+
+
+class _NpzReader:
+    """A second tensor-file format for the registry test: numpy's .npz (float32 only)."""
+
+    class Info:
+        def __init__(self, a):
+            self.dtype, self.shape, self.nbytes = "F32", tuple(a.shape), a.nbytes
+
+    def __init__(self, path):
+        self.path = path
+        with np.load(path) as z:
+            self.arrays = {k: np.asarray(z[k], np.float32) for k in z.files}
+        self.tensors = {k: self.Info(a) for k, a in self.arrays.items()}
+
+    def get(self, name):
+        return self.arrays[name]
+
+    def close(self):
+        self.arrays = {}
+
+
+def test_a_registered_reader_serves_the_weights_layer(tmp_path, monkeypatch):
+    """A new file format plugs in as one reader: TensorFiles reads through it with the same
+    checks, and model-folder discovery lists its tensors; an unknown kind is a clear error."""
+    from h3cy.weights import files, model_folder
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.savez(tmp_path / "w.npz", a=a, b=np.ones(4, np.float32))
+    with pytest.raises(CheckpointError, match="no reader for this kind of file"):
+        files.TensorFiles([str(tmp_path / "w.npz")])
+    monkeypatch.setitem(files._READERS, ".npz", _NpzReader)
+    assert ".npz" in files.weight_suffixes()
+    tf = files.TensorFiles([str(tmp_path / "w.npz")])
+    assert np.array_equal(tf.get("a", (2, 3)), a) and tf.has("b") and not tf.has("c")
+    with pytest.raises(CheckpointError, match=r"w\.npz: tensor 'a': shape \[2, 3\]"):
+        tf.get("a", (3, 2))
+    with pytest.raises(CheckpointError, match="tensor 'c': missing"):
+        tf.get("c")
+    assert model_folder.folder_tensors(str(tmp_path)) == {"a": ("F32", (2, 3)), "b": ("F32", (4,))}
+    tf.close()
+    with pytest.raises(CheckpointError, match="closed"):
+        tf.get("a")
+
+
+def test_a_tensor_stored_twice_is_an_error(tmp_path):
+    from h3cy.weights.files import TensorFiles
+    from h3cy.weights.st_write import save_file
+    for n in ("x", "y"):
+        save_file(str(tmp_path / f"{n}.safetensors"), {"t": np.zeros(2, np.float32)})
+    with pytest.raises(CheckpointError, match="tensor 't': tensor also stored in .*x.safetensors"):
+        TensorFiles([str(tmp_path / "x.safetensors"), str(tmp_path / "y.safetensors")])

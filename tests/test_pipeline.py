@@ -271,3 +271,46 @@ def test_bad_arguments(tiny_pipeline, tmp_path):
         h3cy.load(tp.diffusers, attention="half")
     with pytest.raises(h3cy.CheckpointError, match="no such model folder"):
         h3cy.load(tmp_path / "nothing")
+
+
+def test_load_checks_configs_across_components(tiny_pipeline, tmp_path):
+    """h3cy.load reads each component's config with that component's parser and fails at
+    once, naming the problem, when the text encoder's width is not the transformer's
+    text_dim or a config is bad (not after minutes of encoding)."""
+    import json
+    import shutil
+    d = tmp_path / "mismatch"
+    shutil.copytree(tiny_pipeline.diffusers, d)
+    cpath = d / "transformer" / "config.json"
+    cfg = json.loads(cpath.read_text())
+    cpath.write_text(json.dumps(dict(cfg, text_dim=cfg["text_dim"] + 8)))
+    with pytest.raises(h3cy.CheckpointError, match="hidden_size .* is not the transformer's text_dim"):
+        h3cy.load(d)
+    cpath.write_text(json.dumps({k: v for k, v in cfg.items() if k != "ffn_dim"}))
+    with pytest.raises(h3cy.CheckpointError, match="ffn_dim"):
+        h3cy.load(d)
+    cpath.write_text(json.dumps(cfg))
+    h3cy.load(d)                                   # the same folder, repaired, opens
+
+
+def test_each_config_is_parsed_once(tiny_pipeline, monkeypatch):
+    """Opening a folder and building its components parses each config.json once; the
+    components get copies (a caller changing its dict changes nobody else's)."""
+    from h3cy.weights import files
+    parsed = []
+    real = files._parse
+
+    def counting(raw):
+        parsed.append(raw)
+        return real(raw)
+    monkeypatch.setattr(files, "_parse", counting)
+    monkeypatch.setattr(files, "_JSON_CACHE", {})
+    pipe = h3cy.load(tiny_pipeline.diffusers, weights="fp32", keep_loaded=True)
+    pipe.generate(prompt="a fox", width=W, height=H, frames=F, steps=1, output="latent")
+    # the text encoder's and the transformer's configs: each read by the load's cross-check
+    # and again when the component is built (latent output: no decoder is built)
+    assert len(parsed) == 2 and parsed[0] != parsed[1], parsed
+    a = files.load_json(os.path.join(tiny_pipeline.diffusers, "transformer", "config.json"), "config")
+    a["text_dim"] = -1
+    b = files.load_json(os.path.join(tiny_pipeline.diffusers, "transformer", "config.json"), "config")
+    assert b["text_dim"] > 0

@@ -478,3 +478,28 @@ def test_cancel_from_another_thread(tiny_te, encoders):
     tok.reset()
     assert np.array_equal(enc.encode(LONG_IDS, cancel=tok), encoders("bf16").encode(LONG_IDS))
     enc.close()
+
+
+def test_sharded_folder_maps_only_the_needed_shards(tiny_te, tmp_path):
+    """The encoder reads layers 0..output_layer-1: a sharded folder opens only the shards
+    holding those (a broken shard past them is never touched), and a broken shard it needs
+    is named in the error."""
+    import torch
+    from transformers import Qwen3VLForConditionalGeneration
+    from h3cy.models.text_encoder import TextEncoderSource
+    m = Qwen3VLForConditionalGeneration.from_pretrained(tiny_te, dtype=torch.bfloat16)
+    d = str(tmp_path / "sharded")
+    m.save_pretrained(d, max_shard_size="1MB")
+    src = TextEncoderSource(d, 2)
+    needed = src.shards
+    src.close()
+    every = sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".safetensors"))
+    unused = [p for p in every if p not in needed]
+    assert needed and unused, (needed, every)
+    for p in unused:
+        with open(p, "r+b") as f:
+            f.truncate(4)
+    enc = h3cy.TextEncoder.from_pretrained(d, weights="bf16", output_layer=2)
+    assert enc.files[-len(needed):] == needed
+    with pytest.raises(h3cy.CheckpointError, match="|".join(os.path.basename(p) for p in unused)):
+        h3cy.TextEncoder.from_pretrained(d, weights="bf16")

@@ -29,12 +29,11 @@ import numpy as np
 from .. import _kernels
 from ..weights import pages as _pages
 from .. import ops
-from ..weights.files import load_json
+from ..weights.files import TensorFiles, find_weights, load_json
 from ..weights.linears import make_linear
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
 from .._progress import Ticker
 from ..errors import CheckpointError, H3ValueError
-from ..weights.safetensors import SafetensorsFile
 
 log = logging.getLogger("h3cy")
 
@@ -114,7 +113,7 @@ def rope_tables(positions, inv_freq):
 
 class TextEncoderSource:
     """The encoder folder's tensors: validated up front (names, shapes, dtypes of everything
-    the encoder will read), mapped shard by shard."""
+    the encoder will read); a sharded folder maps only the shards those tensors are in."""
 
     def __init__(self, folder, output_layer):
         self.folder = folder
@@ -124,24 +123,8 @@ class TextEncoderSource:
         if output_layer > c.num_hidden_layers:
             raise _err(cfg_path, f"the text stack has {c.num_hidden_layers} layers; hidden_states"
                                  f"[{output_layer}] needs at least {output_layer}")
-        single, index = os.path.join(folder, SINGLE), os.path.join(folder, INDEX)
-        if os.path.isfile(index):
-            wm = load_json(index, "index").get("weight_map")
-            if not isinstance(wm, dict):
-                raise _err(index, "index has no 'weight_map' object")
-            self._where = {}
-            for k, v in wm.items():
-                if not isinstance(v, str) or os.path.basename(v) != v or v in ("", ".", ".."):
-                    raise _err(index, f"weight_map file name {v!r} of {k!r} must be a plain file name")
-                self._where[k] = os.path.join(folder, v)
-            self.index = index
-        elif os.path.isfile(single):
-            self._where = None
-            self.index = None
-        else:
-            raise _err(folder, f"no weights: expected {SINGLE} or {INDEX}")
-        self._files = {}
-        self._lock = threading.Lock()
+        index, paths = find_weights(folder, (SINGLE, INDEX))
+        self.index = index[0] if index is not None else None
         Hd, F, H, Hk, D = (c.hidden_size, c.intermediate_size, c.num_attention_heads,
                            c.num_key_value_heads, c.head_dim)
         self.shapes = {PREFIX + "embed_tokens.weight": (c.vocab_size, Hd)}
@@ -153,53 +136,31 @@ class TextEncoderSource:
         for layer in range(output_layer):
             for t in _LAYER_TENSORS:
                 self.shapes[f"{PREFIX}layers.{layer}.{t}.weight"] = per[t]
+        self._files = TensorFiles(paths, index, lazy=index is not None)
         try:
             for name, shape in self.shapes.items():
-                info = self._file(name).info(name) if self._has(name) else None
-                if info is None:
-                    raise _err(self.path_of(name), f"tensor {name!r} is missing")
-                if info.dtype not in _FLOAT_DTYPES:
-                    raise _err(self.path_of(name), f"tensor {name!r} has dtype {info.dtype}, expected BF16, F32 or F16")
-                if tuple(info.shape) != shape:
-                    raise _err(self.path_of(name), f"tensor {name!r} has shape {list(info.shape)}, expected {list(shape)}")
+                self._files.get(name, shape, _FLOAT_DTYPES)       # present, float, the config's shape
         except BaseException:
             self.close()
             raise
 
-    def path_of(self, name):
-        if self._where is None:
-            return os.path.join(self.folder, SINGLE)
-        return self._where.get(name, self.index)
-
-    def _has(self, name):
-        if self._where is not None and name not in self._where:
-            return False
-        return name in self._file(name)
-
-    def _file(self, name):
-        p = self.path_of(name)
-        with self._lock:
-            f = self._files.get(p)
-            if f is None:
-                f = self._files[p] = SafetensorsFile(p)   # CheckpointError names the file
-            return f
+    @property
+    def shards(self):
+        """The weight files the encoder reads (a sharded folder: only those holding its tensors)."""
+        return sorted({self._files.path_of(n) for n in self.shapes})
 
     @property
     def files(self):
         """The files the encoder reads: config.json, the index if any, the needed shards."""
-        need = sorted({self.path_of(n) for n in self.shapes})
         extra = [os.path.join(self.folder, "config.json")] + ([self.index] if self.index else [])
-        return extra + need
+        return extra + self.shards
 
     def get(self, name):
         """The tensor as stored (BF16 as uint16 bits), a read-only view into the mapping."""
-        return self._file(name).get(name)
+        return self._files.get(name, dtypes=None)
 
     def close(self):
-        with self._lock:
-            for f in self._files.values():
-                f.close()
-            self._files.clear()
+        self._files.close()
 
 
 def _f32(a):
@@ -282,7 +243,7 @@ class TextEncoder:
             raise _err(folder, "not a folder (expected a text_encoder folder with config.json)")
         src = TextEncoderSource(folder, int(output_layer))
         try:
-            shards = [f for f in src.files if f.endswith(".safetensors")]
+            shards = src.shards
             params = dict(kind="qwen3vl_text", layers=int(output_layer))
             with ComponentCache.open(folder, shards, weights, params, cache_dir, compute.isa) as cache:
                 if streaming:

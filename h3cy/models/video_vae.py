@@ -254,7 +254,7 @@ def _open(path):
         pin = "decoder.proj_in.weight" if conf.layout == "diffusers" else "decoder.x_embedder.weight"
         files.get(pin, (conf.heads * conf.head_dim, conf.latent_channels))   # checks the shape
         if conf.layout == "original" and files.has("decoder.register_tokens"):
-            conf.registers = files.where["decoder.register_tokens"].tensors["decoder.register_tokens"].shape[1]
+            conf.registers = files.info("decoder.register_tokens").shape[1]
     except BaseException:
         files.close()
         raise

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..errors import CheckpointError
+from .files import open_tensor_file, weight_suffixes
 
 __all__ = ["ModelFolder", "find_model", "COMPONENTS", "BYTES_PER_PARAM", "folder_tensors"]
 
@@ -39,11 +40,12 @@ def _is_tokenizer(d):
 
 
 def _has_weights(d):
-    """Any safetensors file in ``d`` or in its ``source/`` (the release video VAE keeps its
-    weights in ``video_vae/source/``)."""
+    """Any readable tensor file (weights.files.weight_suffixes) in ``d`` or in its
+    ``source/`` (the release video VAE keeps its weights in ``video_vae/source/``)."""
+    suffixes = weight_suffixes()
     for sub in (d, os.path.join(d, "source")):
         try:
-            if any(n.endswith(".safetensors") for n in os.listdir(sub)):
+            if any(n.endswith(suffixes) for n in os.listdir(sub)):
                 return True
         except OSError:
             pass
@@ -51,18 +53,20 @@ def _has_weights(d):
 
 
 def folder_tensors(folder, keep=None):
-    """``{name: (dtype, shape)}`` from every ``*.safetensors`` header in ``folder`` (headers
-    only; nothing is mapped).  ``keep(name) -> bool`` filters."""
-    from .safetensors import SafetensorsFile
+    """``{name: (dtype, shape)}`` from the header of every tensor file in ``folder`` (and its
+    ``source/``); the data is never read.  ``keep(name) -> bool`` filters."""
     out = {}
     src = os.path.join(folder, "source")
     paths = [os.path.join(d, n) for d in (folder, src) if os.path.isdir(d)
-             for n in sorted(os.listdir(d)) if n.endswith(".safetensors")]
+             for n in sorted(os.listdir(d)) if n.endswith(weight_suffixes())]
     for path in paths:
-        with SafetensorsFile(path) as f:
+        f = open_tensor_file(path)
+        try:
             for name, t in f.tensors.items():
                 if keep is None or keep(name):
                     out[name] = (t.dtype, tuple(t.shape))
+        finally:
+            f.close()
     return out
 
 

@@ -58,8 +58,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..errors import H3ValueError
-from .files import checkpoint_error, load_json
-from .safetensors import SafetensorsFile
+from .files import TensorFiles, checkpoint_error, find_weights, load_json
 
 __all__ = ["TransformerConfig", "TensorEntry", "TransformerCheckpoint", "open_transformer",
            "expected_tensors", "MODALITY_NUM", "KEEP_IN_FP32_MODULES", "weight_files"]
@@ -306,30 +305,9 @@ class TensorEntry:
 # the folder
 # ---------------------------------------------------------------------------------------------
 def weight_files(folder):
-    """``(index_path or None, [shard paths])`` of a transformer folder."""
-    present = [n for n in (DIFFUSERS_INDEX, ORIGINAL_INDEX, DIFFUSERS_SINGLE, ORIGINAL_SINGLE)
-               if os.path.isfile(os.path.join(folder, n))]
-    if not present:
-        raise checkpoint_error(folder, None, f"no weights: expected {DIFFUSERS_SINGLE}, {DIFFUSERS_INDEX}, "
-                                 f"{ORIGINAL_SINGLE} or {ORIGINAL_INDEX}")
-    if len(present) > 1:
-        raise checkpoint_error(folder, None, f"ambiguous weights: found {', '.join(present)}; keep one")
-    name = present[0]
-    path = os.path.join(folder, name)
-    if not name.endswith(".index.json"):
-        return None, [path]
-    idx = load_json(path, "index")
-    wm = idx.get("weight_map") if isinstance(idx, dict) else None
-    if not isinstance(wm, dict) or not wm:
-        raise checkpoint_error(path, None, "index has no 'weight_map' object")
-    shards = []
-    for key, fname in wm.items():
-        if (not isinstance(fname, str) or not fname or fname in (".", "..")
-                or os.path.basename(fname) != fname or "\\" in fname or "\0" in fname):
-            raise checkpoint_error(path, key, f"weight_map file name {fname!r} must be a plain file name in the folder")
-        if fname not in shards:
-            shards.append(fname)
-    return (path, idx), [os.path.join(folder, s) for s in shards]
+    """``(index or None, [shard paths])`` of a transformer (or video VAE) folder: one of the
+    diffusers or original file names (weights.files.find_weights)."""
+    return find_weights(folder, (DIFFUSERS_INDEX, ORIGINAL_INDEX, DIFFUSERS_SINGLE, ORIGINAL_SINGLE))
 
 
 class TransformerCheckpoint:
@@ -352,7 +330,7 @@ class TransformerCheckpoint:
 
     def __init__(self, path, config, layout, qkv_layout, files, entries, dtype_policy, rope_inv_freq=None):
         self.path, self.config, self.layout, self.qkv_layout = path, config, layout, qkv_layout
-        self._files = files              # path -> SafetensorsFile
+        self._files = files              # weights.files.TensorFiles
         self._entries = entries          # logical name -> TensorEntry
         self._keys = [n for n, e in entries.items() if ".ff.value." not in n and ".ff.gate." not in n]
         self.dtype_policy = dtype_policy
@@ -361,7 +339,7 @@ class TransformerCheckpoint:
     # -- names -----------------------------------------------------------------------------------
     @property
     def files(self):
-        return list(self._files)
+        return list(self._files.paths)
 
     def keys(self):
         """Diffusers state-dict keys, in diffusers' order (what ``model.state_dict()`` lists)."""
@@ -398,12 +376,11 @@ class TransformerCheckpoint:
     def nbytes(self):
         """Bytes of all stored parameter tensors (the checkpoint's data size, less the 64-byte
         ``rope.inv_freq`` buffer)."""
-        return sum(f.tensors[t].nbytes for f in self._files.values() for t in f.tensors
-                   if t not in BUFFER_TENSORS)
+        return sum(self._files.info(t).nbytes for t in self._files.names() if t not in BUFFER_TENSORS)
 
     # -- arrays ----------------------------------------------------------------------------------
     def _raw(self, e):
-        return self._files[e.file].get(e.source)
+        return self._files.get(e.source, dtypes=None)
 
     def __getitem__(self, name):
         return self.tensor(name)
@@ -538,8 +515,7 @@ class TransformerCheckpoint:
     # -- lifetime --------------------------------------------------------------------------------
     def close(self):
         """Release the mappings (arrays already returned stay valid: they keep their mapping alive)."""
-        for f in self._files.values():
-            f.close()
+        self._files.close()
 
     def __enter__(self):
         return self
@@ -586,50 +562,16 @@ def open_transformer(path, qkv_layout=None):
     cfg = TransformerConfig.from_dict(raw_cfg, cfg_path)
     theta_given = "rope_theta" in raw_cfg
     index, shard_paths = weight_files(folder)
-    files = {}
+    files = TensorFiles(shard_paths, index)      # every stored tensor once, cross-checked with the index
     try:
-        for p in shard_paths:
-            files[p] = SafetensorsFile(p)
-        where = _locate(index, files)          # stored name -> file path
-        ckpt = _build(folder, cfg, cfg_path, index, where, files, qkv_layout, theta_given)
+        return _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given)
     except BaseException:
-        for f in files.values():
-            f.close()
+        files.close()
         raise
-    return ckpt
 
 
-def _locate(index, files):
-    """Map each stored tensor name to its file, cross-checking the index."""
-    where = {}
-    for p, f in files.items():
-        for name in f.tensors:
-            if name in where:
-                raise checkpoint_error(p, name, f"tensor also stored in {where[name]}")
-            where[name] = p
-    if index is not None:
-        ipath, idx = index
-        wm = idx["weight_map"]
-        folder = os.path.dirname(ipath)
-        for name, fname in wm.items():
-            got = where.get(name)
-            if got is None:
-                raise checkpoint_error(os.path.join(folder, fname), name, f"listed in {os.path.basename(ipath)} "
-                                                              f"but not stored in that file")
-            if os.path.basename(got) != fname:
-                raise checkpoint_error(got, name, f"{os.path.basename(ipath)} says it is in {fname}")
-        for name, p in where.items():
-            if name not in wm:
-                raise checkpoint_error(p, name, f"stored but not listed in {os.path.basename(ipath)}")
-        meta = idx.get("metadata")
-        total = meta.get("total_size") if isinstance(meta, dict) else None
-        have = sum(files[p].tensors[n].nbytes for n, p in where.items())
-        if total is not None and total != have:
-            log.warning("%s: metadata.total_size=%r but the shards hold %d bytes of tensors", ipath, total, have)
-    return where
-
-
-def _build(folder, cfg, cfg_path, index, where, files, qkv_layout, theta_given=False):
+def _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given=False):
+    where = files.where                  # stored name -> file path
     table = expected_tensors(cfg)
     dnames = {d for d, _, _, _ in table}
     onames = {o for _, o, _, _ in table}
@@ -648,7 +590,7 @@ def _build(folder, cfg, cfg_path, index, where, files, qkv_layout, theta_given=F
     if extra:
         more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
         raise checkpoint_error(where[extra[0]], extra[0], f"unexpected tensor{more} {hint}")
-    wfile = index[0] if index is not None else next(iter(files))
+    wfile = index[0] if index is not None else files.paths[0]
     seen = set()
     missing = []
     for d, o, _, _ in table:
@@ -679,7 +621,7 @@ def _build(folder, cfg, cfg_path, index, where, files, qkv_layout, theta_given=F
         want = shape
         if layout == "original" and role is not None and role[0] == "qkv":
             want = (3 * shape[0], shape[1])
-        info = files[where[n]].tensors[n]
+        info = files.info(n)
         if info.shape != want:
             raise checkpoint_error(where[n], n, f"shape {list(info.shape)} but config implies {list(want)} {hint}")
 
@@ -689,13 +631,12 @@ def _build(folder, cfg, cfg_path, index, where, files, qkv_layout, theta_given=F
     bad = {}
     for pol, fn in policies.items():
         bad[pol] = [(d if layout == "diffusers" else o, fn(d)) for d, o, _, _ in table
-                    if files[where[d if layout == "diffusers" else o]].tensors[
-                        d if layout == "diffusers" else o].dtype != fn(d)]
+                    if files.info(d if layout == "diffusers" else o).dtype != fn(d)]
     ok = [p for p in policies if not bad[p]]
     if not ok:
         pol = min(policies, key=lambda p: len(bad[p]))
         n, want = bad[pol][0]
-        got = files[where[n]].tensors[n].dtype
+        got = files.info(n).dtype
         raise checkpoint_error(where[n], n, f"dtype {got} but a {pol} checkpoint stores it as {want} (accepted: "
                                 f"released mix of F32/BF16, all F32, all BF16)")
     dtype_policy = ok[0]
@@ -703,7 +644,7 @@ def _build(folder, cfg, cfg_path, index, where, files, qkv_layout, theta_given=F
     rope = None
     if ROPE_INV_FREQ in where:
         if layout == "original":
-            rope = _stored_rope_inv_freq(files[where[ROPE_INV_FREQ]], where[ROPE_INV_FREQ], cfg, cfg_path,
+            rope = _stored_rope_inv_freq(files, where[ROPE_INV_FREQ], cfg, cfg_path,
                                          theta_given)
         else:
             log.debug("%s: %r stored in a diffusers-layout folder is ignored (diffusers computes it from "
@@ -716,7 +657,7 @@ def _build(folder, cfg, cfg_path, index, where, files, qkv_layout, theta_given=F
     I, F = cfg.inner_dim, cfg.ffn_dim
     for d, o, shape, role in table:
         n = d if layout == "diffusers" else o
-        info = files[where[n]].tensors[n]
+        info = files.info(n)
         e = TensorEntry(d, shape, info.dtype, where[n], n)
         if layout == "original" and role is not None and role[0] == "qkv":
             p = role[1]
@@ -740,7 +681,7 @@ def _build(folder, cfg, cfg_path, index, where, files, qkv_layout, theta_given=F
                     f"{prefix}ff.{half}.weight", (F, cfg.hidden_size), info.dtype, where[n], n, "rows",
                     start, start + F, note=f"SwiGLU {half}: rows [{start}, {start + F}) of {n}")
     log.debug("%s: %s layout, %d tensors in %d file(s), dtypes %s", folder, layout, len(table),
-              len(files), dtype_policy)
+              len(files.paths), dtype_policy)
     return TransformerCheckpoint(folder, cfg, layout, qkv_layout, files, entries, dtype_policy, rope)
 
 
@@ -759,14 +700,14 @@ def _stored_rope_inv_freq(f, path, cfg, cfg_path, theta_given):
     tensor still wins (the weights were trained with it) and a warning says so.
     """
     name = ROPE_INV_FREQ
-    info = f.tensors[name]
+    info = f.info(name)
     F = cfg.rope_freq_dim
     if info.dtype != "F32":
         raise checkpoint_error(path, name, f"dtype {info.dtype} but the release stores the RoPE frequencies as F32")
     if info.shape != (F,):
         raise checkpoint_error(path, name, f"shape {list(info.shape)} but config rope_inv_freq_len={F} ({cfg_path}) "
                                f"implies [{F}]")
-    inv = np.array(f.get(name), dtype=np.float32, copy=True)
+    inv = np.array(f.get(name, dtypes=None), dtype=np.float32, copy=True)
     bad = np.flatnonzero(~np.isfinite(inv) | (inv <= 0))
     if bad.size:
         raise checkpoint_error(path, name, f"RoPE frequencies must be finite and positive; element {int(bad[0])} is "
