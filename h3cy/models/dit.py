@@ -730,14 +730,7 @@ class DiT:
 
 
 def _batch1(x, name):
-    x = np.asarray(x)
-    if x.ndim == 3:
-        if x.shape[0] != 1:
-            raise H3ValueError(f"{name}: batch size must be 1, got {x.shape[0]}")
-        x = x[0]
-    if x.ndim != 2:
-        raise H3ValueError(f"{name} must be (1, rows, channels) or (rows, channels), got {x.shape}")
-    return np.ascontiguousarray(x, dtype=np.float32)
+    return np.ascontiguousarray(ops.drop_batch(x, name, "(rows, channels)"), dtype=np.float32)
 
 
 def _index(a, name, n):

@@ -555,13 +555,7 @@ class VideoDecoder:
         a float copy of a whole clip.
         """
         c = self.conf
-        z = np.asarray(latent)
-        if z.ndim == 5:
-            if z.shape[0] != 1:
-                raise H3ValueError(f"latent batch size must be 1, got shape {z.shape}")
-            z = z[0]
-        if z.ndim != 4:
-            raise H3ValueError(f"latent must have shape (channels, T, h, w), got {z.shape}")
+        z = ops.drop_batch(latent, "latent", "(channels, T, h, w)")
         if not (np.issubdtype(z.dtype, np.floating) or np.issubdtype(z.dtype, np.integer)):
             raise H3ValueError(f"latent must be a float array, got {z.dtype}")
         C, T, hl, wl = z.shape

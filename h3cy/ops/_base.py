@@ -161,6 +161,20 @@ def need_array(arr, name, dtype, ndim=None, shape=None):
     return arr
 
 
+def drop_batch(x, name, shape):
+    """``x`` as an array of the rank of ``shape`` (a string like "(rows, channels)" giving
+    its dimensions): a leading batch dimension is accepted when it is 1 and dropped."""
+    x = np.asarray(x)
+    ndim = shape.count(",") + 1
+    if x.ndim == ndim + 1:
+        if x.shape[0] != 1:
+            raise H3ValueError(f"{name}: batch size must be 1, got shape {x.shape}")
+        x = x[0]
+    if x.ndim != ndim:
+        raise H3ValueError(f"{name} must have shape {shape} or (1, {shape[1:]}, got {x.shape}")
+    return x
+
+
 def out_array(out, name, shape):
     if out is None:
         return np.empty(shape, dtype=np.float32)
