@@ -179,7 +179,6 @@ VAE_DIM, VAE_HEADS, VAE_LAYERS = 32, 2, 1
 
 
 def build_video_vae(folder, rng):
-    from .models.video_vae import PIXEL_MEAN  # noqa: F401  (the decoder this feeds)
     src = os.path.join(folder, "source")
     os.makedirs(src, exist_ok=True)
     H, C, F = VAE_DIM, 24, 4 * VAE_DIM
