@@ -5,6 +5,7 @@
                   --seed --weights --vae-weights --threads --streaming --reuse --layers
                   --frames-dir --latent-out]
     h3cy info MODEL                              layout, components, memory per weights mode
+    h3cy info FILE.safetensors                   what a single file holds, its inferred config, memory
     h3cy convert MODEL --weights int8            build the weight caches ahead of time
     h3cy selfcheck [--threads N] [--isa NAME] [--size M,N,K]
 
@@ -180,9 +181,43 @@ def generate(args):
     return 0
 
 
+def info_file(path):
+    """``h3cy info FILE``: what a single file holds, the configuration h3cy infers from its
+    shapes, and the memory each weights mode needs."""
+    from ._memory import available_memory, fmt_bytes
+    from .weights.model_folder import resident_bytes, tensor_sizes
+    from .weights.single_file import detect
+    kind = detect(path)
+    for line in kind.describe():
+        print(line)
+    if kind.component == "transformer" and not kind.quantised:
+        from .weights.transformer import open_transformer
+        with open_transformer(path) as ckpt:
+            cfg = ckpt.config.to_dict()
+        print("config    : " + ", ".join(f"{k}={v}" for k, v in cfg.items()))
+    from .weights.files import open_tensor_file
+    f = open_tensor_file(path)
+    try:
+        tensors = {n[len(kind.prefix):]: (t.dtype, tuple(t.shape)) for n, t in f.tensors.items()
+                   if n.startswith(kind.prefix)}
+    finally:
+        f.close()
+    s = tensor_sizes(tensors)
+    print(f"params    : {s['params'] / 1e9:.3f} B, {fmt_bytes(s['bytes_on_disk'])} on disk")
+    room = available_memory()
+    print(f"memory available to this process: {fmt_bytes(room)}")
+    for mode in ("fp32", "bf16", "fp16", "int8", "int4"):
+        need = resident_bytes(s, kind.component, mode)
+        fits = room is None or need <= 0.8 * room
+        print(f"  {mode:5s} {fmt_bytes(need):>10s} resident  -> {'fits' if fits else 'stream'}")
+    return 0
+
+
 def info(args):
     from ._memory import available_memory, fmt_bytes
     from .weights.model_folder import COMPONENTS, find_model
+    if os.path.isfile(args.model):
+        return info_file(args.model)
     mf = find_model(args.model)
     print(f"model   : {mf.root}")
     print(f"layout  : {mf.layout}")
@@ -300,7 +335,7 @@ def main(argv=None):
                    help="attention products (default auto: bf16 for bf16/int8/int4 weights where the CPU has them)")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
-    i = sub.add_parser("info", help="layout, components and memory needs of a model folder")
+    i = sub.add_parser("info", help="layout, components and memory needs of a model folder, or what a single file holds")
     i.add_argument("model")
 
     c = sub.add_parser("convert", help="build the fp16/int8/int4 weight caches ahead of time")

@@ -1,12 +1,17 @@
 """Shared fixtures.  Kernel tests parametrise over every ISA path this host can run;
 a path the host lacks is skipped with its name (the one accepted reason to skip)."""
 import os
+import tempfile
 
 import numpy as np
 import pytest
 
-import h3cy
-from h3cy import _kernels
+# weight caches of single-file checkpoints (and of read-only folders) go to h3cy's cache
+# folder: the tests' go to a temporary one, never to the user's ~/.cache/h3cy
+os.environ.setdefault("H3CY_CACHE_DIR", tempfile.mkdtemp(prefix="h3cy-test-cache-"))
+
+import h3cy  # noqa: E402  (reads H3CY_CACHE_DIR at import)
+from h3cy import _kernels  # noqa: E402
 
 ALL_ISAS = list(_kernels.ISA_NAMES)
 HOST_ISAS = h3cy.ops.available_isas()

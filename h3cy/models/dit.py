@@ -77,6 +77,26 @@ def timestep_embedding(timestep, dim):
     return np.concatenate([np.cos(emb), np.sin(emb)], axis=1).astype(np.float32)
 
 
+def adaln_curve_input(table, t):
+    """The curve form's AdaLN input at timestep ``t`` (t = 1 - sigma in [0, 1]): the table
+    [G, r] read at ``pos = clamp(t, 0, 1) * (G - 1)``, linearly between rows
+    ``i0 = min(floor(pos), G - 2)`` and ``i0 + 1`` (so t = 1 lands on the last row with
+    weight 1); float32, the two-sided lerp torch uses (exact at both ends).  No SiLU: the
+    table samples the time embedder's SiLU output already."""
+    G = table.shape[0]
+    if G < 2:
+        raise H3ValueError(f"adaln_t_table needs at least 2 rows, got {G}")
+    pos = np.float32(min(max(float(np.float32(t)), 0.0), 1.0)) * np.float32(G - 1)
+    i0 = min(int(np.floor(pos)), G - 2)
+    w = np.float32(pos - np.float32(i0))
+    a, b = table[i0].astype(np.float32), table[i0 + 1].astype(np.float32)
+    if w < np.float32(0.5):
+        out = a + w * (b - a)
+    else:
+        out = b - (b - a) * (np.float32(1.0) - w)
+    return np.ascontiguousarray(out, np.float32)
+
+
 def _f32(a):
     """A weight as float32 (bf16 bits widened exactly)."""
     if a.dtype == np.uint16:
@@ -92,9 +112,7 @@ class _Block:
         mk = dit._linear
         self.adaln = None
         if adaln:
-            self.adaln = mk(src.get(prefix + "adaln_proj.linear.weight"),
-                            bias=_f32(src.get(prefix + "adaln_proj.linear.bias")),
-                            name=prefix + "adaln_proj.linear")
+            self.adaln = dit._adaln_linear(src, prefix + "adaln_proj.linear")
         if not main:
             return
         self.norm1 = _f32(src.get(prefix + "norm1.weight"))
@@ -291,8 +309,15 @@ class DiT:
         f32 = self._linear_f32
         self.proj_in = f32(source.get("proj_in.weight"), source.get("proj_in.bias"))
         self.audio_proj_in = f32(source.get("audio_proj_in.weight"), source.get("audio_proj_in.bias"))
-        self.time_1 = f32(source.get("time_embedder.linear_1.weight"), source.get("time_embedder.linear_1.bias"))
-        self.time_2 = f32(source.get("time_embedder.linear_2.weight"), source.get("time_embedder.linear_2.bias"))
+        # the AdaLN input: the time embedder's SiLU output, or (the pruned curve form of
+        # Comfy-Org's files) a [grid, rank] table over t in [0, 1] with rank-r projections
+        self.adaln_curve = None
+        self.time_1 = self.time_2 = None
+        if cfg.get("adaln_curve_grid"):
+            self.adaln_curve = _f32(source.get("adaln_t_table"))
+        else:
+            self.time_1 = f32(source.get("time_embedder.linear_1.weight"), source.get("time_embedder.linear_1.bias"))
+            self.time_2 = f32(source.get("time_embedder.linear_2.weight"), source.get("time_embedder.linear_2.bias"))
         self.proj_out = f32(source.get("proj_out.weight"), source.get("proj_out.bias"))
         self.audio_proj_out = f32(source.get("audio_proj_out.weight"), source.get("audio_proj_out.bias"))
         self.context_embedder = self._linear(source.get("context_embedder.weight"),
@@ -317,9 +342,7 @@ class DiT:
                 self.blocks = list(ex.map(
                     lambda b: _Block(self, source, f"transformer_blocks.{b}.", adaln=True), range(n)))
         self.norm_out = _f32(source.get("norm_out.norm.weight"))
-        self.norm_out_linear = self._linear(source.get("norm_out.linear.weight"),
-                                            bias=_f32(source.get("norm_out.linear.bias")),
-                                            name="norm_out.linear")
+        self.norm_out_linear = self._adaln_linear(source, "norm_out.linear")
         self.inv_freq = _source_inv_freq(source, cfg)
         self._attn = ops.Attention(scale=1.0 / np.sqrt(self.head_dim), isa=self.isa, threads=self._pool,
                                    bf16=self.attn_bf16)
@@ -331,16 +354,26 @@ class DiT:
         self._adaln_released = False
 
     # ---- weights ---------------------------------------------------------------------
-    def _linear(self, w, bias=None, pair=False, act_group=None, name=None):
+    def _linear(self, w, bias=None, pair=False, act_group=None, name=None, mode=None):
         """A checkpoint weight in this model's mode (h3cy.weights.linears.make_linear):
         mapped from the weight cache, used in place, or converted (and cached)."""
-        cache = (self._cache_reader, self._cache_writer)
+        cache = (self._cache_reader, self._cache_writer) if mode is None else None
         lin, attached = make_linear(w, self.compute, name=name, cache=cache, bias=bias, pair=pair,
-                                    act_group=act_group, in_place=not self.config.get("_no_zero_copy"))
+                                    act_group=act_group, mode=mode,
+                                    in_place=not self.config.get("_no_zero_copy"))
         if attached:
             with self._build_lock:
                 self.linears_attached += 1
         return lin
+
+    def _adaln_linear(self, source, name):
+        """A block's (or the final layer's) AdaLN projection.  The curve form's are rank r
+        (8 in the published files): float32 whatever the mode, as ComfyUI runs them (a
+        [96768, 8] GEMV per block per timestep, computed once per timestep)."""
+        w, b = source.get(name + ".weight"), _f32(source.get(name + ".bias"))
+        if self.adaln_curve is not None:
+            return self._linear(_f32(w), bias=b, mode="fp32")
+        return self._linear(w, bias=b, name=name)
 
     def _linear_f32(self, w, b):
         return ops.Linear(_f32(w), bias=_f32(b), weights="fp32", isa=self.isa, threads=self._pool)
@@ -430,8 +463,11 @@ class DiT:
         if self._adaln_released:
             raise H3Error(f"timestep {float(t_value)!r} was not prepared before release_adaln(); "
                           "call prepare_timesteps with every timestep you will use")
-        temb = self._temb(np.array([t_value], np.float32))
-        st = ops.silu(temb, isa=self.isa, threads=self._pool)
+        if self.adaln_curve is not None:
+            st = adaln_curve_input(self.adaln_curve, t_value)[None]
+        else:
+            temb = self._temb(np.array([t_value], np.float32))
+            st = ops.silu(temb, isa=self.isa, threads=self._pool)
         st = self._r(st)
         Hd = self.hidden
         blocks = []

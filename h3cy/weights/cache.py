@@ -44,11 +44,14 @@ def source_key(files, extra):
 
 def cache_file(folder, cache_dir, mode, key):
     """Where the cache lives: cache_dir if given, else next to the checkpoint when that
-    folder is writable, else $H3CY_CACHE_DIR or ~/.cache/h3cy."""
+    folder is writable, else $H3CY_CACHE_DIR or ~/.cache/h3cy.  A single-file checkpoint
+    (``folder`` is the file) sits in a shared models folder (ComfyUI's): its caches go to
+    $H3CY_CACHE_DIR or ~/.cache/h3cy."""
     d = cache_dir
     if d is None:
         from .. import _config
-        d = folder if os.access(folder, os.W_OK) else _config.cache_root()
+        own = os.path.isdir(folder) and os.access(folder, os.W_OK)
+        d = folder if own else _config.cache_root()
     os.makedirs(d, exist_ok=True)
     return os.path.join(d, f"h3cy-{mode}-{key[:20]}.h3w")
 

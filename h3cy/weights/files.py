@@ -134,17 +134,20 @@ class TensorFiles:
     with an ``index`` (from :func:`find_weights`), the index must list exactly the stored
     tensors.  ``lazy=True`` (an index is then required) opens a shard on the first read of a
     tensor the index places in it, so a component that needs only part of a checkpoint (the
-    text encoder's first 50 layers) maps only those shards.  A failed open closes what it had
-    opened."""
+    text encoder's first 50 layers) maps only those shards.  ``prefix`` (eager only) keeps
+    the tensors whose stored name starts with it and names them without it (a single file
+    holding ``model.diffusion_model.*``, or several components under their own prefixes).
+    A failed open closes what it had opened."""
 
-    def __init__(self, paths, index=None, lazy=False):
+    def __init__(self, paths, index=None, lazy=False, prefix=""):
         self.paths, self.index, self.lazy = [os.fspath(p) for p in paths], index, lazy
+        self.prefix = prefix
         self._open = {}                       # path -> reader
         self._lock = threading.Lock()
         self._closed = False
         if lazy:
-            if index is None:
-                raise ValueError("TensorFiles(lazy=True) needs an index")
+            if index is None or prefix:
+                raise ValueError("TensorFiles(lazy=True) needs an index and no prefix")
             folder = os.path.dirname(index[0])
             self.where = {k: os.path.join(folder, v) for k, v in index[1]["weight_map"].items()}
             return
@@ -153,6 +156,9 @@ class TensorFiles:
             for p in self.paths:
                 f = self._open[p] = open_tensor_file(p)
                 for n in f.tensors:
+                    if not n.startswith(prefix):
+                        continue
+                    n = n[len(prefix):]
                     if n in self.where:
                         raise checkpoint_error(p, n, f"tensor also stored in {self.where[n]}")
                     self.where[n] = p
@@ -202,6 +208,10 @@ class TensorFiles:
         p = self.where.get(name)
         return p is not None and (not self.lazy or name in self.file(p).tensors)
 
+    def stored_name(self, name):
+        """The name ``name`` has in its file (with the prefix)."""
+        return self.prefix + name
+
     def path_of(self, name):
         """The file holding ``name`` (the index, or the first file, when no file does)."""
         p = self.where.get(name)
@@ -213,7 +223,7 @@ class TensorFiles:
         """The tensor's header entry (dtype, shape, nbytes); CheckpointError if it is absent."""
         if not self.has(name):
             raise checkpoint_error(self.path_of(name), name, "missing tensor")
-        return self.file(self.where[name]).tensors[name]
+        return self.file(self.where[name]).tensors[self.prefix + name]
 
     def get(self, name, shape=None, dtypes=("F32", "BF16")):
         """The tensor as stored (BF16 as uint16 bits), a read-only view into the mapping,
@@ -225,7 +235,7 @@ class TensorFiles:
             raise checkpoint_error(p, name, f"dtype {info.dtype}: expected {' or '.join(dtypes)}")
         if shape is not None and tuple(info.shape) != tuple(shape):
             raise checkpoint_error(p, name, f"shape {list(info.shape)} but the config implies {list(shape)}")
-        return self.file(p).get(name)
+        return self.file(p).get(self.prefix + name)
 
     def close(self):
         with self._lock:

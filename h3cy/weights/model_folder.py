@@ -87,6 +87,41 @@ def _decoder_keep(name):
         and ".encoder." not in name
 
 
+def tensor_sizes(tensors):
+    """``{"params", "bytes_on_disk", "dtypes", "matrix_params", "matrix_bytes_on_disk"}`` of
+    ``{name: (dtype, shape)}`` (what :func:`folder_tensors` returns)."""
+    params = disk = matrix = matrix_disk = 0
+    dtypes = {}
+    for name, (dt, shape) in tensors.items():
+        n = 1
+        for d in shape:
+            n *= d
+        params += n
+        disk += n * _DTYPE_BYTES.get(dt, 4)
+        dtypes[dt] = dtypes.get(dt, 0) + n
+        if len(shape) >= 2 and "embed_tokens" not in name and min(shape[:2]) > 1:
+            matrix += n
+            matrix_disk += n * _DTYPE_BYTES.get(dt, 4)
+    return {"params": params, "bytes_on_disk": disk, "dtypes": dtypes, "matrix_params": matrix,
+            "matrix_bytes_on_disk": matrix_disk}
+
+
+def resident_bytes(s, component, weights):
+    """Approximate resident bytes of a component of sizes ``s`` (:func:`tensor_sizes`)
+    loaded in weights mode ``weights``: matrices in that mode, everything else float32
+    (the text encoder's embedding table stays bf16)."""
+    other = s["params"] - s["matrix_params"]
+    per_other = 2.0 if component == "text_encoder" else 4.0
+    if component in ("transformer", "text_encoder") and weights in ("fp32", "bf16"):
+        # the DiT and the text encoder multiply bf16/fp32 checkpoint tensors in place in
+        # both modes (fp32 widens bf16 inside the kernel, h3cy.weights.linears): the matrices
+        # cost what they cost on disk (bf16 mode over a float32 checkpoint converts: 2 bytes)
+        disk = s.get("matrix_bytes_on_disk", s["matrix_params"] * 2)
+        mat = disk if weights == "fp32" else min(disk, s["matrix_params"] * 2)
+        return int(mat + other * per_other)
+    return int(s["matrix_params"] * BYTES_PER_PARAM[weights] + other * per_other)
+
+
 @dataclass
 class ModelFolder:
     """Where each component of a model lives.  ``paths[c]`` is None when ``c`` is missing."""
@@ -125,39 +160,14 @@ class ModelFolder:
                 continue
             keep = _text_encoder_keep() if c == "text_encoder" else (
                 _decoder_keep if c in ("video_vae", "audio_vae") else None)
-            tensors = folder_tensors(p, keep)
-            params = disk = matrix = matrix_disk = 0
-            dtypes = {}
-            for name, (dt, shape) in tensors.items():
-                n = 1
-                for s in shape:
-                    n *= s
-                params += n
-                disk += n * _DTYPE_BYTES.get(dt, 4)
-                dtypes[dt] = dtypes.get(dt, 0) + n
-                if len(shape) >= 2 and "embed_tokens" not in name and min(shape[:2]) > 1:
-                    matrix += n
-                    matrix_disk += n * _DTYPE_BYTES.get(dt, 4)
-            out[c] = {"params": params, "bytes_on_disk": disk, "dtypes": dtypes, "matrix_params": matrix,
-                      "matrix_bytes_on_disk": matrix_disk}
+            out[c] = tensor_sizes(folder_tensors(p, keep))
         return out
 
     def resident_bytes(self, component, weights):
         """Approximate resident bytes of ``component`` loaded in weights mode ``weights``
         (matrices in that mode, everything else float32; the embedding table stays bf16)."""
         s = self.sizes().get(component)
-        if s is None:
-            return 0
-        other = s["params"] - s["matrix_params"]
-        per_other = 2.0 if component == "text_encoder" else 4.0
-        if component in ("transformer", "text_encoder") and weights in ("fp32", "bf16"):
-            # the DiT and the text encoder multiply bf16/fp32 checkpoint tensors in place in
-            # both modes (fp32 widens bf16 inside the kernel, h3cy.weights.linears): the matrices
-            # cost what they cost on disk (bf16 mode over a float32 checkpoint converts: 2 bytes)
-            disk = s.get("matrix_bytes_on_disk", s["matrix_params"] * 2)
-            mat = disk if weights == "fp32" else min(disk, s["matrix_params"] * 2)
-            return int(mat + other * per_other)
-        return int(s["matrix_params"] * BYTES_PER_PARAM[weights] + other * per_other)
+        return 0 if s is None else resident_bytes(s, component, weights)
 
 
 def _component_ok(c, d):

@@ -72,6 +72,8 @@ DIFFUSERS_SINGLE = "diffusion_pytorch_model.safetensors"
 ORIGINAL_INDEX = "model.safetensors.index.json"
 ORIGINAL_SINGLE = "model.safetensors"
 ROPE_INV_FREQ = "rope.inv_freq"
+SINGLE_FILE_DTYPES = ("F32", "BF16", "F16")
+ADALN_TABLE = "adaln_t_table"       # the curve form's AdaLN input table (Comfy-Org pruned files)
 # stored tensors that are buffers, not diffusers parameters: not among keys() nor in nbytes
 BUFFER_TENSORS = (ROPE_INV_FREQ,)
 
@@ -99,10 +101,13 @@ _CONFIG_KEYS = (
     ("norm_eps", "norm_eps", "norm_eps", "float"),
     ("qk_norm_eps", "qk_norm_eps", "qk_norm_eps", "float"),
     ("final_norm_eps", "final_norm_eps", "final_norm_eps", "float"),
+    ("adaln_curve_grid", "adaln_curve_grid", "adaln_curve_grid", "int0"),
 )
 # Keys the shapes cannot check default as in diffusers' __init__ (diffusers fills missing config keys the
 # same way); the original config has no rope_theta (spec §4.1).  Every shape-bearing key is required.
-_DEFAULTS = {"rope_theta": 10000.0, "norm_eps": 1e-5, "qk_norm_eps": 1e-5, "final_norm_eps": 1e-5}
+_DEFAULTS = {"rope_theta": 10000.0, "norm_eps": 1e-5, "qk_norm_eps": 1e-5, "final_norm_eps": 1e-5,
+             "adaln_curve_grid": 0}
+_QUIET_DEFAULTS = ("rope_theta", "adaln_curve_grid")   # absent from the released configs by design
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,10 @@ class TransformerConfig:
     norm_eps: float              # [1e-5]
     qk_norm_eps: float           # [1e-5]
     final_norm_eps: float        # [1e-5]
+    # > 0: the pruned "curve form" of Comfy-Org's files: no time embedder; the AdaLN input is
+    # a [adaln_curve_grid, time_embed_dim] table sampled over t in [0, 1] (time_embed_dim is
+    # then the table's rank, 8 in the published files)
+    adaln_curve_grid: int = 0
 
     @property
     def inner_dim(self):
@@ -160,7 +169,7 @@ class TransformerConfig:
             if not have:
                 if field in _DEFAULTS:
                     vals[field] = _DEFAULTS[field]
-                    if field != "rope_theta":
+                    if field not in _QUIET_DEFAULTS:
                         log.info("%s: config has no %r; using diffusers' default %r", path, dk, _DEFAULTS[field])
                     continue
                 names = dk if dk == ok else f"{dk!r} (original: {ok!r})"
@@ -241,11 +250,16 @@ def expected_tensors(cfg):
         ("audio_proj_in.bias", "audio_patch_proj.bias", (H,), None),
         ("context_embedder.weight", "condition_proj.weight", (H, cfg.text_dim), None),
         ("context_embedder.bias", "condition_proj.bias", (H,), None),
-        ("time_embedder.linear_1.weight", "time_embedder.proj_in.weight", (TH, cfg.freq_dim), None),
-        ("time_embedder.linear_1.bias", "time_embedder.proj_in.bias", (TH,), None),
-        ("time_embedder.linear_2.weight", "time_embedder.proj_out.weight", (T, TH), None),
-        ("time_embedder.linear_2.bias", "time_embedder.proj_out.bias", (T,), None),
     ]
+    if cfg.adaln_curve_grid:
+        out.append((ADALN_TABLE, ADALN_TABLE, (cfg.adaln_curve_grid, T), None))
+    else:
+        out += [
+            ("time_embedder.linear_1.weight", "time_embedder.proj_in.weight", (TH, cfg.freq_dim), None),
+            ("time_embedder.linear_1.bias", "time_embedder.proj_in.bias", (TH,), None),
+            ("time_embedder.linear_2.weight", "time_embedder.proj_out.weight", (T, TH), None),
+            ("time_embedder.linear_2.bias", "time_embedder.proj_out.bias", (T,), None),
+        ]
     for j in range(cfg.num_refiner_layers):
         out += _block_tensors(cfg, f"token_refiner.refiner_blocks.{j}.", f"token_refiner.blocks.{j}.", False)
     out.append(("token_refiner.final_norm.weight", "token_refiner.final_norm.weight", (H,), None))
@@ -555,8 +569,11 @@ def open_transformer(path, qkv_layout=None):
     if qkv_layout not in (None, "interleaved", "stacked"):
         raise H3ValueError(f'qkv_layout must be None, "interleaved" or "stacked", got {qkv_layout!r}')
     folder = os.fspath(path)
+    if os.path.isfile(folder):
+        return _open_single_file(folder, qkv_layout)
     if not os.path.isdir(folder):
-        raise checkpoint_error(folder, None, "not a folder (expected a transformer folder with config.json)")
+        raise checkpoint_error(folder, None, "neither a file nor a folder (expected a transformer folder with "
+                               "config.json or a single .safetensors file)")
     cfg_path = os.path.join(folder, "config.json")
     raw_cfg = load_json(cfg_path, "config")
     cfg = TransformerConfig.from_dict(raw_cfg, cfg_path)
@@ -570,7 +587,7 @@ def open_transformer(path, qkv_layout=None):
         raise
 
 
-def _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given=False):
+def _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given=False, single=False):
     where = files.where                  # stored name -> file path
     table = expected_tensors(cfg)
     dnames = {d for d, _, _, _ in table}
@@ -584,8 +601,8 @@ def _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given=False):
                    "no MiniMax-H3 transformer tensor names found (neither diffusers nor original layout)")
     layout = "diffusers" if nd >= no else "original"
     names = dnames if layout == "diffusers" else onames
-    hint = (f"(config.json: num_layers={cfg.num_layers}, num_refiner_layers={cfg.num_refiner_layers}, "
-            f"{layout} layout)")
+    hint = (f"({'inferred from the tensor shapes' if single else 'config.json'}: num_layers={cfg.num_layers}, "
+            f"num_refiner_layers={cfg.num_refiner_layers}, {layout} layout)")
     extra = sorted(n for n in stored if n not in names)
     if extra:
         more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
@@ -606,8 +623,10 @@ def _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given=False):
         if qkv_layout is None:
             qkv_layout = "interleaved" if index is not None else "stacked"
             why = "sharded folder with an index (MiniMaxAI release)" if index is not None else "single file"
-            log.info("%s: fused attn.qkv_proj rows assumed %s (%s); pass qkv_layout= to override",
-                     folder, qkv_layout, why)
+            # a folder's one file is the ambiguous case worth a line; a single file's kind decides
+            (log.debug if single else log.info)(
+                "%s: fused attn.qkv_proj rows assumed %s (%s); pass qkv_layout= to override",
+                folder, qkv_layout, why)
         else:
             log.info("%s: fused attn.qkv_proj rows %s (qkv_layout argument)", folder, qkv_layout)
     else:
@@ -625,21 +644,7 @@ def _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given=False):
         if info.shape != want:
             raise checkpoint_error(where[n], n, f"shape {list(info.shape)} but config implies {list(want)} {hint}")
 
-    # dtypes: one of three policies
-    policies = {"released": lambda d: "F32" if fp32_in_release(d) else "BF16",
-                "fp32": lambda d: "F32", "bf16": lambda d: "BF16"}
-    bad = {}
-    for pol, fn in policies.items():
-        bad[pol] = [(d if layout == "diffusers" else o, fn(d)) for d, o, _, _ in table
-                    if files.info(d if layout == "diffusers" else o).dtype != fn(d)]
-    ok = [p for p in policies if not bad[p]]
-    if not ok:
-        pol = min(policies, key=lambda p: len(bad[p]))
-        n, want = bad[pol][0]
-        got = files.info(n).dtype
-        raise checkpoint_error(where[n], n, f"dtype {got} but a {pol} checkpoint stores it as {want} (accepted: "
-                                f"released mix of F32/BF16, all F32, all BF16)")
-    dtype_policy = ok[0]
+    dtype_policy = _dtype_policy(table, layout, files, single)
 
     rope = None
     if ROPE_INV_FREQ in where:
@@ -683,6 +688,112 @@ def _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given=False):
     log.debug("%s: %s layout, %d tensors in %d file(s), dtypes %s", folder, layout, len(table),
               len(files.paths), dtype_policy)
     return TransformerCheckpoint(folder, cfg, layout, qkv_layout, files, entries, dtype_policy, rope)
+
+
+def _open_single_file(path, qkv_layout):
+    """A transformer in one file (Comfy-Org's repacks, a diffusers state dict saved alone):
+    no config.json, so the configuration comes from the tensors' shapes."""
+    from .single_file import detect
+    probe = TensorFiles([path])
+    try:
+        kind = detect(path, probe)
+    finally:
+        probe.close()
+    if kind.component != "transformer":
+        raise checkpoint_error(path, None, f"this file holds the {kind.component}, not the transformer")
+    if kind.quantised:
+        layer, fmt = sorted(kind.quant_tensors.items())[0]
+        raise checkpoint_error(path, layer, f"quantised tensors ({', '.join(sorted(kind.quant))}) are not "
+                               f"supported yet; h3cy reads float (F32/BF16/F16) single files")
+    files = TensorFiles([path], prefix=kind.prefix)
+    try:
+        cfg = TransformerConfig.from_dict(infer_config(files, kind.naming, path), path)
+        log.info("%s: %s", path, "; ".join(kind.assumed))
+        return _build(path, cfg, path, None, files, qkv_layout, single=True)
+    except BaseException:
+        files.close()
+        raise
+
+
+def infer_config(files, naming, path="<file>"):
+    """A transformer config (diffusers spelling) from the shapes of its tensors, for files
+    that carry none.  What shapes cannot tell (norm eps, patch size, RoPE theta, the timestep
+    sinusoid width of a curve-form file) comes from the released configuration shipped in
+    the package.  CheckpointError names a tensor that is missing or whose shape does not
+    divide as the architecture needs."""
+    from .released import released_config
+    rel = released_config("transformer")
+
+    def shape(dname, oname):
+        n = dname if naming == "diffusers" else oname
+        if not files.has(n):
+            raise checkpoint_error(path, n, "missing tensor (needed to infer the configuration)")
+        return tuple(files.info(n).shape)
+
+    def count(dprefix, oprefix):
+        p = dprefix if naming == "diffusers" else oprefix
+        k = 0
+        while files.has(f"{p}{k}.norm1.weight"):
+            k += 1
+        return k
+
+    def div(a, b, what, name):
+        if b <= 0 or a % b:
+            raise checkpoint_error(path, name, f"{what}: {a} is not a multiple of {b}")
+        return a // b
+
+    H, vpd = shape("proj_in.weight", "video_patch_proj.weight")
+    patch = tuple(rel["patch_size"])
+    cfg = dict(rel, hidden_size=H, patch_size=list(patch),
+               in_channels=div(vpd, math.prod(patch), "video patch width / patch size", "proj_in.weight"))
+    cfg["audio_in_channels"] = shape("audio_proj_in.weight", "audio_patch_proj.weight")[1]
+    cfg["text_dim"] = shape("context_embedder.weight", "condition_proj.weight")[1]
+    D = shape("transformer_blocks.0.attn.norm_q.weight", "blocks.0.attn.q_norm.weight")[0]
+    if naming == "diffusers":
+        inner = shape("transformer_blocks.0.attn.to_q.weight", None)[0]
+    else:
+        inner = div(shape(None, "blocks.0.attn.qkv_proj.weight")[0], 3, "fused qkv rows / 3",
+                    "blocks.0.attn.qkv_proj.weight")
+    cfg["attention_head_dim"] = D
+    cfg["num_attention_heads"] = div(inner, D, "attention width / head_dim", "blocks.0.attn.q_norm.weight")
+    cfg["num_layers"] = count("transformer_blocks.", "blocks.")
+    cfg["num_refiner_layers"] = count("token_refiner.refiner_blocks.", "token_refiner.blocks.")
+    cfg["ffn_dim"] = div(shape("transformer_blocks.0.ff.net.0.proj.weight", "blocks.0.mlp.fc1.weight")[0], 2,
+                         "SwiGLU rows / 2", "blocks.0.mlp.fc1.weight")
+    if files.has(ADALN_TABLE):
+        cfg["adaln_curve_grid"], cfg["time_embed_dim"] = files.info(ADALN_TABLE).shape
+    else:
+        cfg["time_embed_hidden_dim"], cfg["freq_dim"] = shape("time_embedder.linear_1.weight",
+                                                             "time_embedder.proj_in.weight")
+        cfg["time_embed_dim"] = shape("time_embedder.linear_2.weight", "time_embedder.proj_out.weight")[0]
+    if files.has(ROPE_INV_FREQ):
+        cfg["rope_freq_dim"] = files.info(ROPE_INV_FREQ).shape[0]
+    return cfg
+
+
+def _dtype_policy(table, layout, files, single):
+    """A folder's dtypes follow one of three policies (the released F32/BF16 mix, all F32,
+    all BF16); a single file (a re-publication: Comfy-Org's keep F16 AdaLN projections and an
+    F32 curve table beside BF16 blocks) may hold any float dtype per tensor ("file")."""
+    names = [d if layout == "diffusers" else o for d, o, _, _ in table]
+    if single:
+        for n in names:
+            got = files.info(n).dtype
+            if got not in SINGLE_FILE_DTYPES:
+                raise checkpoint_error(files.path_of(n), n, f"dtype {got}: expected one of "
+                                       f"{', '.join(SINGLE_FILE_DTYPES)}")
+        return "file"
+    policies = {"released": lambda d: "F32" if fp32_in_release(d) else "BF16",
+                "fp32": lambda d: "F32", "bf16": lambda d: "BF16"}
+    bad = {pol: [(n, fn(d)) for (d, _, _, _), n in zip(table, names) if files.info(n).dtype != fn(d)]
+           for pol, fn in policies.items()}
+    ok = [p for p in policies if not bad[p]]
+    if not ok:
+        pol = min(policies, key=lambda p: len(bad[p]))
+        n, want = bad[pol][0]
+        raise checkpoint_error(files.path_of(n), n, f"dtype {files.info(n).dtype} but a {pol} checkpoint "
+                               f"stores it as {want} (accepted: released mix of F32/BF16, all F32, all BF16)")
+    return ok[0]
 
 
 def _theta_inv_freq(rope_freq_dim, theta):

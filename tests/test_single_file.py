@@ -1,0 +1,224 @@
+"""Single-file transformers (Comfy-Org's repacks): detection, configuration from the tensor
+shapes, stacked QKV, the ``model.diffusion_model.`` prefix, the pruned "curve form" AdaLN
+-- each against diffusers or against the same model read from the release's folders."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import h3cy
+from h3cy.errors import CheckpointError
+from h3cy.models.dit import adaln_curve_input
+from h3cy.weights.single_file import detect
+from _compare import assert_close, assert_nontrivial
+from test_dit_parity import packed_inputs, reference_forward
+
+COMFY_PREFIX = "model.diffusion_model."
+GRID = 1025
+
+
+def _state(t):
+    """The tiny model's tensors as Comfy-Org stores them: the release's names, stacked
+    [q; k; v] rows (the original_single folder's file), as torch tensors."""
+    from safetensors.torch import load_file
+    return load_file(os.path.join(t.original_single, "model.safetensors"))
+
+
+def _save(sd, path, prefix=""):
+    from safetensors.torch import save_file
+    save_file({prefix + k: v.contiguous() for k, v in sd.items()}, str(path))
+    return str(path)
+
+
+def _curve_table(t, grid=GRID):
+    """SiLU(time_embedder(t_j)) on t_j = j / (grid - 1): the AdaLN input curve of the
+    diffusers model itself, at full rank -- a curve-form file exact on the grid."""
+    from diffusers import MiniMaxH3Transformer3DModel
+    m = MiniMaxH3Transformer3DModel.from_pretrained(t.diffusers_fp32, torch_dtype=torch.float32).eval()
+    tj = torch.arange(grid, dtype=torch.float32) / (grid - 1)
+    with torch.no_grad():
+        return torch.nn.functional.silu(m.time_embedder(m.time_proj(tj)))
+
+
+def _curve_state(t, table, adaln_dtype=torch.float32):
+    sd = {k: v for k, v in _state(t).items() if not k.startswith("time_embedder.")}
+    sd["adaln_t_table"] = table.float()
+    for k in list(sd):
+        if "adaln_proj.linear" in k:
+            sd[k] = sd[k].to(adaln_dtype)
+    return sd
+
+
+def test_released_configs_are_shipped_unchanged():
+    folder = os.path.join(os.path.dirname(h3cy.__file__), "data", "configs")
+    src = open(os.path.join(folder, "SOURCE.md")).read()
+    for name in ("transformer", "text_encoder", "video_vae", "audio_vae"):
+        digest = hashlib.sha256(open(os.path.join(folder, name + ".json"), "rb").read()).hexdigest()
+        assert f"`{name}.json` {digest}" in src, name
+    from h3cy.weights.released import released_config
+    assert released_config("transformer")["hidden_size"] == 5376
+
+
+@pytest.mark.parametrize("prefix", ["", COMFY_PREFIX])
+@pytest.mark.parametrize("weights", ["fp32", "bf16", "int8"])
+def test_comfy_file_equals_the_release_folders(tiny_dit_factory, tmp_path, prefix, weights):
+    """The same model as the release's sharded, per-head interleaved folder and as a Comfy
+    single file (stacked QKV, no config, with or without ComfyUI's prefix): identical."""
+    t = tiny_dit_factory("b")
+    path = _save(_state(t), tmp_path / "dit.safetensors", prefix)
+    inputs = packed_inputs(t.config, seed=11)
+    want = h3cy.DiT.from_pretrained(t.original, weights=weights, threads=2).forward(**inputs)
+    dit = h3cy.DiT.from_pretrained(path, weights=weights, threads=2)
+    got = dit.forward(**inputs)
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w)
+    for k, v in t.config.items():     # every size read back from the shapes
+        assert dit.config[k] == v, k
+
+
+def test_comfy_file_matches_diffusers(tiny_dit_factory, tmp_path):
+    t = tiny_dit_factory("c")
+    path = _save(_state(t), tmp_path / "dit.safetensors", COMFY_PREFIX)
+    inputs = packed_inputs(t.config, seed=12)
+    # the file holds the released dtype mix (bf16 blocks): diffusers on those values, in float32
+    want_v, want_a = reference_forward(t.diffusers_bf16, torch.float32, inputs)
+    got_v, got_a = h3cy.DiT.from_pretrained(path, weights="fp32", threads=2).forward(**inputs)
+    # observed max-rel ~3e-7; a wrong QKV row order gives O(1)
+    assert_close(got_v, want_v, max_rel_tol=1e-4, what="video")
+    assert_close(got_a, want_a, max_rel_tol=1e-4, what="audio")
+
+
+def test_detect_says_what_it_found_and_assumed(tiny_dit_factory, tmp_path):
+    t = tiny_dit_factory("a")
+    path = _save(_state(t), tmp_path / "dit.safetensors", COMFY_PREFIX)
+    k = detect(path)
+    assert (k.component, k.naming, k.prefix, k.qkv_layout, k.adaln) == (
+        "transformer", "original", COMFY_PREFIX, "stacked", "full")
+    assert not k.quantised and set(k.dtypes) == {"F32", "BF16"}
+    assert any("stacked" in a for a in k.assumed)
+    other = _save({"x": torch.zeros(2)}, tmp_path / "other.safetensors")
+    with pytest.raises(CheckpointError, match="not a MiniMax-H3 component"):
+        detect(other)
+    with pytest.raises(CheckpointError, match="not a MiniMax-H3 component"):
+        h3cy.DiT.from_pretrained(other)
+
+
+def test_info_prints_kind_config_and_memory(tiny_dit_factory, tmp_path):
+    t = tiny_dit_factory("a")
+    path = _save(_state(t), tmp_path / "dit.safetensors")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(h3cy.__file__)), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "h3cy", "info", path], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    for want in ("component : transformer", "qkv rows  : stacked", "quantised : none",
+                 f"num_layers={t.config['num_layers']}", f"hidden_size={t.config['hidden_size']}",
+                 "int8", "bf16"):
+        assert want in out, (want, out)
+
+
+def test_inconsistent_tensors_are_refused_by_name(tiny_dit_factory, tmp_path):
+    t = tiny_dit_factory("b")
+    sd = _state(t)
+    bad = dict(sd)
+    bad["blocks.1.mlp.fc2.weight"] = sd["blocks.1.mlp.fc2.weight"][:, :-8]
+    with pytest.raises(CheckpointError, match=r"blocks\.1\.mlp\.fc2\.weight.*shape.*inferred from the tensor"):
+        h3cy.DiT.from_pretrained(_save(bad, tmp_path / "a.safetensors"))
+    bad = {k: v for k, v in sd.items() if k != "blocks.0.attn.q_norm.weight"}
+    with pytest.raises(CheckpointError, match=r"blocks\.0\.attn\.q_norm\.weight"):
+        h3cy.DiT.from_pretrained(_save(bad, tmp_path / "b.safetensors"))
+    bad = dict(sd)
+    bad["blocks.0.attn.qkv_proj.weight"] = sd["blocks.0.attn.qkv_proj.weight"][:-1]
+    with pytest.raises(CheckpointError, match=r"blocks\.0\.attn\.qkv_proj\.weight"):
+        h3cy.DiT.from_pretrained(_save(bad, tmp_path / "c.safetensors"))
+
+
+def test_quantised_tensors_are_named_not_run(tiny_dit_factory, tmp_path):
+    """Until the quantised formats land, a file holding them fails naming the layer and the
+    format -- never a silent fallback."""
+    t = tiny_dit_factory("a")
+    sd = _state(t)
+    w = sd["blocks.0.mlp.fc2.weight"].float()
+    sd["blocks.0.mlp.fc2.weight"] = torch.zeros(w.shape, dtype=torch.int8)
+    sd["blocks.0.mlp.fc2.weight_scale"] = torch.ones(w.shape[0], 1)
+    blob = json.dumps({"format": "int8_tensorwise", "convrot": True, "convrot_groupsize": 16}).encode()
+    sd["blocks.0.mlp.fc2.comfy_quant"] = torch.tensor(list(blob), dtype=torch.uint8)
+    path = _save(sd, tmp_path / "q.safetensors")
+    k = detect(path)
+    assert k.quant == {"int8_tensorwise+convrot": 1} and k.quant_tensors == {"blocks.0.mlp.fc2": "int8_tensorwise+convrot"}
+    with pytest.raises(CheckpointError, match=r"blocks\.0\.mlp\.fc2.*int8_tensorwise\+convrot.*not supported"):
+        h3cy.DiT.from_pretrained(path)
+
+
+@pytest.mark.parametrize("weights", ["fp32", "bf16"])
+def test_curve_form_on_the_grid_equals_diffusers(tiny_dit_factory, tmp_path, weights):
+    """A curve-form file whose table samples the model's own AdaLN input curve at full rank
+    is the full model at grid timesteps."""
+    t = tiny_dit_factory("a")
+    path = _save(_curve_state(t, _curve_table(t)), tmp_path / "curve.safetensors", COMFY_PREFIX)
+    assert detect(path).adaln == "curve"
+    inputs = packed_inputs(t.config, seed=13)
+    inputs["timestep"] = np.array([896, 307], np.float32) / np.float32(GRID - 1)   # on the grid
+    dit = h3cy.DiT.from_pretrained(path, weights=weights, threads=2)
+    assert dit.config["adaln_curve_grid"] == GRID and dit.time_1 is None
+    got_v, got_a = dit.forward(**inputs)
+    if weights == "fp32":
+        want_v, want_a = reference_forward(t.diffusers_bf16, torch.float32, inputs)
+        # observed max-rel 5e-7 (the table row is the reference's own SiLU(temb)); reading
+        # the row one grid step off gives 7e-4, a missing or extra SiLU O(1)
+        assert_close(got_v, want_v, max_rel_tol=1e-4, what="video")
+        assert_close(got_a, want_a, max_rel_tol=1e-4, what="audio")
+    else:
+        want = h3cy.DiT.from_pretrained(t.original, weights="bf16", threads=2).forward(**inputs)
+        # bf16 mode: the curve's projections run in float32 on the bf16-rounded table row,
+        # the full model's in bf16 on its bf16-rounded SiLU(temb): the same products; observed
+        # identical on AVX2 (summation order may differ on other paths), a wrong row gives 7e-4
+        assert_close(got_v, want[0], max_rel_tol=1e-5, what="video")
+        assert_close(got_a, want[1], max_rel_tol=1e-5, what="audio")
+
+
+def test_curve_form_between_grid_points_is_the_lerp(tiny_dit_factory, tmp_path):
+    t = tiny_dit_factory("a")
+    table = _curve_table(t, grid=17).numpy()
+    path = _save(_curve_state(t, torch.from_numpy(table)), tmp_path / "curve.safetensors")
+    dit = h3cy.DiT.from_pretrained(path, weights="fp32", threads=2)
+    from h3cy.weights.safetensors import SafetensorsFile
+    with SafetensorsFile(path) as f:     # the curve file's projections are float32
+        W = f.get("blocks.0.adaln_proj.linear.weight").astype(np.float64)
+        b = f.get("blocks.0.adaln_proj.linear.bias").astype(np.float64)
+    H = t.config["hidden_size"]
+    for tv in (0.0, 0.3, 0.51, 0.999, 1.0, 1.7, -0.2):
+        pos = min(max(tv, 0.0), 1.0) * 16
+        i0 = min(int(np.floor(pos)), 15)
+        c = table[i0] + (pos - i0) * (table[i0 + 1] - table[i0])
+        m = (W @ c + b).reshape(3, 6, H)
+        shift_msa = dit.adaln_tables(np.float32(tv))[0][0][0]
+        np.testing.assert_allclose(shift_msa, m[:, 0], rtol=1e-5, atol=1e-6, err_msg=str(tv))
+        np.testing.assert_allclose(adaln_curve_input(table, tv), c, rtol=1e-6, atol=1e-7)
+
+
+def test_rank8_curve_file_as_published_loads_and_runs(tiny_dit_factory, tmp_path):
+    """The published files' shape: an F32 [1025, 8] table and F16 rank-8 projections."""
+    t = tiny_dit_factory("a")
+    rng = np.random.default_rng(3)
+    H, A = t.config["hidden_size"], 6 * 3 * t.config["hidden_size"]
+    sd = {k: v for k, v in _state(t).items() if not k.startswith("time_embedder.")}
+    sd["adaln_t_table"] = torch.from_numpy(rng.standard_normal((GRID, 8)).astype(np.float32))
+    for k in [k for k in sd if k.endswith("adaln_proj.linear.weight")]:
+        n = A if k.startswith("blocks.") else 2 * H
+        sd[k] = torch.from_numpy((0.1 * rng.standard_normal((n, 8))).astype(np.float16))
+        sd[k[:-len("weight")] + "bias"] = torch.from_numpy((0.1 * rng.standard_normal(n)).astype(np.float16))
+    path = _save(sd, tmp_path / "rank8.safetensors", COMFY_PREFIX)
+    dit = h3cy.DiT.from_pretrained(path, weights="int8", threads=2)
+    assert dit.config["time_embed_dim"] == 8
+    inputs = packed_inputs(t.config, seed=14)
+    v1, a1 = dit.forward(**inputs)
+    inputs["timestep"] = inputs["timestep"] * np.float32(0.5)
+    v2, _ = dit.forward(**inputs)
+    assert_nontrivial(v1)
+    assert np.all(np.isfinite(v1)) and np.all(np.isfinite(a1)) and not np.array_equal(v1, v2)
