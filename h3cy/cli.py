@@ -4,6 +4,8 @@
     h3cy generate -m MODEL -p PROMPT -o out.mp4  [--width --height --frames|--seconds --steps
                   --seed --weights --vae-weights --threads --streaming --reuse --layers
                   --frames-dir --latent-out]
+    h3cy generate --dit F --text-encoder F --video-vae D --audio-vae D -p PROMPT -o out.mp4
+                                                 single files (ComfyUI's) per component
     h3cy info MODEL                              layout, components, memory per weights mode
     h3cy info FILE.safetensors                   what a single file holds, its inferred config, memory
     h3cy convert MODEL --weights int8            build the weight caches ahead of time
@@ -133,7 +135,8 @@ def generate(args):
     from . import media
     pipe = h3cy.load(args.model, weights=args.weights, streaming=args.streaming, threads=args.threads,
                      cache_dir=args.cache_dir, vae_weights=args.vae_weights, isa=args.isa,
-                     attention=args.attention)
+                     attention=args.attention, dit=args.dit, text_encoder=args.text_encoder,
+                     video_vae=args.video_vae, audio_vae=args.audio_vae, tokenizer=args.tokenizer)
     g = (h3cy.Geometry.from_seconds(args.seconds, args.width, args.height) if args.seconds is not None
          else h3cy.Geometry(args.width, args.height, 22 if args.frames is None else args.frames))
     decode = args.output is not None or args.frames_dir is not None
@@ -297,6 +300,7 @@ def demo(args):
     args.frames, args.seconds, args.steps, args.seed = 39, None, 10, 42
     args.reuse, args.layers, args.frames_dir, args.latent_out = 1, None, None, None
     args.attention = None
+    args.dit = args.text_encoder = args.video_vae = args.audio_vae = args.tokenizer = None
     print(f"prompt: {args.prompt!r}")
     return generate(args)
 
@@ -311,7 +315,12 @@ def main(argv=None):
     sc.add_argument("--size", type=_size, default=(512, 2048, 2048), help="M,N,K")
 
     g = sub.add_parser("generate", help="prompt -> MP4 with sound")
-    g.add_argument("-m", "--model", required=True, help="model folder (repository root, FL2VA/ or diffusers layout)")
+    g.add_argument("-m", "--model", default=None, help="model folder (repository root, FL2VA/ or diffusers layout); "
+                   "optional when every component is given as a file")
+    for flag, what in (("--dit", "transformer"), ("--text-encoder", "text encoder"),
+                       ("--video-vae", "video VAE"), ("--audio-vae", "audio VAE"), ("--tokenizer", "tokenizer")):
+        g.add_argument(flag, default=None, help=f"the {what} as a single file (ComfyUI's .safetensors) or a "
+                       "folder, in place of the model folder's")
     g.add_argument("-p", "--prompt", required=True)
     g.add_argument("-o", "--output", default=None, help="MP4 to write")
     g.add_argument("--width", type=int, default=512)

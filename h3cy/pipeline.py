@@ -22,7 +22,7 @@ from ._memory import available_memory, fmt_bytes, peak_rss
 from .errors import Busy, Cancelled, H3ValueError
 from .sampling.layout import Geometry
 from . import ops
-from .weights.model_folder import find_model
+from .weights.model_folder import with_component_files
 from .result import Result
 
 log = logging.getLogger("h3cy")
@@ -35,16 +35,23 @@ VAE_WEIGHT_MODES = ("fp32", "bf16", "fp16", "int8")
 AUTO_STREAM_FRACTION = 0.8
 
 
-def load(path, weights="int8", streaming="auto", threads=None, cache_dir=None, vae_weights="fp32",
-         keep_loaded=False, isa=None, attention=None):
-    """Open a MiniMax-H3 model folder for generation.
+def load(path=None, weights="int8", streaming="auto", threads=None, cache_dir=None, vae_weights="fp32",
+         keep_loaded=False, isa=None, attention=None, *, dit=None, text_encoder=None, video_vae=None,
+         audio_vae=None, tokenizer=None):
+    """Open a MiniMax-H3 model -- a folder, single files per component, or both -- for
+    generation.
 
     Parameters
     ----------
     path : the official repository root (holding ``FL2VA/``), an ``FL2VA/`` folder, or a
         diffusers-layout folder (``model_index.json`` + ``transformer/ text_encoder/
-        tokenizer/ vae/ audio_vae/``).  Every component is checked now; a missing one
-        raises :class:`h3cy.CheckpointError` naming it.
+        tokenizer/ vae/ audio_vae/``); optional when every component is given below.
+        Every component is checked now; a missing one raises :class:`h3cy.CheckpointError`
+        naming it.
+    dit, text_encoder, video_vae, audio_vae, tokenizer : a folder or a single file (ComfyUI's
+        ``.safetensors``: ``dit="minimax_h3_fl2va_pruned_bf16.safetensors"``) per component,
+        taking the place of that component of ``path``.  Without a tokenizer, single files
+        use the released tokenizer shipped with h3cy.
     weights : weights mode of the transformer and the text encoder (fp32, bf16, fp16, int8,
         int4).  int8 is the default: about 1 byte per parameter and the fastest kernels.
     streaming : True, False or "auto" — stream blocks/layers from disk instead of keeping
@@ -62,14 +69,16 @@ def load(path, weights="int8", streaming="auto", threads=None, cache_dir=None, v
         products, float32 otherwise), "fp32" or "bf16" (see :func:`h3cy.ops.attention_bf16`)
     """
     return Pipeline(path, weights=weights, streaming=streaming, threads=threads, cache_dir=cache_dir,
-                    vae_weights=vae_weights, keep_loaded=keep_loaded, isa=isa, attention=attention)
+                    vae_weights=vae_weights, keep_loaded=keep_loaded, isa=isa, attention=attention, dit=dit,
+                    text_encoder=text_encoder, video_vae=video_vae, audio_vae=audio_vae, tokenizer=tokenizer)
 
 
 class Pipeline:
     """A MiniMax-H3 model on disk, ready to generate.  Build it with :func:`h3cy.load`."""
 
-    def __init__(self, path, weights="int8", streaming="auto", threads=None, cache_dir=None,
-                 vae_weights="fp32", keep_loaded=False, isa=None, attention=None):
+    def __init__(self, path=None, weights="int8", streaming="auto", threads=None, cache_dir=None,
+                 vae_weights="fp32", keep_loaded=False, isa=None, attention=None, *, dit=None,
+                 text_encoder=None, video_vae=None, audio_vae=None, tokenizer=None):
         if weights not in WEIGHT_MODES:
             raise H3ValueError(f"weights must be one of {WEIGHT_MODES}, got {weights!r}")
         ops.attention_bf16(attention, weights)      # a bad value fails now, not after encoding
@@ -78,7 +87,15 @@ class Pipeline:
             raise H3ValueError(f"vae_weights must be one of {VAE_WEIGHT_MODES}, got {vae_weights!r}")
         if streaming not in (True, False, "auto"):
             raise H3ValueError(f"streaming must be True, False or 'auto', got {streaming!r}")
-        self.folder = find_model(path).require()
+        files = dict(transformer=dit, text_encoder=text_encoder, video_vae=video_vae, audio_vae=audio_vae,
+                     tokenizer=tokenizer)
+        self.folder = with_component_files(path, **files)
+        if self.folder.paths["tokenizer"] is None and self.folder.paths["text_encoder"] is not None:
+            # single files carry no tokenizer: the package's copy of the released one
+            from .models.tokenizer import DEFAULT_FOLDER
+            self.folder.paths["tokenizer"] = DEFAULT_FOLDER
+            log.info("h3cy: no tokenizer given; using the released tokenizer shipped with h3cy")
+        self.folder.require()
         self.path = path
         self.weights, self.vae_weights = weights, vae_weights
         self.streaming = streaming
@@ -103,8 +120,20 @@ class Pipeline:
         def config(component):
             path = os.path.join(self.folder.paths[component], "config.json")
             return load_json(path, f"the {component} config"), path
-        te = TextConfig(*config("text_encoder"))
-        tr = TransformerConfig.from_dict(*config("transformer"))
+        te_path, tr_path = self.folder.paths["text_encoder"], self.folder.paths["transformer"]
+        if os.path.isfile(te_path):           # a single file: its configuration from its shapes
+            from .models.text_encoder import TextEncoderSource
+            src = TextEncoderSource(te_path, 0)
+            te = src.config
+            src.close()
+        else:
+            te = TextConfig(*config("text_encoder"))
+        if os.path.isfile(tr_path):
+            from .weights.transformer import open_transformer
+            with open_transformer(tr_path) as ckpt:
+                tr = ckpt.config
+        else:
+            tr = TransformerConfig.from_dict(*config("transformer"))
         if te.hidden_size != tr.text_dim:
             raise CheckpointError(f"{self.folder.root}: the text encoder's hidden_size "
                                   f"{te.hidden_size} is not the transformer's text_dim {tr.text_dim}")

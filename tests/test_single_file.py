@@ -17,6 +17,7 @@ from h3cy.models.dit import adaln_curve_input
 from h3cy.weights.single_file import detect
 from _compare import assert_close, assert_nontrivial
 from test_dit_parity import packed_inputs, reference_forward
+from test_pipeline import F, H, W
 
 COMFY_PREFIX = "model.diffusion_model."
 GRID = 1025
@@ -222,3 +223,95 @@ def test_rank8_curve_file_as_published_loads_and_runs(tiny_dit_factory, tmp_path
     v2, _ = dit.forward(**inputs)
     assert_nontrivial(v1)
     assert np.all(np.isfinite(v1)) and np.all(np.isfinite(a1)) and not np.array_equal(v1, v2)
+
+
+# -- the text encoder ----------------------------------------------------------------------
+TE_IDS = [32, 2518, 38835, 11435, 1526, 11794]
+
+
+def _comfy_text_encoder(tiny_te, path, drop=(), layers=50):
+    """The tiny Qwen3-VL as Comfy-Org stores it: ``model.layers.N.*`` (the text stack up to
+    hidden_states[50]), ``model.embed_tokens``, the vision tower; no final norm, no LM head."""
+    from safetensors.torch import load_file
+    sd = load_file(os.path.join(tiny_te, "model.safetensors"))
+    out = {}
+    for k, v in sd.items():
+        if k.startswith("model.language_model."):
+            rest = k[len("model.language_model."):]
+            if rest.startswith("norm.") or (rest.startswith("layers.") and int(rest.split(".")[1]) >= layers):
+                continue
+            out["model." + rest] = v
+        elif k.startswith("model.visual."):
+            out[k[len("model."):]] = v
+    for k in drop:
+        del out[k]
+    return _save(out, path)
+
+
+@pytest.mark.parametrize("weights", ["bf16", "int8"])
+def test_comfy_text_encoder_file_equals_the_folder(tiny_te, tmp_path, weights):
+    path = _comfy_text_encoder(tiny_te, tmp_path / "te.safetensors")
+    k = detect(path)
+    assert (k.component, k.naming) == ("text_encoder", "comfy")
+    want = h3cy.TextEncoder.from_pretrained(tiny_te, weights=weights).encode(TE_IDS)
+    enc = h3cy.TextEncoder.from_pretrained(path, weights=weights)
+    assert enc.files == [path]
+    assert np.array_equal(enc.encode(TE_IDS), want)
+
+
+def test_comfy_text_encoder_file_errors_name_the_tensor(tiny_te, tmp_path):
+    path = _comfy_text_encoder(tiny_te, tmp_path / "a.safetensors", layers=40)
+    with pytest.raises(CheckpointError, match="40 layers.*at least 50"):
+        h3cy.TextEncoder.from_pretrained(path)
+    path = _comfy_text_encoder(tiny_te, tmp_path / "b.safetensors", drop=["model.layers.3.mlp.up_proj.weight"])
+    with pytest.raises(CheckpointError, match=r"layers\.3\.mlp\.up_proj"):
+        h3cy.TextEncoder.from_pretrained(path)
+    with pytest.raises(CheckpointError, match="holds the transformer"):
+        h3cy.TextEncoder.from_pretrained(_save({"video_patch_proj.weight": torch.zeros(2, 2),
+                                                "audio_patch_proj.weight": torch.zeros(2, 2)},
+                                               tmp_path / "dit.safetensors"))
+
+
+# -- the pipeline from files ---------------------------------------------------------------
+def test_load_from_single_files_equals_the_folder(tiny_pipeline, tiny_dit_factory, tmp_path):
+    """h3cy.load with ComfyUI's files: a folder with file overrides, or no folder at all
+    (files and component folders only, the tokenizer from the package): the same video."""
+    tp = tiny_pipeline
+    dit = _save(_state(tiny_dit_factory("p")), tmp_path / "dit.safetensors", COMFY_PREFIX)
+    te = _comfy_text_encoder(os.path.join(tp.diffusers, "text_encoder"), tmp_path / "te.safetensors")
+    kw = dict(prompt="a red fox in the snow", width=W, height=H, frames=F, steps=2, output="latent", seed=3)
+    # the release folder's transformer holds the same (bf16-mix) values as the Comfy file
+    want = h3cy.load(tp.release, weights="fp32").generate(**kw)
+    mixed = h3cy.load(tp.diffusers, weights="fp32", dit=dit, text_encoder=te)
+    assert mixed.folder.paths["transformer"] == dit and mixed.folder.layout == "diffusers"
+    only = h3cy.load(weights="fp32", dit=dit, text_encoder=te, video_vae=os.path.join(tp.diffusers, "vae"),
+                     audio_vae=os.path.join(tp.diffusers, "audio_vae"))
+    assert only.folder.layout == "files"
+    for pipe in (mixed, only):
+        got = pipe.generate(**kw)
+        assert np.array_equal(got.video_latent, want.video_latent)
+        assert np.array_equal(got.audio_latent, want.audio_latent)
+    with pytest.raises(CheckpointError, match="missing component.*video_vae=FILE"):
+        h3cy.load(dit=dit, text_encoder=te)
+    with pytest.raises(CheckpointError, match="no such transformer file"):
+        h3cy.load(tp.diffusers, dit=str(tmp_path / "nope.safetensors"))
+
+
+def test_cli_generates_from_single_files(tiny_pipeline, tiny_dit_factory, tmp_path):
+    tp = tiny_pipeline
+    dit = _save(_state(tiny_dit_factory("p")), tmp_path / "dit.safetensors")
+    te = _comfy_text_encoder(os.path.join(tp.diffusers, "text_encoder"), tmp_path / "te.safetensors")
+    lat = tmp_path / "lat.npz"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(h3cy.__file__)), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "h3cy", "generate", "--dit", dit, "--text-encoder", te,
+                        "--video-vae", os.path.join(tp.diffusers, "vae"),
+                        "--audio-vae", os.path.join(tp.diffusers, "audio_vae"), "-p", "A red fox",
+                        "--width", "64", "--height", "64", "--steps", "2", "--weights", "fp32",
+                        "--latent-out", str(lat), "-q"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    want = h3cy.load(tp.release, weights="fp32").generate(prompt="A red fox", width=64, height=64,
+                                                           steps=2, output="latent")
+    with np.load(lat) as z:
+        assert np.array_equal(z["video_latent"], want.video_latent)
+        assert np.array_equal(z["audio_latent"], want.audio_latent)

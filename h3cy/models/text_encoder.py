@@ -117,13 +117,31 @@ class TextEncoderSource:
 
     def __init__(self, folder, output_layer):
         self.folder = folder
-        cfg_path = os.path.join(folder, "config.json")
-        self.config = TextConfig(load_json(cfg_path, "config"), cfg_path)
+        self._single = os.path.isfile(folder)
+        if self._single:
+            # one file (Comfy-Org's): the stack's tensors under "model.", no config.json
+            kind = _single_file_kind(folder)
+            self._files = TensorFiles([folder], prefix="model." if kind.naming == "comfy" else PREFIX)
+            cfg_path = folder
+            try:
+                self.config = TextConfig(infer_text_config(self._files, folder), folder)
+            except BaseException:
+                self._files.close()
+                raise
+            log.info("%s: %s", folder, "; ".join(kind.assumed))
+        else:
+            cfg_path = os.path.join(folder, "config.json")
+            self.config = TextConfig(load_json(cfg_path, "config"), cfg_path)
         c = self.config
         if output_layer > c.num_hidden_layers:
+            if self._single:
+                self._files.close()
             raise _err(cfg_path, f"the text stack has {c.num_hidden_layers} layers; hidden_states"
                                  f"[{output_layer}] needs at least {output_layer}")
-        index, paths = find_weights(folder, (SINGLE, INDEX))
+        if self._single:
+            index, paths = None, [folder]
+        else:
+            index, paths = find_weights(folder, (SINGLE, INDEX))
         self.index = index[0] if index is not None else None
         Hd, F, H, Hk, D = (c.hidden_size, c.intermediate_size, c.num_attention_heads,
                            c.num_key_value_heads, c.head_dim)
@@ -136,31 +154,77 @@ class TextEncoderSource:
         for layer in range(output_layer):
             for t in _LAYER_TENSORS:
                 self.shapes[f"{PREFIX}layers.{layer}.{t}.weight"] = per[t]
-        self._files = TensorFiles(paths, index, lazy=index is not None)
+        if not self._single:
+            self._files = TensorFiles(paths, index, lazy=index is not None)
         try:
             for name, shape in self.shapes.items():
-                self._files.get(name, shape, _FLOAT_DTYPES)       # present, float, the config's shape
+                self._files.get(self._stored(name), shape, _FLOAT_DTYPES)   # present, float, its shape
         except BaseException:
             self.close()
             raise
 
+    def _stored(self, name):
+        """A transformers name (``model.language_model.*``) as the files name it."""
+        return name[len(PREFIX):] if self._single else name
+
     @property
     def shards(self):
         """The weight files the encoder reads (a sharded folder: only those holding its tensors)."""
-        return sorted({self._files.path_of(n) for n in self.shapes})
+        return sorted({self._files.path_of(self._stored(n)) for n in self.shapes})
 
     @property
     def files(self):
         """The files the encoder reads: config.json, the index if any, the needed shards."""
+        if self._single:
+            return self.shards
         extra = [os.path.join(self.folder, "config.json")] + ([self.index] if self.index else [])
         return extra + self.shards
 
     def get(self, name):
         """The tensor as stored (BF16 as uint16 bits), a read-only view into the mapping."""
-        return self._files.get(name, dtypes=None)
+        return self._files.get(self._stored(name), dtypes=None)
 
     def close(self):
         self._files.close()
+
+
+def _single_file_kind(path):
+    from ..weights.single_file import detect
+    kind = detect(path)
+    if kind.component != "text_encoder":
+        raise _err(path, f"this file holds the {kind.component}, not the text encoder")
+    if kind.quantised:
+        layer, fmt = sorted(kind.quant_tensors.items())[0]
+        raise _err(path, f"tensor {layer!r}: quantised tensors ({', '.join(sorted(kind.quant))}) are not "
+                         "supported yet; h3cy reads float (F32/BF16/F16) single files")
+    kind.assumed.append("configuration inferred from the tensor shapes; norm eps and RoPE from the "
+                        "released configuration")
+    return kind
+
+
+def infer_text_config(files, path):
+    """A Qwen3-VL text config (``{"text_config": {...}}``) from the shapes of the stack's
+    tensors (``files`` names them ``embed_tokens.weight``, ``layers.N.*``), the rest from the
+    released configuration shipped in the package."""
+    from ..weights.released import released_config
+    tc = dict(released_config("text_encoder")["text_config"])
+
+    def shape(name):
+        if not files.has(name):
+            raise _err(path, f"tensor {files.stored_name(name)!r} is missing (needed to infer the configuration)")
+        return tuple(files.info(name).shape)
+
+    tc["vocab_size"], tc["hidden_size"] = shape("embed_tokens.weight")
+    n = 0
+    while files.has(f"layers.{n}.input_layernorm.weight"):
+        n += 1
+    D = shape("layers.0.self_attn.q_norm.weight")[0]
+    q, k = shape("layers.0.self_attn.q_proj.weight")[0], shape("layers.0.self_attn.k_proj.weight")[0]
+    if D <= 0 or q % D or k % D:
+        raise _err(path, f"q_proj rows {q} and k_proj rows {k} are not multiples of the q_norm width {D}")
+    tc.update(num_hidden_layers=n, head_dim=D, num_attention_heads=q // D, num_key_value_heads=k // D,
+              intermediate_size=shape("layers.0.mlp.gate_proj.weight")[0])
+    return {"text_config": tc}
 
 
 def _f32(a):
@@ -239,8 +303,9 @@ class TextEncoder:
         if isinstance(output_layer, bool) or not isinstance(output_layer, (int, np.integer)) or output_layer < 0:
             raise H3ValueError(f"output_layer must be an int >= 0, got {output_layer!r}")
         folder = os.fspath(path)
-        if not os.path.isdir(folder):
-            raise _err(folder, "not a folder (expected a text_encoder folder with config.json)")
+        if not os.path.exists(folder):
+            raise _err(folder, "not a folder or a file (expected a text_encoder folder with config.json "
+                               "or a single .safetensors file)")
         src = TextEncoderSource(folder, int(output_layer))
         try:
             shards = src.shards

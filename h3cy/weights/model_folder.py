@@ -57,8 +57,9 @@ def folder_tensors(folder, keep=None):
     ``source/``); the data is never read.  ``keep(name) -> bool`` filters."""
     out = {}
     src = os.path.join(folder, "source")
-    paths = [os.path.join(d, n) for d in (folder, src) if os.path.isdir(d)
-             for n in sorted(os.listdir(d)) if n.endswith(weight_suffixes())]
+    paths = [folder] if os.path.isfile(folder) else [
+        os.path.join(d, n) for d in (folder, src) if os.path.isdir(d)
+        for n in sorted(os.listdir(d)) if n.endswith(weight_suffixes())]
     for path in paths:
         f = open_tensor_file(path)
         try:
@@ -75,7 +76,7 @@ def _text_encoder_keep(output_layer=50):
         if "embed_tokens" in name:
             return True
         parts = name.split(".")
-        if "layers" in parts and "language_model" in parts:
+        if "layers" in parts and ("language_model" in parts or parts[:2] == ["model", "layers"]):
             i = parts.index("layers")
             return i + 1 < len(parts) and parts[i + 1].isdigit() and int(parts[i + 1]) < output_layer
         return False
@@ -136,6 +137,9 @@ class ModelFolder:
 
     def require(self, components=COMPONENTS):
         miss = [c for c in components if self.paths.get(c) is None]
+        if miss and self.layout == "files":
+            raise CheckpointError(f"missing component(s) {', '.join(miss)}: give a model folder or "
+                                  + ", ".join(f"{c}=FILE" for c in miss))
         if miss:
             sub = _SUBDIRS[self.layout]
             raise CheckpointError(
@@ -217,3 +221,26 @@ def find_model(path):
     if paths["tokenizer"] is None and paths["text_encoder"] and _is_tokenizer(paths["text_encoder"]):
         paths["tokenizer"] = paths["text_encoder"]
     return ModelFolder(root=root, layout=layout, paths=paths)
+
+
+def with_component_files(model=None, **files):
+    """Where each component lives when the user names files: a model folder (``model``, or
+    None) with each component given in ``files`` (a folder or a single file, e.g. Comfy-Org's
+    ``.safetensors``) taking the folder's place.  The folder's layout names the result; with
+    no folder it is "files".  CheckpointError when a named path does not exist."""
+    unknown = set(files) - set(COMPONENTS)
+    if unknown:
+        raise CheckpointError(f"unknown component(s) {', '.join(sorted(unknown))} (known: {', '.join(COMPONENTS)})")
+    given = {c: os.fspath(p) for c, p in files.items() if p is not None}
+    for c, p in given.items():
+        if not os.path.exists(p):
+            raise CheckpointError(f"{p}: no such {c} file or folder")
+    if model is not None:
+        mf = find_model(model)
+    elif given:
+        root = os.path.dirname(os.path.abspath(next(iter(given.values()))))
+        mf = ModelFolder(root=root, layout="files", paths={c: None for c in COMPONENTS})
+    else:
+        raise CheckpointError("no model: give a model folder or a file per component")
+    mf.paths.update(given)
+    return mf
