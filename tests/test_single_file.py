@@ -315,3 +315,48 @@ def test_cli_generates_from_single_files(tiny_pipeline, tiny_dit_factory, tmp_pa
     with np.load(lat) as z:
         assert np.array_equal(z["video_latent"], want.video_latent)
         assert np.array_equal(z["audio_latent"], want.audio_latent)
+
+
+# -- the video VAE -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def vae_released_head(tmp_path_factory):
+    """A tiny video VAE with the released head width (64): a single file says nothing of the
+    head width (the decoder's q/k norms have no weights), so h3cy takes the released one."""
+    import _tiny_vae
+    return _tiny_vae.build(str(tmp_path_factory.mktemp("vae64")), decoder_num_attention_heads=1,
+                           decoder_attention_head_dim=64)
+
+
+def _comfy_vae(vae, path, dtype=torch.float32):
+    """The release's video VAE tensors in one file with the latent statistics, as Comfy-Org's."""
+    from safetensors.torch import load_file
+    import _tiny_vae
+    sd = {k: v.to(dtype) if v.is_floating_point() else v
+          for k, v in load_file(os.path.join(vae.original, "source", "model.safetensors")).items()}
+    sd["latents_mean"] = torch.tensor(_tiny_vae.LATENTS_MEAN, dtype=dtype)
+    sd["latents_std"] = torch.tensor(_tiny_vae.LATENTS_STD, dtype=dtype)
+    return _save(sd, path)
+
+
+def test_comfy_video_vae_file_equals_the_folder(vae_released_head, tmp_path):
+    vae = vae_released_head
+    latent = np.random.default_rng(5).standard_normal((24, 7, 4, 6)).astype(np.float32)
+    want = h3cy.VideoDecoder.from_pretrained(vae.original, weights="fp32").decode(latent)
+    path = _comfy_vae(vae, tmp_path / "vae.safetensors")
+    assert detect(path).component == "video_vae"
+    dec = h3cy.VideoDecoder.from_pretrained(path, weights="fp32")
+    assert (dec.config["heads"], dec.config["num_layers"]) == (1, vae.config["decoder_num_layers"])
+    assert np.array_equal(dec.decode(latent), want)
+    # the published file is F16: the same decoder to half-precision weight rounding
+    half = h3cy.VideoDecoder.from_pretrained(_comfy_vae(vae, tmp_path / "vae16.safetensors", torch.float16),
+                                             weights="fp32").decode(latent)
+    # observed max |diff| 7e-4 of the [0, 1] pixel range; a wrong row order gives > 0.1
+    assert np.max(np.abs(half - want)) < 2e-2
+
+
+def test_comfy_video_vae_file_errors(tiny_vae, tmp_path):
+    path = _comfy_vae(tiny_vae, tmp_path / "vae.safetensors")      # head width 16, not the released 64
+    with pytest.raises(CheckpointError, match="not a multiple of the released head_dim 64"):
+        h3cy.VideoDecoder.from_pretrained(path)
+    with pytest.raises(CheckpointError, match="holds the video_vae, not the transformer"):
+        h3cy.DiT.from_pretrained(path)

@@ -20,6 +20,7 @@ torch rounds them; norms, ``scale1``/``scale2`` and the residual stream float32)
 ``fp16`` / ``int8`` for the 36 blocks' projections (activations float32; the small
 ``post_quant_conv``/``proj_in``/``proj_out`` stay float32).
 """
+import logging
 import math
 import os
 import threading
@@ -35,6 +36,8 @@ from ..weights.files import TensorFiles, checkpoint_error, load_json
 from ..weights.transformer import weight_files
 from .._progress import Ticker
 from ..errors import H3ValueError
+
+log = logging.getLogger("h3cy")
 
 __all__ = ["VideoDecoder", "to_uint8", "split_tiles", "blend", "PIXEL_MEAN", "PIXEL_STD"]
 
@@ -217,8 +220,11 @@ def _open(path):
     """(config, files, names) of a diffusers ``vae/`` or original ``video_vae/`` folder.
     ``names`` maps the roles this loader reads to the stored tensor names."""
     folder = os.fspath(path)
+    if os.path.isfile(folder):
+        return _open_single_file(folder)
     if not os.path.isdir(folder):
-        raise checkpoint_error(folder, None, "not a folder (expected a video VAE folder with config.json)")
+        raise checkpoint_error(folder, None, "neither a folder nor a file (expected a video VAE folder with "
+                               "config.json or a single .safetensors file)")
     cpath = os.path.join(folder, "config.json")
     cfg = load_json(cpath, "config")
     if not isinstance(cfg, dict):
@@ -255,6 +261,55 @@ def _open(path):
         files.get(pin, (conf.heads * conf.head_dim, conf.latent_channels))   # checks the shape
         if conf.layout == "original" and files.has("decoder.register_tokens"):
             conf.registers = files.info("decoder.register_tokens").shape[1]
+    except BaseException:
+        files.close()
+        raise
+    return conf, files
+
+
+def _open_single_file(path):
+    """A video VAE in one file (Comfy-Org's ``minimax_h3_video_vae_fp16``: the release's
+    names, F16, the encoder too): the decoder's sizes from its tensors' shapes, the rest from
+    the released configuration, the latent statistics from the file's own ``latents_mean``
+    / ``latents_std`` when it has them."""
+    from ..weights.released import released_config
+    from ..weights.single_file import detect
+    kind = detect(path)
+    if kind.component != "video_vae":
+        raise checkpoint_error(path, None, f"this file holds the {kind.component}, not the video VAE")
+    decoder_quant = sorted(n for n in kind.quant_tensors if n.startswith("decoder."))
+    if decoder_quant:
+        raise checkpoint_error(path, decoder_quant[0], f"quantised tensors ({', '.join(sorted(kind.quant))}) "
+                               "are not supported yet; h3cy reads float (F32/BF16/F16) single files")
+    files = TensorFiles([path], float_dtypes=("F32", "BF16", "F16"))
+    try:
+        rel = released_config("video_vae")
+        conf = _diffusers_config(rel, path)
+        conf.layout = kind.naming
+        pin = "decoder.proj_in.weight" if kind.naming == "diffusers" else "decoder.x_embedder.weight"
+        width, conf.latent_channels = files.info(pin).shape
+        if width % conf.head_dim:
+            raise checkpoint_error(path, pin, f"width {width} is not a multiple of the released head_dim "
+                                   f"{conf.head_dim}")
+        conf.heads = width // conf.head_dim
+        n = 0
+        while files.has(f"decoder.transformer_blocks.{n}.norm1.weight"):
+            n += 1
+        conf.num_layers = n
+        if files.has("decoder.register_tokens"):
+            conf.registers = files.info("decoder.register_tokens").shape[1]
+        for key in ("latents_mean", "latents_std"):
+            if files.has(key):
+                v = files.get(key, (conf.latent_channels,))
+                v = bf16_bits_to_f32(v) if v.dtype == np.uint16 else np.array(v, np.float32)
+                if not np.all(np.isfinite(v)):
+                    raise checkpoint_error(path, key, "latent statistics must be finite")
+                setattr(conf, key, v)
+            elif conf.latent_channels != len(getattr(conf, key)):
+                raise checkpoint_error(path, key, f"missing, and the released one has {len(getattr(conf, key))} "
+                                       f"channels, not {conf.latent_channels}")
+        log.info("%s: video VAE decoder sizes from the tensor shapes (%d layers, %d heads), the rest from the "
+                 "released configuration", path, conf.num_layers, conf.heads)
     except BaseException:
         files.close()
         raise

@@ -139,9 +139,10 @@ class TensorFiles:
     holding ``model.diffusion_model.*``, or several components under their own prefixes).
     A failed open closes what it had opened."""
 
-    def __init__(self, paths, index=None, lazy=False, prefix=""):
+    def __init__(self, paths, index=None, lazy=False, prefix="", float_dtypes=("F32", "BF16")):
         self.paths, self.index, self.lazy = [os.fspath(p) for p in paths], index, lazy
         self.prefix = prefix
+        self.float_dtypes = float_dtypes      # what get() accepts by default
         self._open = {}                       # path -> reader
         self._lock = threading.Lock()
         self._closed = False
@@ -225,10 +226,12 @@ class TensorFiles:
             raise checkpoint_error(self.path_of(name), name, "missing tensor")
         return self.file(self.where[name]).tensors[self.prefix + name]
 
-    def get(self, name, shape=None, dtypes=("F32", "BF16")):
+    def get(self, name, shape=None, dtypes="float"):
         """The tensor as stored (BF16 as uint16 bits), a read-only view into the mapping,
-        after checking its dtype is one of ``dtypes`` (None: any) and its shape is ``shape``
-        (if given)."""
+        after checking its dtype is one of ``dtypes`` ("float": the ``float_dtypes`` given at
+        open; None: any) and its shape is ``shape`` (if given)."""
+        if dtypes == "float":
+            dtypes = self.float_dtypes
         info = self.info(name)
         p = self.where[name]
         if dtypes is not None and info.dtype not in dtypes:
