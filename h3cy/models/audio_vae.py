@@ -88,22 +88,23 @@ def _infer_arch(cfg, r):
     shape = lambda name: r.shape(name)   # noqa: E731  (CheckpointError if absent)
     cfg.setdefault("latent_dim", shape("dec_in_proj.weight")[0])
     cfg.setdefault("latent_channels", shape("dec_in_proj.weight")[1])
-    cfg.setdefault("decoder_dim", shape("decoder.conv_pre.weight_v")[0])
+    v = r.weight_suffix
+    cfg.setdefault("decoder_dim", shape("decoder.conv_pre" + v)[0])
     n = 0
-    while f"decoder.ups.{n}.0.weight_v" in r.f:
+    while f"decoder.ups.{n}.0{v}" in r.f:
         n += 1
     if "decoder_kernel_sizes" not in cfg:
-        cfg["decoder_kernel_sizes"] = [shape(f"decoder.ups.{i}.0.weight_v")[2] for i in range(n)]
+        cfg["decoder_kernel_sizes"] = [shape(f"decoder.ups.{i}.0{v}")[2] for i in range(n)]
     if "decoder_rates" not in cfg:
         cfg["decoder_rates"] = [(k + 1) // 2 for k in cfg["decoder_kernel_sizes"]]
     nst = len(cfg["decoder_rates"])
     if "resblock_kernel_sizes" not in cfg:
         nb = 0
-        while f"decoder.resblocks.{nb}.convs1.0.weight_v" in r.f:
+        while f"decoder.resblocks.{nb}.convs1.0{v}" in r.f:
             nb += 1
         if nst == 0 or nb % nst:
             raise CheckpointError(f"{r.path}: {nb} resblocks do not split over {nst} stages")
-        cfg["resblock_kernel_sizes"] = [shape(f"decoder.resblocks.{j}.convs1.0.weight_v")[2]
+        cfg["resblock_kernel_sizes"] = [shape(f"decoder.resblocks.{j}.convs1.0{v}")[2]
                                         for j in range(nb // nst)]
     cfg.setdefault("resblock_dilation_sizes", [[1, 3, 5]] * len(cfg["resblock_kernel_sizes"]))
     try:
@@ -124,6 +125,23 @@ def _infer_arch(cfg, r):
     return cfg
 
 
+def _single_file_config(r):
+    """A single file (Comfy-Org's ``minimax_h3_audio_vae_fp32``: the release's names, weight
+    norm folded, the encoder too) has no config.json: the latent statistics from its own
+    ``latents_mean`` / ``latents_std`` (else the released ones), the sample rate from the
+    released configuration, the architecture from the shapes (_infer_arch)."""
+    from ..weights.released import released_config
+    from ..weights.single_file import detect
+    kind = detect(r.path, r.f)
+    if kind.component != "audio_vae":
+        raise CheckpointError(f"{r.path}: this file holds the {kind.component}, not the audio VAE")
+    rel = released_config("audio_vae")
+    cfg = {"sampling_rate": int(rel["sampling_rate"])}
+    for key in ("latents_mean", "latents_std"):
+        cfg[key] = r.get(key).reshape(-1) if key in r.f else np.asarray(rel[key], np.float32)
+    return cfg
+
+
 class _Reader:
     """Decoder tensors from one safetensors file (weights.files.TensorFiles), as float32
     with checked shapes and finite values."""
@@ -131,6 +149,10 @@ class _Reader:
     def __init__(self, path):
         self.path = path
         self.f = TensorFiles([path])
+        # diffusers and the release keep torch's weight-norm pair (weight_g, weight_v);
+        # Comfy-Org's single file stores the folded weight
+        self.folded = "decoder.conv_pre.weight" in self.f and "decoder.conv_pre.weight_v" not in self.f
+        self.weight_suffix = ".weight" if self.folded else ".weight_v"
 
     def shape(self, name):
         return tuple(self.f.info(name).shape)
@@ -147,7 +169,10 @@ class _Reader:
         return a
 
     def weight_norm(self, prefix, shape):
-        """W = v * (g / ||v||) with the norm over all dims but 0 (torch's weight_norm)."""
+        """W = v * (g / ||v||) with the norm over all dims but 0 (torch's weight_norm), or
+        the stored weight of a file that folded it."""
+        if self.folded:
+            return self.get(prefix + ".weight", shape)
         v = self.get(prefix + ".weight_v", shape)
         g = self.get(prefix + ".weight_g", (shape[0],) + (1,) * (len(shape) - 1))
         norm = np.sqrt(np.sum(np.square(v, dtype=np.float64), axis=tuple(range(1, v.ndim)),
@@ -324,11 +349,17 @@ class AudioDecoder:
         """
         compute = ops.Compute.resolve(weights, isa, threads, modes=AUDIO_WEIGHT_MODES)
         folder = os.fspath(path)
-        if not os.path.isdir(folder):
-            raise CheckpointError(f"{folder}: not a folder")
-        cfg, wpath = _read_config(folder)
+        if os.path.isfile(folder):
+            cfg, wpath = None, folder
+        elif os.path.isdir(folder):
+            cfg, wpath = _read_config(folder)
+        else:
+            raise CheckpointError(f"{folder}: neither a folder nor a file (expected an audio_vae folder or a "
+                                  "single .safetensors file)")
         reader = _Reader(wpath)
         try:
+            if cfg is None:
+                cfg = _single_file_config(reader)
             return cls(reader, _infer_arch(cfg, reader), compute)
         finally:
             reader.close()

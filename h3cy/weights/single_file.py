@@ -26,8 +26,8 @@ COMPONENT_SIGNATURES = {
                      ("transformers", ("model.language_model.layers.0.self_attn.q_proj.weight",))),
     "video_vae": (("original", ("decoder.x_embedder.weight",)),
                   ("diffusers", ("decoder.proj_in.weight",))),
-    "audio_vae": (("diffusers", ("decoder.conv_pre.weight_v",)),
-                  ("comfy", ("pre_block.attn.zero_k_bias",))),
+    "audio_vae": (("diffusers", ("dec_in_proj.weight", "decoder.conv_pre.weight_v")),
+                  ("folded", ("dec_in_proj.weight", "decoder.conv_pre.weight"))),
 }
 # key prefixes other tools put in front of a component's names (ComfyUI's model wrapper)
 PREFIXES = ("", "model.diffusion_model.", "diffusion_model.")
