@@ -1,4 +1,4 @@
-"""The five nodes, described once; ``__init__`` turns these descriptions into ComfyUI's v3
+"""The six nodes, described once; ``__init__`` turns these descriptions into ComfyUI's v3
 schema classes (or, on a ComfyUI without ``comfy_api.latest``, classic node classes).
 
 Input tuple: ``(name, type, options)``; types are ComfyUI's (INT, FLOAT, STRING, COMBO,
@@ -48,11 +48,26 @@ def _loader_inputs():
     ]
 
 
+def _files_loader_inputs():
+    tips = {"dit": "The MiniMax-H3 diffusion model file (Comfy-Org's minimax_h3_*_bf16.safetensors), from "
+                   "models/diffusion_models/.",
+            "text_encoder": "The Qwen3-VL text encoder file (qwen3vl_32b_minimax_h3_bf16.safetensors), from "
+                            "models/text_encoders/.",
+            "video_vae": "The video VAE file (minimax_h3_video_vae_fp16.safetensors), from models/vae/.",
+            "audio_vae": "The audio VAE file (minimax_h3_audio_vae_fp32.safetensors), from models/vae/."}
+    return [(role, "COMBO", {"options": nodes_load.file_options(folder), "tooltip": tips[role]})
+            for role, (folder, _, _) in nodes_load.FILE_INPUTS.items()] + _loader_inputs()[1:]
+
+
 NODES = [
     {"node_id": "H3cyModelLoader", "display_name": "H3 Model Loader (h3cy, CPU)",
      "description": "Opens a MiniMax-H3 model for h3cy, the CPU engine. Loaded once and reused across runs "
                     "while the model and mode stay the same.",
      "inputs": _loader_inputs, "outputs": [("H3_MODEL", "model")], "fn": nodes_load.load_model},
+    {"node_id": "H3cyFilesLoader", "display_name": "H3 Model Loader from files (h3cy, CPU)",
+     "description": "Opens MiniMax-H3 from the single files ComfyUI's templates download (diffusion model, "
+                    "text encoder, video VAE, audio VAE), as they are: no conversion, memory-mapped.",
+     "inputs": _files_loader_inputs, "outputs": [("H3_MODEL", "model")], "fn": nodes_load.load_files},
     {"node_id": "H3cyTextEncode", "display_name": "H3 Text Encode (h3cy)",
      "description": "Encodes a prompt with MiniMax-H3's text encoder (cached on disk per prompt).",
      "inputs": lambda: [MODEL_IN, PROMPT_IN], "outputs": [("H3_CONDITIONING", "conditioning")],

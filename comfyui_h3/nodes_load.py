@@ -147,7 +147,7 @@ def resolve(model):
             "and refresh (press R) — see comfyui_h3/README.md.")
     found = list_models()
     if model not in found:
-        raise FileNotFoundError(f"MiniMax-H3 model {model!r} is no longer in ComfyUI's model folders "
+        raise FileNotFoundError(f"MiniMax-H3 model {model!r} is not in ComfyUI's model folders "
                                 f"(found: {sorted(found) or 'none'}); refresh the page and pick another.")
     src = found[model]
     return _assemble(model, src) if isinstance(src, dict) else src
@@ -160,12 +160,15 @@ class H3Model:
     loaded since (the cache holds one); ``lock`` serialises generations on this model.
     """
 
-    def __init__(self, path, weights, threads, streaming):
+    def __init__(self, path, weights, threads, streaming, files=None):
         self.path, self.weights, self.threads, self.streaming = path, weights, threads, streaming
+        self.files = files or {}       # component -> single file (H3 Model Loader from files)
 
     @property
     def key(self):
-        return (os.path.realpath(self.path), self.weights, self.threads, self.streaming)
+        where = (os.path.realpath(self.path) if self.path else None,
+                 tuple(sorted((c, os.path.realpath(p)) for c, p in self.files.items())))
+        return (where, self.weights, self.threads, self.streaming)
 
     def pipeline(self):
         return _CACHE.get(self)
@@ -175,7 +178,8 @@ class H3Model:
         return _CACHE.lock_for(self.key)
 
     def __repr__(self):
-        return f"<H3_MODEL {self.path} weights={self.weights} streaming={self.streaming}>"
+        what = self.path or ", ".join(os.path.basename(p) for p in self.files.values())
+        return f"<H3_MODEL {what} weights={self.weights} streaming={self.streaming}>"
 
 
 class _PipelineCache:
@@ -199,9 +203,9 @@ class _PipelineCache:
             self._release_locked()
             try:
                 pipe = h3cy.load(model.path, weights=model.weights, streaming=STREAMING[model.streaming],
-                                 threads=model.threads or None)
+                                 threads=model.threads or None, **model.files)
             except MemoryError as e:
-                raise MemoryError(f"{e} — not enough memory to load {model.path} in weights={model.weights}: "
+                raise MemoryError(f"{e} — not enough memory to load {model!r} in weights={model.weights}: "
                                   "pick weights int4 (about half of int8) or streaming 'on' in H3 Model "
                                   "Loader") from e
             self.key, self.pipe = model.key, pipe
@@ -230,4 +234,69 @@ def load_model(model, weights="int8", threads=0, streaming="auto"):
         raise ValueError(f"streaming must be one of {sorted(STREAMING)}, got {streaming!r}")
     handle = H3Model(resolve(model), weights, int(threads), streaming)
     handle.pipeline()              # open now, so a missing file is reported by this node
+    return (handle,)
+
+
+# -- H3 Model Loader from files: ComfyUI's own diffusion_models / text_encoders / vae files ---
+FILE_SUFFIXES = (".safetensors", ".sft")
+# node input -> (ComfyUI folder, h3cy component, what the user calls it)
+FILE_INPUTS = {"dit": ("diffusion_models", "transformer", "diffusion model"),
+               "text_encoder": ("text_encoders", "text_encoder", "text encoder"),
+               "video_vae": ("vae", "video_vae", "video VAE"),
+               "audio_vae": ("vae", "audio_vae", "audio VAE")}
+
+
+def _no_file(folder):
+    return f"(no .safetensors in models/{folder}/)"
+
+
+def file_options(folder):
+    """The .safetensors files ComfyUI lists for ``folder`` (its own folders and
+    extra_model_paths.yaml's), so existing downloads appear without moving anything."""
+    try:
+        names = [n for n in folder_paths.get_filename_list(folder) if n.lower().endswith(FILE_SUFFIXES)]
+    except KeyError:
+        names = []
+    return names or [_no_file(folder)]
+
+
+def check_file(role, name):
+    """The full path of the file picked for ``role``, after reading its headers: a file that
+    is not that component, or that h3cy cannot run, fails here in one line naming it (not
+    later, in whichever node first touches it)."""
+    folder, component, what = FILE_INPUTS[role]
+    if name == _no_file(folder):
+        raise FileNotFoundError(f"{what}: no file to pick: put the MiniMax-H3 {what} file in ComfyUI's "
+                                f"models/{folder}/ and refresh (press R)")
+    path = folder_paths.get_full_path(folder, name)
+    if path is None:
+        raise FileNotFoundError(f"{what}: {name!r} is not in ComfyUI's {folder} folders; refresh the page "
+                                "and pick another")
+    h3cy = _h3.require()
+    from h3cy.weights.single_file import detect
+    try:
+        kind = detect(path)
+    except h3cy.CheckpointError as e:
+        raise ValueError(f"{what}: {name} cannot be used: {e}") from None
+    if kind.component != component:
+        raise ValueError(f"{what}: {name} holds the MiniMax-H3 {kind.component.replace('_', ' ')}, "
+                         f"not the {what}")
+    if kind.quantised and component != "video_vae":
+        raise ValueError(f"{what}: {name} holds quantised tensors ({', '.join(sorted(kind.quant))}) that h3cy "
+                         "cannot run yet; use the bf16 / fp16 / fp32 file")
+    return path
+
+
+def load_files(dit, text_encoder, video_vae, audio_vae, weights="int8", threads=0, streaming="auto"):
+    """H3 Model Loader from files' execute: check the four files' headers, then open (or
+    reuse) the pipeline.  The tokenizer is the released one shipped with h3cy."""
+    _h3.require()
+    if weights not in WEIGHT_MODES:
+        raise ValueError(f"weights must be one of {WEIGHT_MODES}, got {weights!r}")
+    if streaming not in STREAMING:
+        raise ValueError(f"streaming must be one of {sorted(STREAMING)}, got {streaming!r}")
+    picked = dict(dit=dit, text_encoder=text_encoder, video_vae=video_vae, audio_vae=audio_vae)
+    files = {role: check_file(role, name) for role, name in picked.items()}
+    handle = H3Model(None, weights, int(threads), streaming, files=files)
+    handle.pipeline()
     return (handle,)

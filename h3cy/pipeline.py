@@ -96,6 +96,9 @@ class Pipeline:
             self.folder.paths["tokenizer"] = DEFAULT_FOLDER
             log.info("h3cy: no tokenizer given; using the released tokenizer shipped with h3cy")
         self.folder.require()
+        # every component's file headers now (sizes and offsets checked, no data read): a
+        # truncated shard fails here, naming it, not minutes later in whichever phase reads it
+        self.folder.sizes()
         self.path = path
         self.weights, self.vae_weights = weights, vae_weights
         self.streaming = streaming

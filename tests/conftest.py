@@ -77,3 +77,28 @@ def tiny_pipeline(tiny_dit_factory, tmp_path_factory):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(scope="session")
+def vae_released_head(tmp_path_factory):
+    """A tiny video VAE with the released head width (64): a single file says nothing of the
+    head width (the decoder's q/k norms have no weights), so h3cy takes the released one."""
+    import _tiny_vae
+    return _tiny_vae.build(str(tmp_path_factory.mktemp("vae64")), decoder_num_attention_heads=1,
+                           decoder_attention_head_dim=64)
+
+
+@pytest.fixture(scope="session")
+def comfy_files(tiny_pipeline, tiny_dit_factory, vae_released_head, tmp_path_factory):
+    """The tiny pipeline's four components as Comfy-Org-style single files (tests/_comfy_files),
+    with ``reference``: h3cy.load arguments giving the same model from folders."""
+    import _comfy_files as cf
+    d = tmp_path_factory.mktemp("comfy_files")
+    tp = tiny_pipeline
+    return {
+        "dit": cf.save(cf.dit_state(tiny_dit_factory("p")), d / "h3_dit_bf16.safetensors", cf.COMFY_PREFIX),
+        "text_encoder": cf.text_encoder_file(os.path.join(tp.diffusers, "text_encoder"), d / "h3_te.safetensors"),
+        "video_vae": cf.video_vae_file(vae_released_head, d / "h3_video_vae.safetensors"),
+        "audio_vae": cf.audio_vae_file(os.path.join(tp.diffusers, "audio_vae"), d / "h3_audio_vae.safetensors"),
+        "reference": dict(path=tp.release, video_vae=vae_released_head.original),
+    }

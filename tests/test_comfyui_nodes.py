@@ -23,7 +23,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 STUBS = os.path.join(HERE, "comfy_stubs")
 PACK = os.path.join(os.path.dirname(HERE), "comfyui_h3", "__init__.py")
 STUB_MODULES = ("comfy", "folder_paths", "comfy_api")
-NODE_IDS = ["H3cyModelLoader", "H3cyTextEncode", "H3cySampler", "H3cyDecode", "H3cyGenerate"]
+NODE_IDS = ["H3cyModelLoader", "H3cyFilesLoader", "H3cyTextEncode", "H3cySampler", "H3cyDecode",
+            "H3cyGenerate"]
 SMALL = dict(width=64, height=64, frames=22, seconds=0.0, steps=2, seed=7, reuse=1, layers=0)
 
 
@@ -113,7 +114,7 @@ def load(nodes, weights="fp32", model="demo"):
 # ---------------------------------------------------------------------------------------------
 # registration and schemas
 # ---------------------------------------------------------------------------------------------
-def test_v3_entrypoint_registers_five_prefixed_nodes(pack):
+def test_v3_entrypoint_registers_six_prefixed_nodes(pack):
     import asyncio
     assert not hasattr(pack, "NODE_CLASS_MAPPINGS")     # else ComfyUI ignores comfy_entrypoint
     ext = asyncio.run(pack.comfy_entrypoint())
@@ -129,6 +130,9 @@ def test_v3_entrypoint_registers_five_prefixed_nodes(pack):
 EXPECTED_INPUTS = {
     "H3cyModelLoader": [("model", "COMBO", None), ("weights", "COMBO", "int8"), ("threads", "INT", 0),
                         ("streaming", "COMBO", "auto")],
+    "H3cyFilesLoader": [("dit", "COMBO", None), ("text_encoder", "COMBO", None), ("video_vae", "COMBO", None),
+                        ("audio_vae", "COMBO", None), ("weights", "COMBO", "int8"), ("threads", "INT", 0),
+                        ("streaming", "COMBO", "auto")],
     "H3cyTextEncode": [("model", "H3_MODEL", None), ("prompt", "STRING", "")],
     "H3cySampler": [("model", "H3_MODEL", None), ("conditioning", "H3_CONDITIONING", None),
                     ("width", "INT", 512), ("height", "INT", 512), ("frames", "INT", 22), ("seconds", "FLOAT", 0.0),
@@ -138,7 +142,8 @@ EXPECTED_INPUTS = {
                      ("height", "INT", 512), ("frames", "INT", 22), ("seconds", "FLOAT", 0.0), ("steps", "INT", 20),
                      ("seed", "INT", 42), ("reuse", "INT", 1), ("layers", "INT", 0)],
 }
-EXPECTED_OUTPUTS = {"H3cyModelLoader": ["H3_MODEL"], "H3cyTextEncode": ["H3_CONDITIONING"],
+EXPECTED_OUTPUTS = {"H3cyModelLoader": ["H3_MODEL"], "H3cyFilesLoader": ["H3_MODEL"],
+                    "H3cyTextEncode": ["H3_CONDITIONING"],
                     "H3cySampler": ["LATENT"], "H3cyDecode": ["IMAGE", "AUDIO"], "H3cyGenerate": ["IMAGE", "AUDIO"]}
 
 
@@ -194,7 +199,7 @@ def test_missing_h3cy_loads_and_says_how_to_install(comfy_env, pack, caplog):
         with pytest.raises(missing, match="pip install h3cy"):
             run(mod.NODE_CLASSES[0], model="demo", weights="int8", threads=0, streaming="auto")
         with pytest.raises(missing, match="pip install h3cy"):
-            run(mod.NODE_CLASSES[4], model=None, prompt="x", **SMALL)
+            run(mod.NODE_CLASSES[NODE_IDS.index("H3cyGenerate")], model=None, prompt="x", **SMALL)
     finally:
         _drop_modules(("h3cy",))
         sys.modules.update(saved)
@@ -351,7 +356,7 @@ def test_clear_errors(nodes):
     with pytest.raises(FileNotFoundError, match="models/h3"):
         run(nodes["H3cyModelLoader"], model="(no MiniMax-H3 model found: put one in models/h3/)",
             weights="int8", threads=0, streaming="auto")
-    with pytest.raises(FileNotFoundError, match="no longer"):
+    with pytest.raises(FileNotFoundError, match="is not in ComfyUI's model folders"):
         run(nodes["H3cyModelLoader"], model="gone", weights="int8", threads=0, streaming="auto")
     with pytest.raises(ValueError, match="H3 Sampler"):
         run(nodes["H3cyDecode"], model=model, latent={"samples": torch.zeros(1, 4, 8, 8)})
@@ -383,3 +388,57 @@ def test_other_model_folders(nodes, comfy_env, demo_root, pack):
     ref = run(nodes["H3cyGenerate"], model=load(nodes, model="diffusion_models/whole"), prompt="a fox in snow",
               **SMALL)[0]
     assert torch.equal(images, ref)
+
+
+def test_files_loader_lists_comfyui_folders_and_generates(nodes, comfy_env, comfy_files):
+    """ComfyUI users' own downloads: the four single files in models/diffusion_models,
+    text_encoders and vae (a subfolder too) appear in the files loader and make what
+    h3cy.load makes from the same files."""
+    fp = comfy_env["folder_paths"]
+    where = {"dit": ("diffusion_models", ""), "text_encoder": ("text_encoders", ""),
+             "video_vae": ("vae", ""), "audio_vae": ("vae", "minimax")}
+    picks = {}
+    for role, (folder, sub) in where.items():
+        d = os.path.join(fp.models_dir, folder, sub)
+        os.makedirs(d, exist_ok=True)
+        name = os.path.basename(comfy_files[role])
+        os.symlink(comfy_files[role], os.path.join(d, name))
+        picks[role] = os.path.join(sub, name) if sub else name
+    info = nodes["H3cyFilesLoader"].INPUT_TYPES()["required"]
+    for role, name in picks.items():
+        assert name in info[role][1]["options"], (role, info[role][1]["options"])
+    model = run(nodes["H3cyFilesLoader"], weights="fp32", threads=0, streaming="off", **picks)[0]
+    assert model.pipeline().folder.layout == "files"
+    images, audio = run(nodes["H3cyGenerate"], model=model, prompt="a fox in snow", **SMALL)
+    want = h3cy.load(weights="fp32", streaming=False, **{r: comfy_files[r] for r in picks}).generate(
+        prompt="a fox in snow", width=64, height=64, frames=22, steps=2, seed=7)
+    assert np.array_equal(images.numpy(), want.frames * np.float32(1.0 / 255.0))
+    # a file of the wrong kind, or one h3cy cannot read, fails in the loader in one line
+    wrong = dict(picks, dit=picks["text_encoder"])
+    with pytest.raises(FileNotFoundError, match="not in ComfyUI's diffusion_models"):
+        run(nodes["H3cyFilesLoader"], weights="fp32", threads=0, streaming="off", **wrong)
+    os.symlink(comfy_files["text_encoder"], os.path.join(fp.models_dir, "diffusion_models", "te_here.safetensors"))
+    with pytest.raises(ValueError, match="diffusion model: te_here.safetensors holds the MiniMax-H3 text encoder"):
+        run(nodes["H3cyFilesLoader"], weights="fp32", threads=0, streaming="off", **dict(picks, dit="te_here.safetensors"))
+
+
+def test_example_workflows_ship_in_api_format_too(pack):
+    """Scripts drive ComfyUI through the API format: every example workflow has its
+    ``*_api.json`` twin, equal to the frontend's conversion of the UI workflow against the
+    pack's own node schemas (so a renamed input or a reordered widget shows up here)."""
+    import glob
+    import json
+    from _comfy_api import object_info, to_api
+    info = object_info(pack.NODE_CLASSES)
+    ui = sorted(p for p in glob.glob(os.path.join(os.path.dirname(PACK), "workflows", "*.json"))
+                if not p.endswith("_api.json"))
+    assert len(ui) >= 2
+    for path in ui:
+        with open(path) as f:
+            want = to_api(json.load(f), info)
+        with open(path[:-len(".json")] + "_api.json") as f:
+            assert json.load(f) == want, path
+        for node in want.values():                  # links point at existing nodes
+            for v in node["inputs"].values():
+                if isinstance(v, list):
+                    assert v[0] in want

@@ -23,13 +23,14 @@ import uuid
 
 import pytest
 
+from _comfy_api import to_api
+
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="COMFYUI_DIR is not set: needs a ComfyUI checkout (an optional tool; ComfyUI is not on PyPI)")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACK = os.path.join(ROOT, "comfyui_h3")
 WORKFLOW = os.path.join(PACK, "workflows", "h3cy_text_to_video.json")
-WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
 SMALL = {"width": 64, "height": 64, "frames": 22, "seconds": 0.0, "steps": 2, "seed": 5}
 
 
@@ -109,32 +110,6 @@ def comfy(tmp_path_factory):
             proc.kill()
         if os.environ.get("COMFYUI_H3_LOG"):
             shutil.copy(log_path, os.environ["COMFYUI_H3_LOG"])
-
-
-def to_api(workflow, object_info, overrides):
-    """The frontend's UI-workflow -> API-prompt conversion: links by (node, slot), widget
-    values in input order, skipping the control_after_generate value after a seed."""
-    links = {l[0]: l for l in workflow["links"]}
-    prompt = {}
-    for n in workflow["nodes"]:
-        info = object_info[n["type"]]["input"]
-        specs = {**info.get("required", {}), **info.get("optional", {})}
-        linked = {i["name"]: i["link"] for i in n.get("inputs", []) if i.get("link") is not None}
-        inputs, values = {}, list(n.get("widgets_values") or [])
-        for name in [*info.get("required", {}), *info.get("optional", {})]:
-            typ, opts = specs[name][0], (specs[name][1] if len(specs[name]) > 1 else {})
-            if name in linked:
-                l = links[linked[name]]
-                inputs[name] = [str(l[1]), l[2]]
-            elif isinstance(typ, list) or typ in WIDGET_TYPES:
-                if not values:
-                    continue
-                inputs[name] = values.pop(0)
-                if opts.get("control_after_generate"):
-                    values.pop(0)
-        inputs.update(overrides.get(n["type"], {}))
-        prompt[str(n["id"])] = {"class_type": n["type"], "inputs": inputs}
-    return prompt
 
 
 def small_prompt(comfy, **sampler):

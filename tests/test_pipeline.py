@@ -314,3 +314,16 @@ def test_each_config_is_parsed_once(tiny_pipeline, monkeypatch):
     a["text_dim"] = -1
     b = files.load_json(os.path.join(tiny_pipeline.diffusers, "transformer", "config.json"), "config")
     assert b["text_dim"] > 0
+
+
+def test_load_checks_every_components_headers(tiny_pipeline, tmp_path):
+    """A truncated weights file fails h3cy.load naming the file (headers only, no data
+    read), not a later phase that happens to read it first."""
+    import shutil
+    d = tmp_path / "broken"
+    shutil.copytree(tiny_pipeline.release, d, symlinks=False)
+    shards = sorted((d / "FL2VA" / "transformer").glob("model-*.safetensors"))
+    with open(shards[-1], "r+b") as f:
+        f.truncate(os.path.getsize(shards[-1]) - 64)
+    with pytest.raises(h3cy.CheckpointError, match=shards[-1].name):
+        h3cy.load(d)

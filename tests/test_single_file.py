@@ -18,22 +18,10 @@ from h3cy.weights.single_file import detect
 from _compare import assert_close, assert_nontrivial
 from test_dit_parity import packed_inputs, reference_forward
 from test_pipeline import F, H, W
+from _comfy_files import (COMFY_PREFIX, audio_vae_file, dit_state, save, text_encoder_file,
+                          video_vae_file)
 
-COMFY_PREFIX = "model.diffusion_model."
 GRID = 1025
-
-
-def _state(t):
-    """The tiny model's tensors as Comfy-Org stores them: the release's names, stacked
-    [q; k; v] rows (the original_single folder's file), as torch tensors."""
-    from safetensors.torch import load_file
-    return load_file(os.path.join(t.original_single, "model.safetensors"))
-
-
-def _save(sd, path, prefix=""):
-    from safetensors.torch import save_file
-    save_file({prefix + k: v.contiguous() for k, v in sd.items()}, str(path))
-    return str(path)
 
 
 def _curve_table(t, grid=GRID):
@@ -46,8 +34,8 @@ def _curve_table(t, grid=GRID):
         return torch.nn.functional.silu(m.time_embedder(m.time_proj(tj)))
 
 
-def _curve_state(t, table, adaln_dtype=torch.float32):
-    sd = {k: v for k, v in _state(t).items() if not k.startswith("time_embedder.")}
+def _curvedit_state(t, table, adaln_dtype=torch.float32):
+    sd = {k: v for k, v in dit_state(t).items() if not k.startswith("time_embedder.")}
     sd["adaln_t_table"] = table.float()
     for k in list(sd):
         if "adaln_proj.linear" in k:
@@ -71,7 +59,7 @@ def test_comfy_file_equals_the_release_folders(tiny_dit_factory, tmp_path, prefi
     """The same model as the release's sharded, per-head interleaved folder and as a Comfy
     single file (stacked QKV, no config, with or without ComfyUI's prefix): identical."""
     t = tiny_dit_factory("b")
-    path = _save(_state(t), tmp_path / "dit.safetensors", prefix)
+    path = save(dit_state(t), tmp_path / "dit.safetensors", prefix)
     inputs = packed_inputs(t.config, seed=11)
     want = h3cy.DiT.from_pretrained(t.original, weights=weights, threads=2).forward(**inputs)
     dit = h3cy.DiT.from_pretrained(path, weights=weights, threads=2)
@@ -84,7 +72,7 @@ def test_comfy_file_equals_the_release_folders(tiny_dit_factory, tmp_path, prefi
 
 def test_comfy_file_matches_diffusers(tiny_dit_factory, tmp_path):
     t = tiny_dit_factory("c")
-    path = _save(_state(t), tmp_path / "dit.safetensors", COMFY_PREFIX)
+    path = save(dit_state(t), tmp_path / "dit.safetensors", COMFY_PREFIX)
     inputs = packed_inputs(t.config, seed=12)
     # the file holds the released dtype mix (bf16 blocks): diffusers on those values, in float32
     want_v, want_a = reference_forward(t.diffusers_bf16, torch.float32, inputs)
@@ -96,13 +84,13 @@ def test_comfy_file_matches_diffusers(tiny_dit_factory, tmp_path):
 
 def test_detect_says_what_it_found_and_assumed(tiny_dit_factory, tmp_path):
     t = tiny_dit_factory("a")
-    path = _save(_state(t), tmp_path / "dit.safetensors", COMFY_PREFIX)
+    path = save(dit_state(t), tmp_path / "dit.safetensors", COMFY_PREFIX)
     k = detect(path)
     assert (k.component, k.naming, k.prefix, k.qkv_layout, k.adaln) == (
         "transformer", "original", COMFY_PREFIX, "stacked", "full")
     assert not k.quantised and set(k.dtypes) == {"F32", "BF16"}
     assert any("stacked" in a for a in k.assumed)
-    other = _save({"x": torch.zeros(2)}, tmp_path / "other.safetensors")
+    other = save({"x": torch.zeros(2)}, tmp_path / "other.safetensors")
     with pytest.raises(CheckpointError, match="not a MiniMax-H3 component"):
         detect(other)
     with pytest.raises(CheckpointError, match="not a MiniMax-H3 component"):
@@ -111,7 +99,7 @@ def test_detect_says_what_it_found_and_assumed(tiny_dit_factory, tmp_path):
 
 def test_info_prints_kind_config_and_memory(tiny_dit_factory, tmp_path):
     t = tiny_dit_factory("a")
-    path = _save(_state(t), tmp_path / "dit.safetensors")
+    path = save(dit_state(t), tmp_path / "dit.safetensors")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [os.path.dirname(os.path.dirname(h3cy.__file__)), os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, "-m", "h3cy", "info", path], capture_output=True, text=True, env=env)
@@ -125,31 +113,31 @@ def test_info_prints_kind_config_and_memory(tiny_dit_factory, tmp_path):
 
 def test_inconsistent_tensors_are_refused_by_name(tiny_dit_factory, tmp_path):
     t = tiny_dit_factory("b")
-    sd = _state(t)
+    sd = dit_state(t)
     bad = dict(sd)
     bad["blocks.1.mlp.fc2.weight"] = sd["blocks.1.mlp.fc2.weight"][:, :-8]
     with pytest.raises(CheckpointError, match=r"blocks\.1\.mlp\.fc2\.weight.*shape.*inferred from the tensor"):
-        h3cy.DiT.from_pretrained(_save(bad, tmp_path / "a.safetensors"))
+        h3cy.DiT.from_pretrained(save(bad, tmp_path / "a.safetensors"))
     bad = {k: v for k, v in sd.items() if k != "blocks.0.attn.q_norm.weight"}
     with pytest.raises(CheckpointError, match=r"blocks\.0\.attn\.q_norm\.weight"):
-        h3cy.DiT.from_pretrained(_save(bad, tmp_path / "b.safetensors"))
+        h3cy.DiT.from_pretrained(save(bad, tmp_path / "b.safetensors"))
     bad = dict(sd)
     bad["blocks.0.attn.qkv_proj.weight"] = sd["blocks.0.attn.qkv_proj.weight"][:-1]
     with pytest.raises(CheckpointError, match=r"blocks\.0\.attn\.qkv_proj\.weight"):
-        h3cy.DiT.from_pretrained(_save(bad, tmp_path / "c.safetensors"))
+        h3cy.DiT.from_pretrained(save(bad, tmp_path / "c.safetensors"))
 
 
 def test_quantised_tensors_are_named_not_run(tiny_dit_factory, tmp_path):
     """Until the quantised formats land, a file holding them fails naming the layer and the
     format -- never a silent fallback."""
     t = tiny_dit_factory("a")
-    sd = _state(t)
+    sd = dit_state(t)
     w = sd["blocks.0.mlp.fc2.weight"].float()
     sd["blocks.0.mlp.fc2.weight"] = torch.zeros(w.shape, dtype=torch.int8)
     sd["blocks.0.mlp.fc2.weight_scale"] = torch.ones(w.shape[0], 1)
     blob = json.dumps({"format": "int8_tensorwise", "convrot": True, "convrot_groupsize": 16}).encode()
     sd["blocks.0.mlp.fc2.comfy_quant"] = torch.tensor(list(blob), dtype=torch.uint8)
-    path = _save(sd, tmp_path / "q.safetensors")
+    path = save(sd, tmp_path / "q.safetensors")
     k = detect(path)
     assert k.quant == {"int8_tensorwise+convrot": 1} and k.quant_tensors == {"blocks.0.mlp.fc2": "int8_tensorwise+convrot"}
     with pytest.raises(CheckpointError, match=r"blocks\.0\.mlp\.fc2.*int8_tensorwise\+convrot.*not supported"):
@@ -161,7 +149,7 @@ def test_curve_form_on_the_grid_equals_diffusers(tiny_dit_factory, tmp_path, wei
     """A curve-form file whose table samples the model's own AdaLN input curve at full rank
     is the full model at grid timesteps."""
     t = tiny_dit_factory("a")
-    path = _save(_curve_state(t, _curve_table(t)), tmp_path / "curve.safetensors", COMFY_PREFIX)
+    path = save(_curvedit_state(t, _curve_table(t)), tmp_path / "curve.safetensors", COMFY_PREFIX)
     assert detect(path).adaln == "curve"
     inputs = packed_inputs(t.config, seed=13)
     inputs["timestep"] = np.array([896, 307], np.float32) / np.float32(GRID - 1)   # on the grid
@@ -186,7 +174,7 @@ def test_curve_form_on_the_grid_equals_diffusers(tiny_dit_factory, tmp_path, wei
 def test_curve_form_between_grid_points_is_the_lerp(tiny_dit_factory, tmp_path):
     t = tiny_dit_factory("a")
     table = _curve_table(t, grid=17).numpy()
-    path = _save(_curve_state(t, torch.from_numpy(table)), tmp_path / "curve.safetensors")
+    path = save(_curvedit_state(t, torch.from_numpy(table)), tmp_path / "curve.safetensors")
     dit = h3cy.DiT.from_pretrained(path, weights="fp32", threads=2)
     from h3cy.weights.safetensors import SafetensorsFile
     with SafetensorsFile(path) as f:     # the curve file's projections are float32
@@ -208,13 +196,13 @@ def test_rank8_curve_file_as_published_loads_and_runs(tiny_dit_factory, tmp_path
     t = tiny_dit_factory("a")
     rng = np.random.default_rng(3)
     H, A = t.config["hidden_size"], 6 * 3 * t.config["hidden_size"]
-    sd = {k: v for k, v in _state(t).items() if not k.startswith("time_embedder.")}
+    sd = {k: v for k, v in dit_state(t).items() if not k.startswith("time_embedder.")}
     sd["adaln_t_table"] = torch.from_numpy(rng.standard_normal((GRID, 8)).astype(np.float32))
     for k in [k for k in sd if k.endswith("adaln_proj.linear.weight")]:
         n = A if k.startswith("blocks.") else 2 * H
         sd[k] = torch.from_numpy((0.1 * rng.standard_normal((n, 8))).astype(np.float16))
         sd[k[:-len("weight")] + "bias"] = torch.from_numpy((0.1 * rng.standard_normal(n)).astype(np.float16))
-    path = _save(sd, tmp_path / "rank8.safetensors", COMFY_PREFIX)
+    path = save(sd, tmp_path / "rank8.safetensors", COMFY_PREFIX)
     dit = h3cy.DiT.from_pretrained(path, weights="int8", threads=2)
     assert dit.config["time_embed_dim"] == 8
     inputs = packed_inputs(t.config, seed=14)
@@ -229,28 +217,9 @@ def test_rank8_curve_file_as_published_loads_and_runs(tiny_dit_factory, tmp_path
 TE_IDS = [32, 2518, 38835, 11435, 1526, 11794]
 
 
-def _comfy_text_encoder(tiny_te, path, drop=(), layers=50):
-    """The tiny Qwen3-VL as Comfy-Org stores it: ``model.layers.N.*`` (the text stack up to
-    hidden_states[50]), ``model.embed_tokens``, the vision tower; no final norm, no LM head."""
-    from safetensors.torch import load_file
-    sd = load_file(os.path.join(tiny_te, "model.safetensors"))
-    out = {}
-    for k, v in sd.items():
-        if k.startswith("model.language_model."):
-            rest = k[len("model.language_model."):]
-            if rest.startswith("norm.") or (rest.startswith("layers.") and int(rest.split(".")[1]) >= layers):
-                continue
-            out["model." + rest] = v
-        elif k.startswith("model.visual."):
-            out[k[len("model."):]] = v
-    for k in drop:
-        del out[k]
-    return _save(out, path)
-
-
 @pytest.mark.parametrize("weights", ["bf16", "int8"])
 def test_comfy_text_encoder_file_equals_the_folder(tiny_te, tmp_path, weights):
-    path = _comfy_text_encoder(tiny_te, tmp_path / "te.safetensors")
+    path = text_encoder_file(tiny_te, tmp_path / "te.safetensors")
     k = detect(path)
     assert (k.component, k.naming) == ("text_encoder", "comfy")
     want = h3cy.TextEncoder.from_pretrained(tiny_te, weights=weights).encode(TE_IDS)
@@ -260,14 +229,14 @@ def test_comfy_text_encoder_file_equals_the_folder(tiny_te, tmp_path, weights):
 
 
 def test_comfy_text_encoder_file_errors_name_the_tensor(tiny_te, tmp_path):
-    path = _comfy_text_encoder(tiny_te, tmp_path / "a.safetensors", layers=40)
+    path = text_encoder_file(tiny_te, tmp_path / "a.safetensors", layers=40)
     with pytest.raises(CheckpointError, match="40 layers.*at least 50"):
         h3cy.TextEncoder.from_pretrained(path)
-    path = _comfy_text_encoder(tiny_te, tmp_path / "b.safetensors", drop=["model.layers.3.mlp.up_proj.weight"])
+    path = text_encoder_file(tiny_te, tmp_path / "b.safetensors", drop=["model.layers.3.mlp.up_proj.weight"])
     with pytest.raises(CheckpointError, match=r"layers\.3\.mlp\.up_proj"):
         h3cy.TextEncoder.from_pretrained(path)
     with pytest.raises(CheckpointError, match="holds the transformer"):
-        h3cy.TextEncoder.from_pretrained(_save({"video_patch_proj.weight": torch.zeros(2, 2),
+        h3cy.TextEncoder.from_pretrained(save({"video_patch_proj.weight": torch.zeros(2, 2),
                                                 "audio_patch_proj.weight": torch.zeros(2, 2)},
                                                tmp_path / "dit.safetensors"))
 
@@ -277,8 +246,8 @@ def test_load_from_single_files_equals_the_folder(tiny_pipeline, tiny_dit_factor
     """h3cy.load with ComfyUI's files: a folder with file overrides, or no folder at all
     (files and component folders only, the tokenizer from the package): the same video."""
     tp = tiny_pipeline
-    dit = _save(_state(tiny_dit_factory("p")), tmp_path / "dit.safetensors", COMFY_PREFIX)
-    te = _comfy_text_encoder(os.path.join(tp.diffusers, "text_encoder"), tmp_path / "te.safetensors")
+    dit = save(dit_state(tiny_dit_factory("p")), tmp_path / "dit.safetensors", COMFY_PREFIX)
+    te = text_encoder_file(os.path.join(tp.diffusers, "text_encoder"), tmp_path / "te.safetensors")
     kw = dict(prompt="a red fox in the snow", width=W, height=H, frames=F, steps=2, output="latent", seed=3)
     # the release folder's transformer holds the same (bf16-mix) values as the Comfy file
     want = h3cy.load(tp.release, weights="fp32").generate(**kw)
@@ -299,8 +268,8 @@ def test_load_from_single_files_equals_the_folder(tiny_pipeline, tiny_dit_factor
 
 def test_cli_generates_from_single_files(tiny_pipeline, tiny_dit_factory, tmp_path):
     tp = tiny_pipeline
-    dit = _save(_state(tiny_dit_factory("p")), tmp_path / "dit.safetensors")
-    te = _comfy_text_encoder(os.path.join(tp.diffusers, "text_encoder"), tmp_path / "te.safetensors")
+    dit = save(dit_state(tiny_dit_factory("p")), tmp_path / "dit.safetensors")
+    te = text_encoder_file(os.path.join(tp.diffusers, "text_encoder"), tmp_path / "te.safetensors")
     lat = tmp_path / "lat.npz"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [os.path.dirname(os.path.dirname(h3cy.__file__)), os.environ.get("PYTHONPATH", "")]))
@@ -318,44 +287,24 @@ def test_cli_generates_from_single_files(tiny_pipeline, tiny_dit_factory, tmp_pa
 
 
 # -- the video VAE -------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def vae_released_head(tmp_path_factory):
-    """A tiny video VAE with the released head width (64): a single file says nothing of the
-    head width (the decoder's q/k norms have no weights), so h3cy takes the released one."""
-    import _tiny_vae
-    return _tiny_vae.build(str(tmp_path_factory.mktemp("vae64")), decoder_num_attention_heads=1,
-                           decoder_attention_head_dim=64)
-
-
-def _comfy_vae(vae, path, dtype=torch.float32):
-    """The release's video VAE tensors in one file with the latent statistics, as Comfy-Org's."""
-    from safetensors.torch import load_file
-    import _tiny_vae
-    sd = {k: v.to(dtype) if v.is_floating_point() else v
-          for k, v in load_file(os.path.join(vae.original, "source", "model.safetensors")).items()}
-    sd["latents_mean"] = torch.tensor(_tiny_vae.LATENTS_MEAN, dtype=dtype)
-    sd["latents_std"] = torch.tensor(_tiny_vae.LATENTS_STD, dtype=dtype)
-    return _save(sd, path)
-
-
 def test_comfy_video_vae_file_equals_the_folder(vae_released_head, tmp_path):
     vae = vae_released_head
     latent = np.random.default_rng(5).standard_normal((24, 7, 4, 6)).astype(np.float32)
     want = h3cy.VideoDecoder.from_pretrained(vae.original, weights="fp32").decode(latent)
-    path = _comfy_vae(vae, tmp_path / "vae.safetensors")
+    path = video_vae_file(vae, tmp_path / "vae.safetensors")
     assert detect(path).component == "video_vae"
     dec = h3cy.VideoDecoder.from_pretrained(path, weights="fp32")
     assert (dec.config["heads"], dec.config["num_layers"]) == (1, vae.config["decoder_num_layers"])
     assert np.array_equal(dec.decode(latent), want)
     # the published file is F16: the same decoder to half-precision weight rounding
-    half = h3cy.VideoDecoder.from_pretrained(_comfy_vae(vae, tmp_path / "vae16.safetensors", torch.float16),
+    half = h3cy.VideoDecoder.from_pretrained(video_vae_file(vae, tmp_path / "vae16.safetensors", torch.float16),
                                              weights="fp32").decode(latent)
     # observed max |diff| 7e-4 of the [0, 1] pixel range; a wrong row order gives > 0.1
     assert np.max(np.abs(half - want)) < 2e-2
 
 
 def test_comfy_video_vae_file_errors(tiny_vae, tmp_path):
-    path = _comfy_vae(tiny_vae, tmp_path / "vae.safetensors")      # head width 16, not the released 64
+    path = video_vae_file(tiny_vae, tmp_path / "vae.safetensors")      # head width 16, not the released 64
     with pytest.raises(CheckpointError, match="not a multiple of the released head_dim 64"):
         h3cy.VideoDecoder.from_pretrained(path)
     with pytest.raises(CheckpointError, match="holds the video_vae, not the transformer"):
@@ -363,30 +312,9 @@ def test_comfy_video_vae_file_errors(tiny_vae, tmp_path):
 
 
 # -- the audio VAE -------------------------------------------------------------------------
-def _comfy_audio_vae(folder, path):
-    """Comfy-Org's audio VAE: the release's names with torch's weight norm folded into plain
-    weights, the latent statistics as tensors, no config.json."""
-    from safetensors.torch import load_file
-    sd = load_file(os.path.join(folder, "diffusion_pytorch_model.safetensors"))
-    out = {}
-    for k, v in sd.items():
-        if k.endswith(".weight_g"):
-            continue
-        if k.endswith(".weight_v"):
-            g = sd[k[:-1] + "g"]
-            norm = v.flatten(1).norm(dim=1).reshape((-1,) + (1,) * (v.ndim - 1))
-            out[k[:-2]] = v * (g / norm)
-        else:
-            out[k] = v
-    cfg = json.load(open(os.path.join(folder, "config.json")))
-    out["latents_mean"] = torch.tensor(cfg["latents_mean"], dtype=torch.float32)
-    out["latents_std"] = torch.tensor(cfg["latents_std"], dtype=torch.float32)
-    return _save(out, path)
-
-
 def test_comfy_audio_vae_file_matches_the_folder(tiny_pipeline, tmp_path):
     folder = os.path.join(tiny_pipeline.diffusers, "audio_vae")
-    path = _comfy_audio_vae(folder, tmp_path / "audio_vae.safetensors")
+    path = audio_vae_file(folder, tmp_path / "audio_vae.safetensors")
     assert detect(path).component == "audio_vae"
     C = json.load(open(os.path.join(folder, "config.json")))["latent_channels"]
     lat = np.random.default_rng(6).standard_normal((2, C, 9)).astype(np.float32)
@@ -399,17 +327,13 @@ def test_comfy_audio_vae_file_matches_the_folder(tiny_pipeline, tmp_path):
     assert_close(dec.decode(lat), ref.decode(lat), max_rel_tol=1e-4, what="audio")
 
 
-def test_every_component_from_a_single_file(tiny_pipeline, tiny_dit_factory, vae_released_head, tmp_path):
+def test_every_component_from_a_single_file(comfy_files):
     """Four Comfy-Org files and the package's tokenizer make the same video and sound as the
     same components read from their folders."""
-    tp = tiny_pipeline
-    dit = _save(_state(tiny_dit_factory("p")), tmp_path / "dit.safetensors", COMFY_PREFIX)
-    te = _comfy_text_encoder(os.path.join(tp.diffusers, "text_encoder"), tmp_path / "te.safetensors")
-    vae = _comfy_vae(vae_released_head, tmp_path / "vae.safetensors")
-    audio = _comfy_audio_vae(os.path.join(tp.diffusers, "audio_vae"), tmp_path / "audio.safetensors")
     kw = dict(prompt="a red fox in the snow", width=W, height=H, frames=F, steps=2, seed=3)
-    want = h3cy.load(tp.release, weights="bf16", video_vae=vae_released_head.original).generate(**kw)
-    got = h3cy.load(weights="bf16", dit=dit, text_encoder=te, video_vae=vae, audio_vae=audio).generate(**kw)
+    want = h3cy.load(weights="bf16", **comfy_files["reference"]).generate(**kw)
+    got = h3cy.load(weights="bf16", **{c: comfy_files[c] for c in ("dit", "text_encoder", "video_vae",
+                                                                   "audio_vae")}).generate(**kw)
     assert np.array_equal(got.video_latent, want.video_latent)
     assert np.array_equal(got.frames, want.frames)
     # the audio decoder's weights are folded by torch in float32 here: observed max-rel ~1e-6

@@ -587,6 +587,9 @@ def open_transformer(path, qkv_layout=None):
         raise
 
 
+_QKV_REPORTED = set()          # folders whose assumed QKV layout was logged (once per process)
+
+
 def _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given=False, single=False):
     where = files.where                  # stored name -> file path
     table = expected_tensors(cfg)
@@ -623,8 +626,11 @@ def _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given=False, s
         if qkv_layout is None:
             qkv_layout = "interleaved" if index is not None else "stacked"
             why = "sharded folder with an index (MiniMaxAI release)" if index is not None else "single file"
-            # a folder's one file is the ambiguous case worth a line; a single file's kind decides
-            (log.debug if single else log.info)(
+            # worth one line per folder per process (a pipeline reloads its transformer for every
+            # generation); a single file's kind decides, so it is not ambiguous there
+            first = folder not in _QKV_REPORTED
+            _QKV_REPORTED.add(folder)
+            (log.info if first and not single else log.debug)(
                 "%s: fused attn.qkv_proj rows assumed %s (%s); pass qkv_layout= to override",
                 folder, qkv_layout, why)
         else:

@@ -51,3 +51,33 @@ def add_model_folder_path(folder_name: str, full_folder_path: str, is_default: b
 def get_folder_paths(folder_name: str) -> list[str]:
     folder_name = map_legacy(folder_name)
     return folder_names_and_paths[folder_name][0][:]
+
+
+def get_filename_list(folder_name: str) -> list[str]:
+    """Files under each of the folder's paths (recursively), relative to that path, with a
+    known extension; sorted, first path wins on duplicates (as ComfyUI; no mtime cache)."""
+    folder_name = map_legacy(folder_name)
+    paths, exts = folder_names_and_paths[folder_name]
+    out = set()
+    for base in paths:
+        if not os.path.isdir(base):
+            continue
+        for root, dirs, files in os.walk(base, followlinks=True):
+            dirs[:] = [d for d in dirs if d != ".git"]
+            for f in files:
+                if not exts or os.path.splitext(f)[1].lower() in exts:
+                    out.add(os.path.relpath(os.path.join(root, f), base))
+    return sorted(out)
+
+
+def get_full_path(folder_name: str, filename: str) -> str | None:
+    """The first of the folder's paths holding ``filename``, or None."""
+    folder_name = map_legacy(folder_name)
+    if folder_name not in folder_names_and_paths:
+        return None
+    filename = os.path.relpath(os.path.join("/", filename), "/")
+    for base in folder_names_and_paths[folder_name][0]:
+        full = os.path.join(base, filename)
+        if os.path.isfile(full):
+            return full
+    return None

@@ -1,0 +1,78 @@
+"""Comfy-Org-style single files of the tests' tiny models: the release's tensor names in one
+``.safetensors`` per component, no config.json (as ComfyUI's templates download them)."""
+import json
+import os
+
+import torch
+
+COMFY_PREFIX = "model.diffusion_model."
+
+
+def save(sd, path, prefix=""):
+    from safetensors.torch import save_file
+    save_file({prefix + k: v.contiguous() for k, v in sd.items()}, str(path))
+    return str(path)
+
+
+def dit_state(t):
+    """The tiny model's tensors as Comfy-Org stores them: the release's names, stacked
+    [q; k; v] rows (the original_single folder's file), as torch tensors."""
+    from safetensors.torch import load_file
+    return load_file(os.path.join(t.original_single, "model.safetensors"))
+
+
+def _save(sd, path, prefix=""):
+    from safetensors.torch import save_file
+    save_file({prefix + k: v.contiguous() for k, v in sd.items()}, str(path))
+    return str(path)
+
+
+def text_encoder_file(tiny_te, path, drop=(), layers=50):
+    """The tiny Qwen3-VL as Comfy-Org stores it: ``model.layers.N.*`` (the text stack up to
+    hidden_states[50]), ``model.embed_tokens``, the vision tower; no final norm, no LM head."""
+    from safetensors.torch import load_file
+    sd = load_file(os.path.join(tiny_te, "model.safetensors"))
+    out = {}
+    for k, v in sd.items():
+        if k.startswith("model.language_model."):
+            rest = k[len("model.language_model."):]
+            if rest.startswith("norm.") or (rest.startswith("layers.") and int(rest.split(".")[1]) >= layers):
+                continue
+            out["model." + rest] = v
+        elif k.startswith("model.visual."):
+            out[k[len("model."):]] = v
+    for k in drop:
+        del out[k]
+    return save(out, path)
+
+
+def video_vae_file(vae, path, dtype=torch.float32):
+    """The release's video VAE tensors in one file with the latent statistics, as Comfy-Org's."""
+    from safetensors.torch import load_file
+    import _tiny_vae
+    sd = {k: v.to(dtype) if v.is_floating_point() else v
+          for k, v in load_file(os.path.join(vae.original, "source", "model.safetensors")).items()}
+    sd["latents_mean"] = torch.tensor(_tiny_vae.LATENTS_MEAN, dtype=dtype)
+    sd["latents_std"] = torch.tensor(_tiny_vae.LATENTS_STD, dtype=dtype)
+    return save(sd, path)
+
+
+def audio_vae_file(folder, path):
+    """Comfy-Org's audio VAE: the release's names with torch's weight norm folded into plain
+    weights, the latent statistics as tensors, no config.json."""
+    from safetensors.torch import load_file
+    sd = load_file(os.path.join(folder, "diffusion_pytorch_model.safetensors"))
+    out = {}
+    for k, v in sd.items():
+        if k.endswith(".weight_g"):
+            continue
+        if k.endswith(".weight_v"):
+            g = sd[k[:-1] + "g"]
+            norm = v.flatten(1).norm(dim=1).reshape((-1,) + (1,) * (v.ndim - 1))
+            out[k[:-2]] = v * (g / norm)
+        else:
+            out[k] = v
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    out["latents_mean"] = torch.tensor(cfg["latents_mean"], dtype=torch.float32)
+    out["latents_std"] = torch.tensor(cfg["latents_std"], dtype=torch.float32)
+    return save(out, path)
