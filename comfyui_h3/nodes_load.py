@@ -24,7 +24,7 @@ import folder_paths
 from . import _h3
 
 H3_FOLDER = "h3"
-WEIGHT_MODES = ["int8", "int4", "bf16", "fp16", "fp32"]
+WEIGHT_MODES = ["auto", "int8", "int4", "bf16", "fp16", "fp32"]
 STREAMING = {"auto": "auto", "on": True, "off": False}
 NO_MODEL = "(no MiniMax-H3 model found: put one in models/h3/)"
 
@@ -225,7 +225,7 @@ class _PipelineCache:
 _CACHE = _PipelineCache()
 
 
-def load_model(model, weights="int8", threads=0, streaming="auto"):
+def load_model(model, weights="auto", threads=0, streaming="auto"):
     """H3 Model Loader's execute: resolve, open (or reuse) and return an H3Model."""
     _h3.require()
     if weights not in WEIGHT_MODES:
@@ -287,7 +287,7 @@ def check_file(role, name):
     return path
 
 
-def load_files(dit, text_encoder, video_vae, audio_vae, weights="int8", threads=0, streaming="auto"):
+def load_files(dit, text_encoder, video_vae, audio_vae, weights="auto", threads=0, streaming="auto"):
     """H3 Model Loader from files' execute: check the four files' headers, then open (or
     reuse) the pipeline.  The tokenizer is the released one shipped with h3cy."""
     _h3.require()

@@ -330,7 +330,8 @@ def main(argv=None):
     length.add_argument("--seconds", type=float, default=None)
     g.add_argument("--steps", type=int, default=20)
     g.add_argument("--seed", type=int, default=42)
-    g.add_argument("--weights", default="int8", choices=("fp32", "bf16", "fp16", "int8", "int4"))
+    g.add_argument("--weights", default="auto", choices=("auto", "fp32", "bf16", "fp16", "int8", "int4"),
+                   help="auto (default): int8 for float files")
     g.add_argument("--vae-weights", default="fp32", choices=("fp32", "bf16", "fp16", "int8"))
     g.add_argument("--threads", type=int, default=None)
     g.add_argument("--streaming", type=_streaming, default="auto", help="auto, on or off")

@@ -35,7 +35,7 @@ VAE_WEIGHT_MODES = ("fp32", "bf16", "fp16", "int8")
 AUTO_STREAM_FRACTION = 0.8
 
 
-def load(path=None, weights="int8", streaming="auto", threads=None, cache_dir=None, vae_weights="fp32",
+def load(path=None, weights="auto", streaming="auto", threads=None, cache_dir=None, vae_weights="fp32",
          keep_loaded=False, isa=None, attention=None, *, dit=None, text_encoder=None, video_vae=None,
          audio_vae=None, tokenizer=None):
     """Open a MiniMax-H3 model -- a folder, single files per component, or both -- for
@@ -53,7 +53,8 @@ def load(path=None, weights="int8", streaming="auto", threads=None, cache_dir=No
         taking the place of that component of ``path``.  Without a tokenizer, single files
         use the released tokenizer shipped with h3cy.
     weights : weights mode of the transformer and the text encoder (fp32, bf16, fp16, int8,
-        int4).  int8 is the default: about 1 byte per parameter and the fastest kernels.
+        int4, or "auto", the default: float files run int8 -- about 1 byte per parameter and
+        the fastest kernels -- and quantised files will run as stored).
     streaming : True, False or "auto" — stream blocks/layers from disk instead of keeping
         them resident.  "auto" streams a component when its resident size in ``weights``
         exceeds 80% of the memory available to the process (the smaller of MemAvailable
@@ -76,11 +77,10 @@ def load(path=None, weights="int8", streaming="auto", threads=None, cache_dir=No
 class Pipeline:
     """A MiniMax-H3 model on disk, ready to generate.  Build it with :func:`h3cy.load`."""
 
-    def __init__(self, path=None, weights="int8", streaming="auto", threads=None, cache_dir=None,
+    def __init__(self, path=None, weights="auto", streaming="auto", threads=None, cache_dir=None,
                  vae_weights="fp32", keep_loaded=False, isa=None, attention=None, *, dit=None,
                  text_encoder=None, video_vae=None, audio_vae=None, tokenizer=None):
-        if weights not in WEIGHT_MODES:
-            raise H3ValueError(f"weights must be one of {WEIGHT_MODES}, got {weights!r}")
+        weights = ops.resolve_weights(weights, WEIGHT_MODES)     # "auto": the mode it stands for
         ops.attention_bf16(attention, weights)      # a bad value fails now, not after encoding
         self.attention = attention
         if vae_weights not in VAE_WEIGHT_MODES:

@@ -128,10 +128,10 @@ def test_v3_entrypoint_registers_six_prefixed_nodes(pack):
 
 
 EXPECTED_INPUTS = {
-    "H3cyModelLoader": [("model", "COMBO", None), ("weights", "COMBO", "int8"), ("threads", "INT", 0),
+    "H3cyModelLoader": [("model", "COMBO", None), ("weights", "COMBO", "auto"), ("threads", "INT", 0),
                         ("streaming", "COMBO", "auto")],
     "H3cyFilesLoader": [("dit", "COMBO", None), ("text_encoder", "COMBO", None), ("video_vae", "COMBO", None),
-                        ("audio_vae", "COMBO", None), ("weights", "COMBO", "int8"), ("threads", "INT", 0),
+                        ("audio_vae", "COMBO", None), ("weights", "COMBO", "auto"), ("threads", "INT", 0),
                         ("streaming", "COMBO", "auto")],
     "H3cyTextEncode": [("model", "H3_MODEL", None), ("prompt", "STRING", "")],
     "H3cySampler": [("model", "H3_MODEL", None), ("conditioning", "H3_CONDITIONING", None),
@@ -170,7 +170,7 @@ def test_loader_lists_models_and_registers_h3_folder(nodes, comfy_env):
     opts = nodes["H3cyModelLoader"].INPUT_TYPES()["required"]["model"][1]["options"]
     assert "demo" in opts
     assert set(nodes["H3cyModelLoader"].INPUT_TYPES()["required"]["weights"][1]["options"]) == \
-        {"int8", "int4", "bf16", "fp16", "fp32"}
+        {"auto", "int8", "int4", "bf16", "fp16", "fp32"}
 
 
 def test_classic_fallback_without_v3(comfy_env, pack):

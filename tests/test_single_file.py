@@ -338,3 +338,12 @@ def test_every_component_from_a_single_file(comfy_files):
     assert np.array_equal(got.frames, want.frames)
     # the audio decoder's weights are folded by torch in float32 here: observed max-rel ~1e-6
     assert_close(got.audio, want.audio, max_rel_tol=1e-4, what="audio")
+
+
+def test_weights_auto_is_the_default_and_runs_float_files_int8(comfy_files):
+    pipe = h3cy.load(dit=comfy_files["dit"], text_encoder=comfy_files["text_encoder"],
+                     video_vae=comfy_files["video_vae"], audio_vae=comfy_files["audio_vae"])
+    assert pipe.weights == "int8"
+    assert h3cy.DiT.from_pretrained(comfy_files["dit"], weights="auto").weights == "int8"
+    with pytest.raises(h3cy.H3Error, match="or 'auto'"):
+        h3cy.DiT.from_pretrained(comfy_files["dit"], weights="int3")

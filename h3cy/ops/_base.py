@@ -55,6 +55,22 @@ def _best_isa():
     return next(n for n in _BEST_FIRST if isa_supported(n))
 
 
+# What weights="auto" runs: tensors stored quantised will run as stored (their formats are
+# the next step); float files run int8, the fastest mode at about 1 byte per parameter,
+# until a measured per-CPU choice exists.
+AUTO_WEIGHTS = "int8"
+
+
+def resolve_weights(weights, modes=WEIGHT_MODES):
+    """The weights mode to run: ``weights`` itself, or for "auto" :data:`AUTO_WEIGHTS`
+    (H3ValueError for anything not in ``modes`` or "auto")."""
+    if weights == "auto":
+        return AUTO_WEIGHTS if AUTO_WEIGHTS in modes else modes[0]
+    if weights not in modes:
+        raise H3ValueError(f"weights must be one of {modes} or 'auto', got {weights!r}")
+    return weights
+
+
 def resolve_isa(isa=None):
     """Name of the path to run: ``isa`` if given, else ``H3CY_ISA``, else the best.
     Raises UnsupportedCPUError if the CPU cannot run it (or ``H3CY_ISA_MAX`` hides it),
@@ -133,8 +149,7 @@ class Compute:
         """Check ``weights`` against ``modes`` (H3ValueError), pick the path (``isa``, else
         ``H3CY_ISA``, else the best: UnsupportedCPUError if the CPU lacks it) and make a
         pool of ``threads`` (default :func:`h3cy.get_num_threads`; H3ValueError if bad)."""
-        if weights not in modes:
-            raise H3ValueError(f"weights must be one of {modes}, got {weights!r}")
+        weights = resolve_weights(weights, modes)
         if isinstance(threads, ThreadPool):
             pool = threads
         else:
