@@ -442,3 +442,27 @@ def test_example_workflows_ship_in_api_format_too(pack):
             for v in node["inputs"].values():
                 if isinstance(v, list):
                     assert v[0] in want
+
+
+def test_a_corrupt_file_fails_in_the_loader(nodes, comfy_env, comfy_files, tmp_path):
+    """A truncated file is named by the loader node, not by whichever node reads it first."""
+    fp = comfy_env["folder_paths"]
+    d = os.path.join(fp.models_dir, "diffusion_models")
+    os.makedirs(d, exist_ok=True)
+    blob = open(comfy_files["dit"], "rb").read()
+    with open(os.path.join(d, "cut_dit.safetensors"), "wb") as f:
+        f.write(blob[:-4096])
+    picks = {"dit": "cut_dit.safetensors", "text_encoder": os.path.basename(comfy_files["text_encoder"]),
+             "video_vae": os.path.basename(comfy_files["video_vae"]),
+             "audio_vae": os.path.join("minimax", os.path.basename(comfy_files["audio_vae"]))}
+    for role, folder in (("text_encoder", "text_encoders"), ("video_vae", "vae")):
+        p = os.path.join(fp.models_dir, folder, picks[role])
+        if not os.path.exists(p):
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            os.symlink(comfy_files[role], p)
+    p = os.path.join(fp.models_dir, "vae", picks["audio_vae"])
+    if not os.path.exists(p):
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        os.symlink(comfy_files["audio_vae"], p)
+    with pytest.raises(ValueError, match="diffusion model: cut_dit.safetensors cannot be used: .*cut_dit"):
+        run(nodes["H3cyFilesLoader"], weights="fp32", threads=0, streaming="off", **picks)

@@ -172,3 +172,66 @@ def test_report_counts():
     """Prints how many cases each strategy ran (visible with -s); at least one each."""
     print(f"\nfuzz cases: {COUNT} total {sum(COUNT.values())} (H3CY_FUZZ_EXAMPLES={N_EXAMPLES})")
     assert set(COUNT) == {"bytes", "fields", "offsets"} or not COUNT
+
+
+# -- strategy 4: a valid single-file transformer (Comfy-Org's layout) with its header edited so
+# that every tensor stays readable -- renamed or dropped keys, shapes reshaped to the same
+# element count, dtypes swapped for others of the same width -- through detection, the
+# configuration inferred from the shapes and the checkpoint's validation: a CheckpointError
+# or a checkpoint, never another exception
+SAME_WIDTH = {"F32": ["I32", "U32", "F32"], "BF16": ["F16", "I16", "BF16"], "F16": ["BF16", "U16"],
+              "I8": ["U8"], "U8": ["I8"]}
+
+
+@pytest.fixture(scope="module")
+def comfy_dit_blob(tiny_dit_factory):
+    import _comfy_files
+    from safetensors.torch import save
+    t = tiny_dit_factory("a")
+    sd = _comfy_files.dit_state(t)
+    blob = save({k: v.contiguous() for k, v in sd.items()})
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    return header, blob[8 + n:]
+
+
+@settings(max_examples=max(50, N_EXAMPLES // 10), deadline=None, database=None, print_blob=True,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_fuzz_single_file_transformer(fuzz_path, comfy_dit_blob, data):
+    from h3cy.weights.single_file import detect
+    from h3cy.weights.transformer import open_transformer
+    header, body = comfy_dit_blob
+    header = json.loads(json.dumps(header))
+    names = sorted(k for k in header if k != "__metadata__")
+    for _ in range(data.draw(st.integers(1, 4))):
+        name = data.draw(st.sampled_from(names))
+        if name not in header:
+            continue
+        kind = data.draw(st.sampled_from(["drop", "rename", "reshape", "dtype", "prefix"]))
+        e = header[name]
+        if kind == "drop":
+            del header[name]
+        elif kind == "rename":
+            header[name + data.draw(st.sampled_from(["x", ".weight", "_"]))] = header.pop(name)
+        elif kind == "prefix":
+            header["model.diffusion_model." + name] = header.pop(name)
+        elif kind == "reshape":
+            n = int(np.prod(e["shape"]))
+            e["shape"] = data.draw(st.sampled_from([[n], [1, n], [n, 1], list(reversed(e["shape"]))]))
+        else:
+            e["dtype"] = data.draw(st.sampled_from(SAME_WIDTH.get(e["dtype"], [e["dtype"]])))
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(PER_CASE_TIMEOUT_S)
+    try:
+        with open(fuzz_path, "wb") as f:
+            f.write(_encode(header, body))
+        try:
+            detect(fuzz_path)
+            open_transformer(fuzz_path).close()
+        except CheckpointError as e:
+            assert fuzz_path in str(e), str(e)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    COUNT["single_file"] = COUNT.get("single_file", 0) + 1

@@ -347,3 +347,29 @@ def test_weights_auto_is_the_default_and_runs_float_files_int8(comfy_files):
     assert h3cy.DiT.from_pretrained(comfy_files["dit"], weights="auto").weights == "int8"
     with pytest.raises(h3cy.H3Error, match="or 'auto'"):
         h3cy.DiT.from_pretrained(comfy_files["dit"], weights="int3")
+
+
+def test_unaligned_and_truncated_single_files(tiny_dit_factory, tmp_path):
+    """Some repacks put tensors at offsets that are no multiple of their element size: read
+    correctly (an aligned copy per such tensor). A truncated file is a CheckpointError."""
+    import struct
+    t = tiny_dit_factory("a")
+    path = save(dit_state(t), tmp_path / "aligned.safetensors")
+    blob = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    hb = blob[8:8 + n].rstrip(b" ")
+    hb += b" " * ((1 - (8 + len(hb))) % 8)          # the data section starts at an odd offset
+    odd = tmp_path / "unaligned.safetensors"
+    odd.write_bytes(struct.pack("<Q", len(hb)) + hb + blob[8 + n:])
+    from h3cy.weights.safetensors import SafetensorsFile
+    with SafetensorsFile(str(odd)) as f:
+        assert all(i.offset % 2 == 1 for i in f.tensors.values())
+    inputs = packed_inputs(t.config, seed=15)
+    want = h3cy.DiT.from_pretrained(path, weights="bf16").forward(**inputs)
+    got = h3cy.DiT.from_pretrained(str(odd), weights="bf16").forward(**inputs)
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w)
+    cut = tmp_path / "truncated.safetensors"
+    cut.write_bytes(blob[:-100])
+    with pytest.raises(CheckpointError, match="truncated.safetensors"):
+        h3cy.DiT.from_pretrained(str(cut))

@@ -209,16 +209,20 @@ def infer_text_config(files, path):
     from ..weights.released import released_config
     tc = dict(released_config("text_encoder")["text_config"])
 
-    def shape(name):
+    def shape(name, ndim=2):
         if not files.has(name):
             raise _err(path, f"tensor {files.stored_name(name)!r} is missing (needed to infer the configuration)")
-        return tuple(files.info(name).shape)
+        s = tuple(files.info(name).shape)
+        if len(s) != ndim or 0 in s:
+            raise _err(path, f"tensor {files.stored_name(name)!r} has shape {list(s)}: expected {ndim} "
+                             "non-zero dimensions")
+        return s
 
     tc["vocab_size"], tc["hidden_size"] = shape("embed_tokens.weight")
     n = 0
     while files.has(f"layers.{n}.input_layernorm.weight"):
         n += 1
-    D = shape("layers.0.self_attn.q_norm.weight")[0]
+    D = shape("layers.0.self_attn.q_norm.weight", 1)[0]
     q, k = shape("layers.0.self_attn.q_proj.weight")[0], shape("layers.0.self_attn.k_proj.weight")[0]
     if D <= 0 or q % D or k % D:
         raise _err(path, f"q_proj rows {q} and k_proj rows {k} are not multiples of the q_norm width {D}")

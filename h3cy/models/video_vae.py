@@ -287,7 +287,10 @@ def _open_single_file(path):
         conf = _diffusers_config(rel, path)
         conf.layout = kind.naming
         pin = "decoder.proj_in.weight" if kind.naming == "diffusers" else "decoder.x_embedder.weight"
-        width, conf.latent_channels = files.info(pin).shape
+        pshape = tuple(files.info(pin).shape)
+        if len(pshape) != 2 or 0 in pshape:
+            raise checkpoint_error(path, pin, f"shape {list(pshape)}: expected 2 non-zero dimensions")
+        width, conf.latent_channels = pshape
         if width % conf.head_dim:
             raise checkpoint_error(path, pin, f"width {width} is not a multiple of the released head_dim "
                                    f"{conf.head_dim}")
@@ -297,7 +300,10 @@ def _open_single_file(path):
             n += 1
         conf.num_layers = n
         if files.has("decoder.register_tokens"):
-            conf.registers = files.info("decoder.register_tokens").shape[1]
+            rshape = tuple(files.info("decoder.register_tokens").shape)
+            if len(rshape) != 3:
+                raise checkpoint_error(path, "decoder.register_tokens", f"shape {list(rshape)}: expected 3 dimensions")
+            conf.registers = rshape[1]
         for key in ("latents_mean", "latents_std"):
             if files.has(key):
                 v = files.get(key, (conf.latent_channels,))

@@ -730,11 +730,14 @@ def infer_config(files, naming, path="<file>"):
     from .released import released_config
     rel = released_config("transformer")
 
-    def shape(dname, oname):
+    def shape(dname, oname, ndim=2):
         n = dname if naming == "diffusers" else oname
         if not files.has(n):
             raise checkpoint_error(path, n, "missing tensor (needed to infer the configuration)")
-        return tuple(files.info(n).shape)
+        s = tuple(files.info(n).shape)
+        if len(s) != ndim or 0 in s:
+            raise checkpoint_error(path, n, f"shape {list(s)}: expected {ndim} non-zero dimensions")
+        return s
 
     def count(dprefix, oprefix):
         p = dprefix if naming == "diffusers" else oprefix
@@ -754,7 +757,7 @@ def infer_config(files, naming, path="<file>"):
                in_channels=div(vpd, math.prod(patch), "video patch width / patch size", "proj_in.weight"))
     cfg["audio_in_channels"] = shape("audio_proj_in.weight", "audio_patch_proj.weight")[1]
     cfg["text_dim"] = shape("context_embedder.weight", "condition_proj.weight")[1]
-    D = shape("transformer_blocks.0.attn.norm_q.weight", "blocks.0.attn.q_norm.weight")[0]
+    D = shape("transformer_blocks.0.attn.norm_q.weight", "blocks.0.attn.q_norm.weight", 1)[0]
     if naming == "diffusers":
         inner = shape("transformer_blocks.0.attn.to_q.weight", None)[0]
     else:
@@ -767,13 +770,13 @@ def infer_config(files, naming, path="<file>"):
     cfg["ffn_dim"] = div(shape("transformer_blocks.0.ff.net.0.proj.weight", "blocks.0.mlp.fc1.weight")[0], 2,
                          "SwiGLU rows / 2", "blocks.0.mlp.fc1.weight")
     if files.has(ADALN_TABLE):
-        cfg["adaln_curve_grid"], cfg["time_embed_dim"] = files.info(ADALN_TABLE).shape
+        cfg["adaln_curve_grid"], cfg["time_embed_dim"] = shape(ADALN_TABLE, ADALN_TABLE)
     else:
         cfg["time_embed_hidden_dim"], cfg["freq_dim"] = shape("time_embedder.linear_1.weight",
                                                              "time_embedder.proj_in.weight")
         cfg["time_embed_dim"] = shape("time_embedder.linear_2.weight", "time_embedder.proj_out.weight")[0]
     if files.has(ROPE_INV_FREQ):
-        cfg["rope_freq_dim"] = files.info(ROPE_INV_FREQ).shape[0]
+        cfg["rope_freq_dim"] = shape(ROPE_INV_FREQ, ROPE_INV_FREQ, 1)[0]
     return cfg
 
 
