@@ -12,7 +12,7 @@
  * and SADALP into int32 lanes; a final ADDP folds the pairs.  The dots are exact, and
  * each segment is folded in as fmaf((float)dot, sa*sw, acc) in segment order, so the
  * results are bit-identical to gemm_ukr_i8_ref / gemm_ukr_i4_ref.  CPUs with the
- * ARMv8.2 dot-product extension (HWCAP asimddp, detected once) use SDOT instead: one
+ * ARMv8.2 dot-product extension (asimddp, h3_cpu_has_neon_dotprod) use SDOT instead: one
  * instruction per 4 columns x 4 k of one row, the same exact int32 dots, the same bits.
  *
  * Small M (<= 4) uses the row-major gemv: 4 weight rows x up to 4 activation rows per
@@ -23,10 +23,6 @@
 #if H3_ARM64
 #include <arm_neon.h>
 #include <math.h>
-#include <pthread.h>
-#if defined(__linux__)
-#include <sys/auxv.h>
-#endif
 
 #include "simd_neon.h"
 #include "gemm_swiglu.inc" /* gemm_swiglu_row_neon */
@@ -240,17 +236,12 @@ static inline void ukr_int_neon(int is_i4, int nseg, int seg_q, const int8_t *ap
     }
 }
 
-/* ---- ARMv8.2 dot product (SDOT by element): compiled for +dotprod, run only when the
- * kernel reports asimddp.  Same signed weights, same per-segment fold as above. */
+/* ---- ARMv8.2 dot product (SDOT by element): compiled for +dotprod, run only when cpu.c
+ * reports asimddp (it can tell on Linux only, so elsewhere the kernel is left out).  Same
+ * signed weights, same per-segment fold as above. */
 #if defined(__linux__)
 #define H3_HAVE_DOTPROD_KERNEL 1
-static pthread_once_t dotprod_once = PTHREAD_ONCE_INIT;
-static int dotprod_ok;
-static void detect_dotprod(void) { dotprod_ok = (getauxval(AT_HWCAP) & (1ul << 20)) != 0; } /* HWCAP_ASIMDDP */
-static int has_dotprod(void) {
-    pthread_once(&dotprod_once, detect_dotprod);
-    return dotprod_ok;
-}
+static int has_dotprod(void) { return h3_cpu_has_neon_dotprod(); }
 
 #define DROW(r, a, l)                                      \
     do {                                                   \

@@ -66,9 +66,11 @@ static inline uint16_t h3_f32_to_bf16(float f) {
 float h3_f16_to_f32(uint16_t h);
 uint16_t h3_f32_to_f16(float f);
 
-/* Whether the pool/thread count is valid etc. */
-int h3_cpu_has_avx512_bf16(void);
-int h3_cpu_has_avx512_vnni(void);
+/* Optional instructions a path's kernels use when present (cpu.c: every CPU feature check
+ * of the library is made there, once). */
+int h3_cpu_has_avx512_bf16(void);   /* VDPBF16PS */
+int h3_cpu_has_avx512_vnni(void);   /* VPDPBUSD */
+int h3_cpu_has_neon_dotprod(void);  /* SDOT/UDOT (ARMv8.2 asimddp; Linux only, else 0) */
 
 /* n floats of one conv tap.  BigVGAN's late stages have 8-32 channels, where a memcpy
  * call per tap costs more than the copy: those sizes are copied inline. */
