@@ -23,6 +23,7 @@ struct h3_linear {
     int64_t H, Hp;         /* pair: half height, padded half; else H = N, Hp = align(N, nr) */
     int wtype, group_size, act_group, pair;
     int f32_exact;         /* float32 inputs multiplied exactly (no bf16 x bf16 kernel) */
+    int small_pages;       /* W and forward's own workspace in 4 KB pages (h3_linear_opts) */
     int64_t seg;           /* int modes: K-length of constant (act, weight) scales */
     int64_t kci;           /* int modes: K block */
     h3_isa isa;
@@ -114,6 +115,11 @@ void h3_linear_free(h3_linear *l) {
 
 static int is_int(int wtype) { return wtype == H3_DT_I8 || wtype == H3_DT_I4; }
 
+/* Weights and large workspaces: huge pages unless the linear was made with small_pages. */
+static void *alloc_streamed(const h3_linear *l, size_t bytes) {
+    return l->small_pages ? h3_alloc(bytes) : h3_alloc_large(bytes);
+}
+
 /* packed row index of logical row n (pair layouts pad each half to a panel boundary) */
 static int64_t prow_of(const h3_linear *l, int64_t n) {
     return (l->pair && n >= l->H) ? l->Hp + (n - l->H) : n;
@@ -141,7 +147,7 @@ static h3_status pack_int(h3_linear *l, const void *w, int src_dtype, h3_err *er
     const float qmax = i4 ? 7.0f : 127.0f;
     size_t wb = i4 ? (size_t)(Np * Kp / 2) : (size_t)(Np * Kp);
     size_t sb = (size_t)(i4 ? Np * ng : Np) * sizeof(float);
-    l->w = h3_alloc_large(wb);
+    l->w = alloc_streamed(l, wb);
     l->wscale = h3_alloc(sb);
     if (!l->w || !l->wscale) return h3_fail(err, H3_ENOMEM, "linear: cannot allocate %zu bytes for packed weights", wb + sb);
     uint8_t *pk = (uint8_t *)l->w;
@@ -266,6 +272,7 @@ h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
     if (!l) return h3_fail(err, H3_ENOMEM, "linear: out of memory");
     l->N = N; l->K = K; l->wtype = wt; l->group_size = gs; l->pair = opts->pair;
     l->isa = opts->isa;
+    l->small_pages = opts->small_pages ? 1 : 0;
     l->owns_w = 1;
     set_geometry(l, opts->isa, ag, opts->bf16_inputs, opts->f32_exact);
     if (is_int(wt)) {
@@ -273,7 +280,7 @@ h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
         if (st) { h3_linear_free(l); return st; }
     } else {
         size_t esz = wt == H3_DT_F32 ? 4 : 2;
-        l->w = h3_alloc_large((size_t)nw * esz);
+        l->w = alloc_streamed(l, (size_t)nw * esz);
         if (!l->w) { h3_linear_free(l); return h3_fail(err, H3_ENOMEM, "linear: cannot allocate %zu bytes", (size_t)nw * esz); }
         if (wt == src_dtype) memcpy(l->w, w, (size_t)nw * esz);
         else st = h3_convert(w, src_dtype, l->w, wt, nw, H3_ISA_REF, err);
@@ -365,6 +372,7 @@ h3_status h3_linear_layout_get(const h3_linear *l, h3_linear_layout *lay, const 
     lay->w_bytes = l->wbytes - l->sbytes;
     lay->bf16_inputs = h3_linear_bf16_activations(l);
     lay->f32_exact = l->f32_exact;
+    lay->small_pages = l->small_pages;
     if (l->nparts) return h3_fail(err, H3_EINVAL, "linear_layout_get: this linear's rows are in %d separate parts", l->nparts);
     if (w) *w = l->w;
     if (scales) *scales = l->wscale;
@@ -393,6 +401,7 @@ h3_status h3_linear_attach(const h3_linear_layout *lay, const void *w, const flo
     if (!l) return h3_fail(err, H3_ENOMEM, "linear_attach: out of memory");
     l->N = lay->N; l->K = lay->K; l->wtype = wt; l->pair = lay->pair; l->isa = isa;
     l->group_size = wt == H3_DT_I4 ? lay->group_size : 0;
+    l->small_pages = lay->small_pages ? 1 : 0;
     set_geometry(l, isa, is_int(wt) ? lay->act_group : 0, lay->bf16_inputs, lay->f32_exact);
     /* the stored layout must be the one this path computes from */
     size_t wb, sb = 0;
@@ -892,7 +901,7 @@ static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, cons
     size_t need = rows ? h3_linear_rows_workspace_bytes(l, M, nth, epi) : h3_linear_workspace_bytes(l, M, nth, epi);
     void *own = NULL;
     if (!ws) {
-        own = ws = h3_alloc_large(need); /* tens of MB for large M: few first-touch faults */
+        own = ws = alloc_streamed(l, need); /* tens of MB for large M: few first-touch faults */
         ws_bytes = need;
         if (!ws) return h3_fail(err, H3_ENOMEM, "linear_forward: cannot allocate %zu bytes of workspace", need);
     } else if (ws_bytes < need) {

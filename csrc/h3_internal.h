@@ -35,8 +35,8 @@ void *h3_alloc(size_t bytes);
  * (Linux): for weights and large workspaces that are streamed through.  With 4 KB pages
  * the hardware prefetchers stop at every page boundary; one core of the 2-core Zen 4 VM
  * streamed 26-28 GB/s from 4 KB pages and 28-31 GB/s from huge pages (one noisy run:
- * 18.6 against 29.3).  H3CY_HUGEPAGES=0 turns the huge pages off (A/B).  Free with
- * h3_free. */
+ * 18.6 against 29.3).  A linear created with small_pages (h3_linear_opts; the A/B switch
+ * H3CY_HUGEPAGES=0) calls h3_alloc instead.  Free with h3_free. */
 void *h3_alloc_large(size_t bytes);
 void h3_free(void *p);
 
