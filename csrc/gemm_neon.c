@@ -361,7 +361,7 @@ static void ukr_i4_neon(int mr_, int nr_, int nseg, int seg_q, const int8_t *ap,
 _Static_assert(NR % 4 == 0 && MR % 4 == 0, "NEON kernels work in 4-lane groups");
 
 const gemm_kernels gemm_kernels_neon = {
-    .mr = MR, .nr = NR, .kc = 256, .mc = MR * 8, .nc = NR * 20, .mc_int = MR * 8,
+    .mr = MR, .nr = NR, .kc = 256, .mc = MR * 8, .nc = NR * 20,
     .gemv_max_m = 4,
     .ukr_f32 = ukr_f32_neon, .unpack = unpack_neon, .gemv = gemv_neon,
     .ukr_i8 = ukr_i8_neon, .ukr_i4 = ukr_i4_neon,
