@@ -80,7 +80,7 @@ h3_status h3_convert_mt(const void *src, int src_dtype, void *dst, int dst_dtype
                         h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err);
 enum { H3_DT_F32 = 0, H3_DT_BF16 = 1, H3_DT_F16 = 2, H3_DT_I8 = 3, H3_DT_I4 = 4 };
 
-/* ---- GEMM: y[M,N] = x[M,K] . W[N,K]^T (+ epilogue)  (gemm.c) ------------------ */
+/* ---- GEMM: y[M,N] = x[M,K] . W[N,K]^T (+ epilogue)  (gemm_weights.c, gemm.c) ------ */
 /* A "linear" owns W converted to the storage the chosen mode computes from:
  *   H3_DT_F32 / H3_DT_BF16 / H3_DT_F16: [N,K] row-major copies (bf16 from bf16 bits is
  *     stored as given, f16 is converted with round-to-nearest-even);
