@@ -1,7 +1,8 @@
-/* block_rows.h — what the block drivers (dit.c, vit.c) share: per-row passes (bf16
- * rounding, the bf16 SwiGLU and RoPE as torch rounds them on bf16 tensors, the QKV split)
- * and the workspace layout of a pre-norm transformer block.
- * Internal header; every function works on one row so drivers can thread over rows. */
+/* block_rows.h — what the model drivers (dit.c, vit.c) share: their element-wise passes
+ * (block_rows.c: bf16 rounding, AdaLN modulation, gated and scaled residual adds, the bf16
+ * SwiGLU and RoPE as torch rounds them on bf16 tensors, the QKV split), each run one row
+ * at a time over the pool, and the workspace layout of a pre-norm transformer block.
+ * Internal header. */
 #ifndef H3_BLOCK_ROWS_H
 #define H3_BLOCK_ROWS_H
 
@@ -17,45 +18,34 @@ static inline float rb(float x) { return h3_bf16_to_f32(h3_f32_to_bf16(x)); }
 /* 64-byte aligned size, for workspace plans */
 static inline size_t al(size_t b) { return (b + 63) & ~(size_t)63; }
 
-/* out[j] = R(R(silu(gv[j])) * gv[n + j]) for j < n: gv is one row [gate | value] */
-static inline void row_swiglu_bf16(float *out, const float *gv, int64_t n) {
-    for (int64_t j = 0; j < n; j++) {
-        float g = gv[j];
-        float s = rb(g / (1.0f + expf(-g)));
-        out[j] = rb(s * gv[n + j]);
-    }
-}
+/* One element-wise pass over rows [rows, n] of x (block_ew_run): */
+enum {
+    EW_ROUND,        /* x = R(x) */
+    EW_MODULATE,     /* x = R(R(x * t1[r]) + t2[r]) (round) or x * t1[r] + t2[r]: AdaLN with
+                        scale1p, shift tables, r = rt[i] (NULL: 0) */
+    EW_GATE_ADD,     /* x = R(x + R(t1[r] * a)) (round, each R only then); t1 NULL: gate 1 */
+    EW_SCALE_ADD,    /* x = x + a * s (torch: h + branch * scale, two roundings) */
+    EW_SWIGLU_BF16,  /* a: [rows, 2n] = [gate; value] -> x: [rows, n] = R(R(silu(g)) * v) */
+    EW_ROPE_BF16,    /* x: [rows, heads*head_dim], tables [rows, rot_dim/2]: rotate-half RoPE
+                        over rot_dim channels with torch's bf16 roundings */
+    EW_SPLIT_QKV     /* x: [rows, 3*heads*head_dim] -> q, k, v [rows, heads*head_dim] */
+};
 
-/* rotate-half RoPE over the first rot_dim channels of each head of one row, with torch's bf16
- * roundings: y' = R(R(y * cos) + R(rot(y) * sin)), cos/sin rounded to bf16 first.
- * cs, sn: the row's rot_dim/2 angles' cos and sin. */
-static inline void row_rope_bf16(float *x, const float *cs, const float *sn, int heads,
-                                 int head_dim, int rot_dim) {
-    const int half = rot_dim / 2;
-    for (int h = 0; h < heads; h++) {
-        float *y = x + (int64_t)h * head_dim;
-        for (int j = 0; j < half; j++) {
-            float co = rb(cs[j]), si = rb(sn[j]);
-            float x1 = y[j], x2 = y[j + half];
-            y[j] = rb(rb(x1 * co) + rb(-x2 * si));
-            y[j + half] = rb(rb(x2 * co) + rb(x1 * si));
-        }
-    }
-}
+typedef struct {
+    int op, round;
+    int64_t rows, n;
+    float *x;              /* in/out [rows, n] */
+    const float *a;        /* second operand */
+    const float *s;        /* scale_add: per-channel scale [n] */
+    const float *t1, *t2;  /* modulate: scale1p, shift tables; gate_add: gate table */
+    const int32_t *rt;     /* row -> table row */
+    int heads, head_dim, rot_dim, interleaved;   /* rope / split */
+    const float *cos, *sin;
+    float *q, *k, *v;
+} block_ew;
 
-/* one fused QKV row [3*H*D] -> q, k, v rows [H*D]: per-head interleaved ([h: q k v] ...) or
- * stacked ([q; k; v]) */
-static inline void row_split_qkv(const float *x, float *q, float *k, float *v, int heads,
-                                 int head_dim, int interleaved) {
-    const int D = head_dim;
-    const int64_t inner = (int64_t)heads * D;
-    for (int h = 0; h < heads; h++)
-        for (int part = 0; part < 3; part++) {
-            const float *src = interleaved ? x + ((int64_t)h * 3 + part) * D : x + part * inner + (int64_t)h * D;
-            float *dst = (part == 0 ? q : part == 1 ? k : v) + (int64_t)h * D;
-            memcpy(dst, src, (size_t)D * sizeof(float));
-        }
-}
+/* Run the pass over the pool's threads (small passes stay on the calling thread). */
+void block_ew_run(h3_pool *pool, const block_ew *c);
 
 /* Workspace of a pre-norm transformer block, 64-byte aligned pieces (byte offsets):
  * n [S,hidden] | qkv [S,3I] | q,k,v,o [S,I] | br [S,hidden] | ff [S,2*ffn] (with_ff) |

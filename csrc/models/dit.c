@@ -16,88 +16,6 @@
 #include <math.h>
 #include <string.h>
 
-
-enum { EW_ROUND, EW_MODULATE, EW_GATE_ADD, EW_SWIGLU_BF16, EW_ROPE_BF16, EW_SPLIT_QKV };
-
-typedef struct {
-    int op, round;
-    int64_t rows, n;
-    float *x;              /* in/out [rows, n] */
-    const float *a, *b;    /* tables / second operand */
-    const float *t1, *t2;  /* modulate: scale1p, shift tables; gate: gate table */
-    const int32_t *rt;     /* row -> table row */
-    /* rope / split */
-    int heads, head_dim, rot_dim, interleaved;
-    const float *cos, *sin;
-    float *q, *k, *v;
-} ew_ctx;
-
-static void ew_task(void *p, int ith, int nth) {
-    ew_ctx *c = (ew_ctx *)p;
-    int64_t r0 = c->rows * ith / nth, r1 = c->rows * (ith + 1) / nth;
-    const int64_t n = c->n;
-    for (int64_t i = r0; i < r1; i++) {
-        float *x = c->x + i * n;
-        switch (c->op) {
-        case EW_ROUND:
-            for (int64_t j = 0; j < n; j++) x[j] = rb(x[j]);
-            break;
-        case EW_MODULATE: { /* x = R(R(x * s1p) + shift) */
-            int64_t t = c->rt ? c->rt[i] : 0;
-            const float *s1 = c->t1 + t * n, *sh = c->t2 + t * n;
-            if (c->round)
-                for (int64_t j = 0; j < n; j++) x[j] = rb(rb(x[j] * s1[j]) + sh[j]);
-            else
-                for (int64_t j = 0; j < n; j++) x[j] = x[j] * s1[j] + sh[j];
-            break;
-        }
-        case EW_GATE_ADD: { /* x = R(x + R(gate * branch)) ; gate NULL = 1 */
-            const float *br = c->a + i * n;
-            const float *g = c->t1 ? c->t1 + (c->rt ? c->rt[i] : 0) * n : NULL;
-            for (int64_t j = 0; j < n; j++) {
-                float v = g ? g[j] * br[j] : br[j];
-                if (c->round) v = rb(v);
-                v = x[j] + v;
-                x[j] = c->round ? rb(v) : v;
-            }
-            break;
-        }
-        case EW_SWIGLU_BF16: /* a: [rows, 2n] = [gate; value] -> x: [rows, n] */
-            row_swiglu_bf16(x, c->a + i * 2 * n, n);
-            break;
-        case EW_ROPE_BF16: /* x: [rows, heads*head_dim]; tables [rows, rot_dim/2] */
-            row_rope_bf16(x, c->cos + i * (c->rot_dim / 2), c->sin + i * (c->rot_dim / 2), c->heads,
-                          c->head_dim, c->rot_dim);
-            break;
-        case EW_SPLIT_QKV: { /* x: [rows, 3*inner] -> q, k, v [rows, inner] */
-            const int64_t inner = (int64_t)c->heads * c->head_dim;
-            row_split_qkv(x, c->q + i * inner, c->k + i * inner, c->v + i * inner, c->heads, c->head_dim,
-                          c->interleaved);
-            break;
-        }
-        }
-    }
-}
-
-static void ew_run(h3_pool *pool, ew_ctx *c) {
-    /* small calls stay on the calling thread */
-    if (c->rows * c->n < 16384) h3_pool_run(NULL, ew_task, c);
-    else h3_pool_run(pool, ew_task, c);
-}
-
-h3_status h3_round_bf16(float *x, int64_t n, h3_pool *pool, h3_err *err) {
-    if (n < 0 || (n > 0 && !x)) return h3_fail(err, H3_EINVAL, "round_bf16: bad arguments");
-    ew_ctx c;
-    memset(&c, 0, sizeof c);
-    c.op = EW_ROUND;
-    c.x = x;
-    c.n = 1024;
-    c.rows = n / 1024;
-    ew_run(pool, &c);
-    for (int64_t i = c.rows * 1024; i < n; i++) x[i] = rb(x[i]);
-    return H3_OK;
-}
-
 /* the workspace (block_rows.h's layout; ff always: bf16 mode rounds the up projection's
  * output, and the out/down projections run the residual epilogue) */
 static block_ws plan(const h3_dit_block *w, const h3_dit_block_args *a, int nth) {
@@ -123,11 +41,11 @@ static h3_status norm_modulate(const float *h, const float *w, const float *s1p,
     h3_status st = h3_rmsnorm(h, w, n, S, Hd, a->eps, pool, eisa, NULL, err);
     if (!st && a->round_bf16) st = h3_round_bf16(n, S * Hd, pool, err);
     if (!st && s1p) {
-        ew_ctx c;
+        block_ew c;
         memset(&c, 0, sizeof c);
         c.op = EW_MODULATE; c.round = a->round_bf16; c.rows = S; c.n = Hd; c.x = n;
         c.t1 = s1p; c.t2 = shift; c.rt = a->rows;
-        ew_run(pool, &c);
+        block_ew_run(pool, &c);
     }
     return st;
 }
@@ -145,11 +63,11 @@ static h3_status gated_residual(const h3_linear *lin, const float *x, const floa
         st = h3_linear_forward(lin, pool, x, S, br, NULL, lws, lws_b, err);
         if (!st && a->round_bf16) st = h3_round_bf16(br, S * Hd, pool, err);
         if (!st) {
-            ew_ctx c;
+            block_ew c;
             memset(&c, 0, sizeof c);
             c.op = EW_GATE_ADD; c.round = a->round_bf16; c.rows = S; c.n = Hd; c.x = h; c.a = br;
             c.t1 = gate; c.rt = a->rows;
-            ew_run(pool, &c);
+            block_ew_run(pool, &c);
         }
         return st;
     }
@@ -205,7 +123,7 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
     void *lws = base + p.lin, *aws = base + p.attn;
     const size_t lws_b = p.attn - p.lin, aws_b = p.total - p.attn;
     const int R = a->round_bf16;
-    ew_ctx c;
+    block_ew c;
     /* stage timing (profiling only): STAGE(i) adds the time since the last mark to stage i */
     double mark = a->stage_seconds ? h3_monotonic() : 0.0;
 #define STAGE(i)                                                        \
@@ -227,7 +145,7 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
     c.op = EW_SPLIT_QKV; c.rows = S; c.n = 3 * I; c.x = qkv; c.heads = H; c.head_dim = D;
     c.interleaved = w->qkv_interleaved; c.q = q; c.k = k; c.v = v;
     STAGE(1);
-    ew_run(pool, &c);
+    block_ew_run(pool, &c);
     TRY(h3_rmsnorm(q, w->norm_q, q, S * H, D, a->qk_eps, pool, eisa, NULL, err));
     TRY(h3_rmsnorm(k, w->norm_k, k, S * H, D, a->qk_eps, pool, eisa, NULL, err));
     if (R) {
@@ -239,8 +157,8 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
             memset(&c, 0, sizeof c);
             c.op = EW_ROPE_BF16; c.rows = S; c.n = I; c.heads = H; c.head_dim = D;
             c.rot_dim = a->rot_dim; c.cos = a->cos; c.sin = a->sin;
-            c.x = q; ew_run(pool, &c);
-            c.x = k; ew_run(pool, &c);
+            c.x = q; block_ew_run(pool, &c);
+            c.x = k; block_ew_run(pool, &c);
         } else {
             TRY(h3_rope(q, a->cos, a->sin, S, H, D, a->rot_dim, pool, eisa, NULL, err));
             TRY(h3_rope(k, a->cos, a->sin, S, H, D, a->rot_dim, pool, eisa, NULL, err));
@@ -262,7 +180,7 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
         TRY(h3_round_bf16(ff, S * 2 * (int64_t)F, pool, err));
         memset(&c, 0, sizeof c);
         c.op = EW_SWIGLU_BF16; c.rows = S; c.n = F; c.x = act; c.a = ff;
-        ew_run(pool, &c);
+        block_ew_run(pool, &c);
     } else {
         h3_epilogue e = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
         TRY(h3_linear_forward(w->up, pool, n, S, act, &e, lws, lws_b, err));

@@ -16,7 +16,6 @@
 #include <math.h>
 #include <string.h>
 
-
 /* ---- LayerNorm --------------------------------------------------------------------- */
 typedef struct {
     const float *x, *w, *b;
@@ -64,54 +63,6 @@ h3_status h3_layernorm(const float *x, const float *w, const float *b, float *ou
     return H3_OK;
 }
 
-/* ---- element-wise passes of the block ---------------------------------------------- */
-enum { EW_SCALE_ADD, EW_SWIGLU_BF16, EW_ROPE_BF16, EW_SPLIT_QKV };
-
-typedef struct {
-    int op;
-    int64_t rows, n;
-    float *x;              /* in/out [rows, n] */
-    const float *a, *s;    /* second operand, per-channel scale */
-    int heads, head_dim, rot_dim, interleaved;
-    const float *cos, *sin;
-    float *q, *k, *v;
-} ew_ctx;
-
-static void ew_task(void *p, int ith, int nth) {
-    const ew_ctx *c = (const ew_ctx *)p;
-    const int64_t n = c->n;
-    for (int64_t i = c->rows * ith / nth; i < c->rows * (ith + 1) / nth; i++) {
-        float *x = c->x + i * n;
-        switch (c->op) {
-        case EW_SCALE_ADD: { /* x = x + a * s (torch: h + branch * scale, two roundings) */
-            const float *br = c->a + i * n;
-            for (int64_t j = 0; j < n; j++) {
-                float t = br[j] * c->s[j];
-                x[j] = x[j] + t;
-            }
-            break;
-        }
-        case EW_SWIGLU_BF16: /* a: [rows, 2n] = [gate; value] -> x: [rows, n] */
-            row_swiglu_bf16(x, c->a + i * 2 * n, n);
-            break;
-        case EW_ROPE_BF16: /* x: [rows, heads*head_dim]; tables [rows, rot_dim/2] */
-            row_rope_bf16(x, c->cos + i * (c->rot_dim / 2), c->sin + i * (c->rot_dim / 2), c->heads,
-                          c->head_dim, c->rot_dim);
-            break;
-        case EW_SPLIT_QKV: { /* x: [rows, 3*inner] -> q, k, v [rows, inner] */
-            const int64_t inner = (int64_t)c->heads * c->head_dim;
-            row_split_qkv(x, c->q + i * inner, c->k + i * inner, c->v + i * inner, c->heads, c->head_dim,
-                          c->interleaved);
-            break;
-        }
-        }
-    }
-}
-
-static void ew_run(h3_pool *pool, ew_ctx *c) {
-    h3_pool_run(c->rows * c->n < 16384 ? NULL : pool, ew_task, c);
-}
-
 /* ---- the block ------------------------------------------------------------------------- */
 /* the workspace (block_rows.h's layout) */
 static block_ws plan(const h3_vit_block *w, const h3_vit_block_args *a, int nth) {
@@ -135,10 +86,10 @@ static h3_status scaled_residual(const h3_linear *lin, const float *x, const flo
     h3_status st = h3_linear_forward(lin, pool, x, a->S, br, NULL, lws, lws_b, err);
     if (!st && a->round_bf16) st = h3_round_bf16(br, a->S * a->hidden, pool, err);
     if (!st) {
-        ew_ctx c;
+        block_ew c;
         memset(&c, 0, sizeof c);
         c.op = EW_SCALE_ADD; c.rows = a->S; c.n = a->hidden; c.x = h; c.a = br; c.s = scale;
-        ew_run(pool, &c);
+        block_ew_run(pool, &c);
     }
     return st;
 }
@@ -183,7 +134,7 @@ h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a
     const size_t lws_b = p.attn - p.lin, aws_b = p.total - p.attn;
     const int R = a->round_bf16;
     const h3_isa eisa = h3_isa_vector(isa);
-    ew_ctx c;
+    block_ew c;
 
     /* ---- attention half ---- */
     TRY(h3_rmsnorm(h, w->norm1, n, S, Hd, a->eps, pool, eisa, NULL, err));
@@ -193,7 +144,7 @@ h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a
     memset(&c, 0, sizeof c);
     c.op = EW_SPLIT_QKV; c.rows = S; c.n = 3 * I; c.x = qkv; c.heads = H; c.head_dim = D;
     c.interleaved = w->qkv_interleaved; c.q = q; c.k = k; c.v = v;
-    ew_run(pool, &c);
+    block_ew_run(pool, &c);
     /* q/k norms in float32 whatever the compute dtype, then cast back */
     TRY(h3_rmsnorm(q, NULL, q, S * H, D, a->eps, pool, eisa, NULL, err));
     TRY(h3_rmsnorm(k, NULL, k, S * H, D, a->eps, pool, eisa, NULL, err));
@@ -203,8 +154,8 @@ h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a
         memset(&c, 0, sizeof c);
         c.op = EW_ROPE_BF16; c.rows = S; c.n = I; c.heads = H; c.head_dim = D;
         c.rot_dim = a->rot_dim; c.cos = a->cos; c.sin = a->sin;
-        c.x = q; ew_run(pool, &c);
-        c.x = k; ew_run(pool, &c);
+        c.x = q; block_ew_run(pool, &c);
+        c.x = k; block_ew_run(pool, &c);
     } else {
         TRY(h3_rope(q, a->cos, a->sin, S, H, D, a->rot_dim, pool, eisa, NULL, err));
         TRY(h3_rope(k, a->cos, a->sin, S, H, D, a->rot_dim, pool, eisa, NULL, err));
@@ -222,7 +173,7 @@ h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a
         TRY(h3_round_bf16(ff, S * 2 * (int64_t)F, pool, err));
         memset(&c, 0, sizeof c);
         c.op = EW_SWIGLU_BF16; c.rows = S; c.n = F; c.x = act; c.a = ff;
-        ew_run(pool, &c);
+        block_ew_run(pool, &c);
     } else {
         h3_epilogue e = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
         TRY(h3_linear_forward(w->up, pool, n, S, act, &e, lws, lws_b, err));
