@@ -49,8 +49,8 @@ static void rms_bf16_avx512(const float *x, const float *w, float *out, int64_t 
 }
 
 static void rope_bf16_avx512(float *x, const float *cos, const float *sin, int heads,
-                             int head_dim) {
-    const int half = head_dim / 2;
+                             int head_dim, int rot_dim) {
+    const int half = rot_dim / 2;
     for (int h = 0; h < heads; h++) {
         float *y = x + (int64_t)h * head_dim;
         for (int i = 0; i < half; i += 16) {

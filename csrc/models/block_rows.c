@@ -4,36 +4,10 @@
  * -ffp-contract=off, like every portable file). */
 #include "block_rows.h"
 
-/* out[j] = R(R(silu(gv[j])) * gv[n + j]) for j < n: gv is one row [gate | value] */
-static void row_swiglu_bf16(float *out, const float *gv, int64_t n) {
-    for (int64_t j = 0; j < n; j++) {
-        float g = gv[j];
-        float s = rb(g / (1.0f + expf(-g)));
-        out[j] = rb(s * gv[n + j]);
-    }
-}
-
-/* rotate-half RoPE over the first rot_dim channels of each head of one row, with torch's bf16
- * roundings: y' = R(R(y * cos) + R(rot(y) * sin)), cos/sin rounded to bf16 first.
- * cs, sn: the row's rot_dim/2 angles' cos and sin. */
-static void row_rope_bf16(float *x, const float *cs, const float *sn, int heads,
-                                 int head_dim, int rot_dim) {
-    const int half = rot_dim / 2;
-    for (int h = 0; h < heads; h++) {
-        float *y = x + (int64_t)h * head_dim;
-        for (int j = 0; j < half; j++) {
-            float co = rb(cs[j]), si = rb(sn[j]);
-            float x1 = y[j], x2 = y[j + half];
-            y[j] = rb(rb(x1 * co) + rb(-x2 * si));
-            y[j + half] = rb(rb(x2 * co) + rb(x1 * si));
-        }
-    }
-}
-
 /* one fused QKV row [3*H*D] -> q, k, v rows [H*D]: per-head interleaved ([h: q k v] ...) or
  * stacked ([q; k; v]) */
 static void row_split_qkv(const float *x, float *q, float *k, float *v, int heads,
-                                 int head_dim, int interleaved) {
+                          int head_dim, int interleaved) {
     const int D = head_dim;
     const int64_t inner = (int64_t)heads * D;
     for (int h = 0; h < heads; h++)
@@ -81,12 +55,16 @@ static void ew_task(void *p, int ith, int nth) {
             }
             break;
         }
-        case EW_SWIGLU_BF16: /* a: [rows, 2n] = [gate; value] -> x: [rows, n] */
-            row_swiglu_bf16(x, c->a + i * 2 * n, n);
+        case EW_SWIGLU_BF16: { /* a: [rows, 2n] = [gate; value] -> x: [rows, n] */
+            /* the scalar kernel on every path: the AVX-512 one's vector exp is ~2 ulp off
+             * expf before rounding, which would move the DiT's and ViT's bf16 bits */
+            const float *gv = c->a + i * 2 * n;
+            h3_qwen_elem_ref.swiglu_bf16(gv, gv + n, x, n);
             break;
+        }
         case EW_ROPE_BF16: /* x: [rows, heads*head_dim]; tables [rows, rot_dim/2] */
-            row_rope_bf16(x, c->cos + i * (c->rot_dim / 2), c->sin + i * (c->rot_dim / 2), c->heads,
-                          c->head_dim, c->rot_dim);
+            c->bf16->rope_bf16(x, c->cos + i * (c->rot_dim / 2), c->sin + i * (c->rot_dim / 2), c->heads,
+                               c->head_dim, c->rot_dim);
             break;
         case EW_SPLIT_QKV: { /* x: [rows, 3*inner] -> q, k, v [rows, inner] */
             const int64_t inner = (int64_t)c->heads * c->head_dim;

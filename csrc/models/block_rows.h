@@ -1,8 +1,8 @@
 /* block_rows.h — what the model drivers (dit.c, vit.c) share: their element-wise passes
- * (block_rows.c: bf16 rounding, AdaLN modulation, gated and scaled residual adds, the bf16
- * SwiGLU and RoPE as torch rounds them on bf16 tensors, the QKV split), each run one row
- * at a time over the pool, and the workspace layout of a pre-norm transformer block.
- * Internal header. */
+ * (block_rows.c: bf16 rounding, AdaLN modulation, gated and scaled residual adds, the QKV
+ * split, and the bf16 SwiGLU and RoPE as torch rounds them on bf16 tensors -- those two
+ * are the text layer's kernels, qwen_elem_impl.h), each run one row at a time over the
+ * pool, and the workspace layout of a pre-norm transformer block.  Internal header. */
 #ifndef H3_BLOCK_ROWS_H
 #define H3_BLOCK_ROWS_H
 
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "h3_internal.h"
+#include "qwen_elem_impl.h"
 
 /* round a float to the nearest bfloat16 (ties to even), returned widened */
 static inline float rb(float x) { return h3_bf16_to_f32(h3_f32_to_bf16(x)); }
@@ -42,6 +43,8 @@ typedef struct {
     int heads, head_dim, rot_dim, interleaved;   /* rope / split */
     const float *cos, *sin;
     float *q, *k, *v;
+    /* rope: the bf16 kernels of the block's path (h3_qwen_elem_for), the text layer's */
+    const h3_qwen_elem_kernels *bf16;
 } block_ew;
 
 /* Run the pass over the pool's threads (small passes stay on the calling thread). */

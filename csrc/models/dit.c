@@ -156,7 +156,7 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
         if (R) {
             memset(&c, 0, sizeof c);
             c.op = EW_ROPE_BF16; c.rows = S; c.n = I; c.heads = H; c.head_dim = D;
-            c.rot_dim = a->rot_dim; c.cos = a->cos; c.sin = a->sin;
+            c.rot_dim = a->rot_dim; c.cos = a->cos; c.sin = a->sin; c.bf16 = h3_qwen_elem_for(eisa);
             c.x = q; block_ew_run(pool, &c);
             c.x = k; block_ew_run(pool, &c);
         } else {
