@@ -93,3 +93,76 @@ h3_status h3_round_bf16(float *x, int64_t n, h3_pool *pool, h3_err *err) {
     for (int64_t i = c.rows * 1024; i < n; i++) x[i] = rb(x[i]);
     return H3_OK;
 }
+
+h3_status block_check_linears(const char *who, int64_t S, int Hd, int H, int D, int F, const h3_linear *qkv,
+                              const h3_linear *out, const h3_linear *up, const h3_linear *down,
+                              h3_err *err) {
+    const int64_t I = (int64_t)H * D;
+    if (S < 0 || Hd < 1 || H < 1 || D < 1 || F < 1)
+        return h3_fail(err, H3_EINVAL, "%s: bad geometry S=%lld hidden=%d heads=%d head_dim=%d ffn=%d", who,
+                       (long long)S, Hd, H, D, F);
+    if (h3_linear_n(qkv) != 3 * I || h3_linear_k(qkv) != Hd || h3_linear_n(out) != Hd ||
+        h3_linear_k(out) != I || h3_linear_n(up) != 2 * (int64_t)F || h3_linear_k(up) != Hd ||
+        h3_linear_n(down) != Hd || h3_linear_k(down) != F)
+        return h3_fail(err, H3_EINVAL, "%s: weight shapes do not match hidden=%d inner=%lld ffn=%d", who,
+                       Hd, (long long)I, F);
+    return H3_OK;
+}
+
+block_bufs block_carve(const block_ws *p, void *ws) {
+    char *base = (char *)ws;
+    block_bufs b;
+    b.n = (float *)(base + p->n); b.qkv = (float *)(base + p->qkv); b.q = (float *)(base + p->q);
+    b.k = (float *)(base + p->k); b.v = (float *)(base + p->v); b.o = (float *)(base + p->o);
+    b.br = (float *)(base + p->br); b.ff = (float *)(base + p->ff); b.act = (float *)(base + p->act);
+    b.lin = base + p->lin; b.attn = base + p->attn;
+    b.lin_bytes = p->attn - p->lin; b.attn_bytes = p->total - p->attn;
+    return b;
+}
+
+#define TRY(call) do { h3_status st_ = (call); if (st_) return st_; } while (0)
+
+h3_status block_qk_prep(const float *qkv, float *q, float *k, float *v, int64_t S, int H, int D,
+                        int interleaved, const float *norm_q, const float *norm_k, float eps, int R,
+                        const float *cos, const float *sin, int rot_dim, h3_pool *pool, h3_isa eisa,
+                        h3_err *err) {
+    const int64_t I = (int64_t)H * D;
+    block_ew c;
+    memset(&c, 0, sizeof c);
+    c.op = EW_SPLIT_QKV; c.rows = S; c.n = 3 * I; c.x = (float *)qkv; c.heads = H; c.head_dim = D;
+    c.interleaved = interleaved; c.q = q; c.k = k; c.v = v;
+    block_ew_run(pool, &c);
+    TRY(h3_rmsnorm(q, norm_q, q, S * H, D, eps, pool, eisa, NULL, err));
+    TRY(h3_rmsnorm(k, norm_k, k, S * H, D, eps, pool, eisa, NULL, err));
+    if (R) {
+        TRY(h3_round_bf16(q, S * I, pool, err));
+        TRY(h3_round_bf16(k, S * I, pool, err));
+    }
+    if (!cos) return H3_OK;
+    if (R) {
+        memset(&c, 0, sizeof c);
+        c.op = EW_ROPE_BF16; c.rows = S; c.n = I; c.heads = H; c.head_dim = D;
+        c.rot_dim = rot_dim; c.cos = cos; c.sin = sin; c.bf16 = h3_qwen_elem_for(eisa);
+        c.x = q; block_ew_run(pool, &c);
+        c.x = k; block_ew_run(pool, &c);
+        return H3_OK;
+    }
+    TRY(h3_rope(q, cos, sin, S, H, D, rot_dim, pool, eisa, NULL, err));
+    TRY(h3_rope(k, cos, sin, S, H, D, rot_dim, pool, eisa, NULL, err));
+    return H3_OK;
+}
+
+h3_status block_swiglu_up(const h3_linear *up, const float *n, int64_t S, int F, int R, float *ff,
+                          float *act, h3_pool *pool, void *lws, size_t lws_b, h3_err *err) {
+    if (!R) {
+        h3_epilogue e = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
+        return h3_linear_forward(up, pool, n, S, act, &e, lws, lws_b, err);
+    }
+    TRY(h3_linear_forward(up, pool, n, S, ff, NULL, lws, lws_b, err));
+    TRY(h3_round_bf16(ff, S * 2 * (int64_t)F, pool, err));
+    block_ew c;
+    memset(&c, 0, sizeof c);
+    c.op = EW_SWIGLU_BF16; c.rows = S; c.n = F; c.x = act; c.a = ff;
+    block_ew_run(pool, &c);
+    return H3_OK;
+}

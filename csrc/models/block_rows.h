@@ -87,4 +87,34 @@ static inline block_ws block_ws_plan(int64_t S_, int hidden, int heads, int head
     return p;
 }
 
+/* A block's four linears against its geometry (S >= 0, every size >= 1): qkv [3I, hidden],
+ * out [hidden, I], up [2 ffn, hidden], down [hidden, ffn], I = heads * head_dim.  who
+ * names the block in the message. */
+h3_status block_check_linears(const char *who, int64_t S, int hidden, int heads, int head_dim, int ffn,
+                              const h3_linear *qkv, const h3_linear *out, const h3_linear *up,
+                              const h3_linear *down, h3_err *err);
+
+/* The workspace plan's pieces at their addresses in ws. */
+typedef struct {
+    float *n, *qkv, *q, *k, *v, *o, *br, *ff, *act;
+    void *lin, *attn;           /* the linears' and the attention's workspaces */
+    size_t lin_bytes, attn_bytes;
+} block_bufs;
+block_bufs block_carve(const block_ws *p, void *ws);
+
+/* From the fused QKV rows to attention-ready q, k, v [S, I]: split (per-head interleaved
+ * or stacked), per-head RMSNorm of q and k (norm_q/norm_k: weights, or NULL for none),
+ * rounded to bf16 in bf16 mode (round), then RoPE on rot_dim channels when cos is given
+ * (bf16 mode: with torch's bf16 roundings). */
+h3_status block_qk_prep(const float *qkv, float *q, float *k, float *v, int64_t S, int heads, int head_dim,
+                        int interleaved, const float *norm_q, const float *norm_k, float eps, int round,
+                        const float *cos, const float *sin, int rot_dim, h3_pool *pool, h3_isa eisa,
+                        h3_err *err);
+
+/* act [S, ffn] = SwiGLU of n's up projection (up rows [gate; value]): in bf16 mode the
+ * projection into ff [S, 2 ffn] is rounded, then silu and the product are (torch's order);
+ * in float32 the GEMM's SwiGLU epilogue computes it. */
+h3_status block_swiglu_up(const h3_linear *up, const float *n, int64_t S, int ffn, int round, float *ff,
+                          float *act, h3_pool *pool, void *lws, size_t lws_bytes, h3_err *err);
+
 #endif /* H3_BLOCK_ROWS_H */

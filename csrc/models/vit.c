@@ -103,81 +103,43 @@ h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a
     const int64_t S = a->S;
     const int Hd = a->hidden, H = a->heads, D = a->head_dim, F = a->ffn;
     const int64_t I = (int64_t)H * D;
-    if (S < 0 || Hd < 1 || H < 1 || D < 1 || F < 1)
-        return h3_fail(err, H3_EINVAL, "vit_block: bad geometry S=%lld hidden=%d heads=%d head_dim=%d ffn=%d",
-                       (long long)S, Hd, H, D, F);
-    if (h3_linear_n(w->qkv) != 3 * I || h3_linear_k(w->qkv) != Hd || h3_linear_n(w->out) != Hd ||
-        h3_linear_k(w->out) != I || h3_linear_n(w->up) != 2 * (int64_t)F || h3_linear_k(w->up) != Hd ||
-        h3_linear_n(w->down) != Hd || h3_linear_k(w->down) != F)
-        return h3_fail(err, H3_EINVAL, "vit_block: weight shapes do not match hidden=%d inner=%lld ffn=%d",
-                       Hd, (long long)I, F);
+    h3_status st = block_check_linears("vit_block", S, Hd, H, D, F, w->qkv, w->out, w->up, w->down, err);
+    if (st) return st;
     if (!a->cos || !a->sin || a->rot_dim < 2 || a->rot_dim > D || a->rot_dim % 2)
         return h3_fail(err, H3_EINVAL, "vit_block: RoPE tables missing or rot_dim %d not even in [2, %d]",
                        a->rot_dim, D);
-    h3_status st = h3_isa_check(isa, err);
+    st = h3_isa_check(isa, err);
     if (st) return st;
     if (S == 0) return H3_OK;
     const int nth = h3_pool_threads(pool);
     block_ws p = plan(w, a, nth);
-    void *own = NULL;
-    if (!ws) {
-        own = ws = h3_alloc(p.total);
-        if (!ws) return h3_fail(err, H3_ENOMEM, "vit_block: cannot allocate %zu bytes of workspace", p.total);
-    } else if (ws_bytes < p.total || ((uintptr_t)ws & 63)) {
-        return h3_fail(err, H3_EINVAL, "vit_block: workspace too small or misaligned (%zu < %zu)", ws_bytes, p.total);
-    }
-    char *base = (char *)ws;
-    float *n = (float *)(base + p.n), *qkv = (float *)(base + p.qkv), *q = (float *)(base + p.q),
-          *k = (float *)(base + p.k), *v = (float *)(base + p.v), *o = (float *)(base + p.o),
-          *br = (float *)(base + p.br), *ff = (float *)(base + p.ff), *act = (float *)(base + p.act);
-    void *lws = base + p.lin, *aws = base + p.attn;
-    const size_t lws_b = p.attn - p.lin, aws_b = p.total - p.attn;
+    void *own;
+    st = h3_workspace(&ws, ws_bytes, p.total, &own, "vit_block", err);
+    if (st) return st;
+    const block_bufs b = block_carve(&p, ws);
+    float *n = b.n, *o = b.o, *br = b.br, *act = b.act;
+    void *lws = b.lin;
+    const size_t lws_b = b.lin_bytes;
     const int R = a->round_bf16;
     const h3_isa eisa = h3_isa_vector(isa);
-    block_ew c;
 
     /* ---- attention half ---- */
     TRY(h3_rmsnorm(h, w->norm1, n, S, Hd, a->eps, pool, eisa, NULL, err));
     if (R) TRY(h3_round_bf16(n, S * Hd, pool, err));
-    TRY(h3_linear_forward(w->qkv, pool, n, S, qkv, NULL, lws, lws_b, err));
-    if (R) TRY(h3_round_bf16(qkv, S * 3 * I, pool, err));
-    memset(&c, 0, sizeof c);
-    c.op = EW_SPLIT_QKV; c.rows = S; c.n = 3 * I; c.x = qkv; c.heads = H; c.head_dim = D;
-    c.interleaved = w->qkv_interleaved; c.q = q; c.k = k; c.v = v;
-    block_ew_run(pool, &c);
-    /* q/k norms in float32 whatever the compute dtype, then cast back */
-    TRY(h3_rmsnorm(q, NULL, q, S * H, D, a->eps, pool, eisa, NULL, err));
-    TRY(h3_rmsnorm(k, NULL, k, S * H, D, a->eps, pool, eisa, NULL, err));
-    if (R) {
-        TRY(h3_round_bf16(q, S * I, pool, err));
-        TRY(h3_round_bf16(k, S * I, pool, err));
-        memset(&c, 0, sizeof c);
-        c.op = EW_ROPE_BF16; c.rows = S; c.n = I; c.heads = H; c.head_dim = D;
-        c.rot_dim = a->rot_dim; c.cos = a->cos; c.sin = a->sin; c.bf16 = h3_qwen_elem_for(eisa);
-        c.x = q; block_ew_run(pool, &c);
-        c.x = k; block_ew_run(pool, &c);
-    } else {
-        TRY(h3_rope(q, a->cos, a->sin, S, H, D, a->rot_dim, pool, eisa, NULL, err));
-        TRY(h3_rope(k, a->cos, a->sin, S, H, D, a->rot_dim, pool, eisa, NULL, err));
-    }
+    TRY(h3_linear_forward(w->qkv, pool, n, S, b.qkv, NULL, lws, lws_b, err));
+    if (R) TRY(h3_round_bf16(b.qkv, S * 3 * I, pool, err));
+    /* q/k norms (no weight) in float32 whatever the compute dtype, then cast back */
+    TRY(block_qk_prep(b.qkv, b.q, b.k, b.v, S, H, D, w->qkv_interleaved, NULL, NULL, a->eps, R, a->cos, a->sin,
+                      a->rot_dim, pool, eisa, err));
     h3_attn_args aa = {S, H, H, D, I, I, I, I, 1.0f / sqrtf((float)D), 0, R || a->attn_bf16};
-    TRY(h3_attention(&aa, q, k, v, o, pool, aws, aws_b, isa, err));
+    TRY(h3_attention(&aa, b.q, b.k, b.v, o, pool, b.attn, b.attn_bytes, isa, err));
     if (R) TRY(h3_round_bf16(o, S * I, pool, err));
     TRY(scaled_residual(w->out, o, w->scale1, a, h, br, pool, lws, lws_b, err));
 
     /* ---- feed-forward half ---- */
     TRY(h3_rmsnorm(h, w->norm2, n, S, Hd, a->eps, pool, eisa, NULL, err));
-    if (R) {
-        TRY(h3_round_bf16(n, S * Hd, pool, err));
-        TRY(h3_linear_forward(w->up, pool, n, S, ff, NULL, lws, lws_b, err));
-        TRY(h3_round_bf16(ff, S * 2 * (int64_t)F, pool, err));
-        memset(&c, 0, sizeof c);
-        c.op = EW_SWIGLU_BF16; c.rows = S; c.n = F; c.x = act; c.a = ff;
-        block_ew_run(pool, &c);
-    } else {
-        h3_epilogue e = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
-        TRY(h3_linear_forward(w->up, pool, n, S, act, &e, lws, lws_b, err));
-    }
+    if (R) TRY(h3_round_bf16(n, S * Hd, pool, err));
+    TRY(block_swiglu_up(w->up, n, S, F, R, b.ff, act, pool, lws, lws_b, err));
     TRY(scaled_residual(w->down, act, w->scale2, a, h, br, pool, lws, lws_b, err));
 fail:
     h3_free(own);
