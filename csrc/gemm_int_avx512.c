@@ -223,7 +223,8 @@ rows7_vnni(const int32_t off, int MR, int nseg, int seg_q, const int8_t *ap, con
  * only one over code: an always_inline function taking I4 and VNNI would be optimised
  * once with both unknown before being inlined, and GCC 12 then compiled every kernel
  * with other register allocations and inlining choices (compared with objdump).  Each
- * kernel below is reached from its entry point through at most this one expansion. */
+ * entry point below reaches its kernel body through plain calls to at most two functions
+ * these two macros define, never a macro inside a macro. */
 #define ROW_BLOCKS_KERNEL(name, I4, VNNI)                                                         \
     static void name(GEMM_UKR_INT_PARAMS) {                                                       \
         (void)NR_;                                                                                \
@@ -254,27 +255,22 @@ ROW_BLOCKS_KERNEL(ukr_i4w_vnni_rb, 2, 1)
 ROW_BLOCKS_KERNEL(ukr_i4w_bw_rb, 2, 0)
 
 /* VNNI for int8 and widened int4: full 7-row blocks through rows7_vnni (off: the weights'
- * offset, 128 or 8), a last partial block through the row-block kernel. */
-static void ukr_i8_vnni_rb(GEMM_UKR_INT_PARAMS) {
-    for (int r0 = 0; r0 < mr; r0 += 7) {
-        if (mr - r0 >= 7)
-            rows7_vnni(128, MR, nseg, seg_q, ap + r0 * 4, bp, sa + r0, asum + r0, sw, sw_stride, c + r0 * ldc,
-                       ldc, nr, accumulate);
-        else
-            ukr_i8_vnni_rb0(MR, NR_, nseg, seg_q, ap + r0 * 4, bp, sa + r0, asum + r0, sw, sw_stride,
-                            c + r0 * ldc, ldc, mr - r0, nr, accumulate);
+ * offset, 128 or 8), a last partial block through a row-block kernel (rest).  A macro for
+ * the same reason as ROW_BLOCKS_KERNEL. */
+#define ROWS7_KERNEL(name, off, rest)                                                             \
+    static void name(GEMM_UKR_INT_PARAMS) {                                                       \
+        for (int r0 = 0; r0 < mr; r0 += 7) {                                                      \
+            if (mr - r0 >= 7)                                                                     \
+                rows7_vnni(off, MR, nseg, seg_q, ap + r0 * 4, bp, sa + r0, asum + r0, sw,         \
+                           sw_stride, c + r0 * ldc, ldc, nr, accumulate);                         \
+            else                                                                                  \
+                rest(MR, NR_, nseg, seg_q, ap + r0 * 4, bp, sa + r0, asum + r0, sw, sw_stride,    \
+                     c + r0 * ldc, ldc, mr - r0, nr, accumulate);                                 \
+        }                                                                                         \
     }
-}
-static void ukr_i4w_vnni_7(GEMM_UKR_INT_PARAMS) {
-    for (int r0 = 0; r0 < mr; r0 += 7) {
-        if (mr - r0 >= 7)
-            rows7_vnni(8, MR, nseg, seg_q, ap + r0 * 4, bp, sa + r0, asum + r0, sw, sw_stride, c + r0 * ldc,
-                       ldc, nr, accumulate);
-        else
-            ukr_i4w_vnni_rb(MR, NR_, nseg, seg_q, ap + r0 * 4, bp, sa + r0, asum + r0, sw, sw_stride,
-                            c + r0 * ldc, ldc, mr - r0, nr, accumulate);
-    }
-}
+
+ROWS7_KERNEL(ukr_i8_vnni_rb, 128, ukr_i8_vnni_rb0)
+ROWS7_KERNEL(ukr_i4w_vnni_7, 8, ukr_i4w_vnni_rb)
 
 /* int4 with VNNI and two 7-row blocks (small M; large M comes widened from the driver):
  * each segment's nibbles are widened once into an L1 buffer in the int8 layout ([q][32][4],
