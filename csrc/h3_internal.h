@@ -3,6 +3,7 @@
 #define H3_INTERNAL_H
 
 #include "h3.h"
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -69,6 +70,18 @@ static inline uint16_t h3_f32_to_bf16(float f) {
 }
 float h3_f16_to_f32(uint16_t h);
 uint16_t h3_f32_to_f16(float f);
+/* x rounded to the nearest bf16 (ties to even), returned widened: one bf16 op's output */
+static inline float h3_round_to_bf16(float x) { return h3_bf16_to_f32(h3_f32_to_bf16(x)); }
+
+/* 1 / sqrt(mean(x^2) + eps) of one row, the scalar RMSNorms' (elem_ref.c, qwen_elem.c):
+ * the sum of squares accumulated in double is the exact value rounded once, which
+ * torch's vectorised float reduction lands within a few ulp of. */
+static inline float h3_rms_inv_ref(const float *x, int64_t n, float eps) {
+    double acc = 0.0;
+    for (int64_t j = 0; j < n; j++) acc += (double)x[j] * (double)x[j];
+    float ms = (float)(acc / (double)n);
+    return 1.0f / sqrtf(ms + eps);
+}
 
 /* Optional instructions a path's kernels use when present (cpu.c: every CPU feature check
  * of the library is made there, once). */

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-static inline float rb(float x) { return h3_bf16_to_f32(h3_f32_to_bf16(x)); }
+#define rb h3_round_to_bf16
 
 /* ---- scalar reference ----------------------------------------------------------- */
 /* transformers: xf = float32(x); xf * rsqrt(mean(xf^2) + eps) -> bf16; w * that -> bf16.
@@ -16,10 +16,7 @@ static void rms_bf16_ref(const float *x, const float *w, float *out, int64_t row
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * n;
         float *o = out + r * n;
-        double acc = 0.0;
-        for (int64_t j = 0; j < n; j++) acc += (double)xr[j] * (double)xr[j];
-        float ms = (float)(acc / (double)n);
-        float inv = 1.0f / sqrtf(ms + eps);
+        float inv = h3_rms_inv_ref(xr, n, eps);
         for (int64_t j = 0; j < n; j++) o[j] = rb(w[j] * rb(xr[j] * inv));
     }
 }

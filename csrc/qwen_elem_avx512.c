@@ -138,7 +138,7 @@ static float exp_sum_bf16p_avx512(float *s, int64_t nv, int64_t nb, float m) {
     for (int64_t t = n16; t < nv; t++) {
         const float e = expf(s[t] - m);
         sum += e;
-        s[t] = h3_bf16_to_f32(h3_f32_to_bf16(e));
+        s[t] = h3_round_to_bf16(e);
     }
     return sum;
 }

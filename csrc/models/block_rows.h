@@ -13,8 +13,7 @@
 #include "h3_internal.h"
 #include "qwen_elem_impl.h"
 
-/* round a float to the nearest bfloat16 (ties to even), returned widened */
-static inline float rb(float x) { return h3_bf16_to_f32(h3_f32_to_bf16(x)); }
+#define rb h3_round_to_bf16   /* a short name for the formulas below */
 
 /* 64-byte aligned size, for workspace plans */
 static inline size_t al(size_t b) { return (b + 63) & ~(size_t)63; }
