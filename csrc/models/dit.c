@@ -106,9 +106,6 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
     st = h3_workspace(&ws, ws_bytes, p.total, &own, "dit_block", err);
     if (st) return st;
     const block_bufs b = block_carve(&p, ws);
-    float *n = b.n, *o = b.o, *br = b.br, *act = b.act;
-    void *lws = b.lin;
-    const size_t lws_b = b.lin_bytes;
     const int R = a->round_bf16;
     /* stage timing (profiling only): STAGE(i) adds the time since the last mark to stage i */
     double mark = a->stage_seconds ? h3_monotonic() : 0.0;
@@ -123,27 +120,27 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
 
     /* ---- attention half ---- */
     h3_isa eisa = h3_isa_vector(isa);
-    TRY(norm_modulate(h, w->norm1, mod ? a->scale1p_msa : NULL, a->shift_msa, a, n, pool, eisa, err));
+    TRY(norm_modulate(h, w->norm1, mod ? a->scale1p_msa : NULL, a->shift_msa, a, b.n, pool, eisa, err));
     STAGE(0);
-    TRY(h3_linear_forward(w->qkv, pool, n, S, b.qkv, NULL, lws, lws_b, err));
+    TRY(h3_linear_forward(w->qkv, pool, b.n, S, b.qkv, NULL, b.lin, b.lin_bytes, err));
     if (R) TRY(h3_round_bf16(b.qkv, S * 3 * I, pool, err));
     STAGE(1);
     TRY(block_qk_prep(b.qkv, b.q, b.k, b.v, S, H, D, w->qkv_interleaved, w->norm_q, w->norm_k, a->qk_eps, R,
                       a->cos, a->sin, a->rot_dim, pool, eisa, err));
     STAGE(2);
     h3_attn_args aa = {S, H, H, D, I, I, I, I, 1.0f / sqrtf((float)D), 0, R || a->attn_bf16};
-    TRY(h3_attention(&aa, b.q, b.k, b.v, o, pool, b.attn, b.attn_bytes, isa, err));
-    if (R) TRY(h3_round_bf16(o, S * I, pool, err));
+    TRY(h3_attention(&aa, b.q, b.k, b.v, b.o, pool, b.attn, b.attn_bytes, isa, err));
+    if (R) TRY(h3_round_bf16(b.o, S * I, pool, err));
     STAGE(3);
-    TRY(gated_residual(w->out, o, mod ? a->gate_msa : NULL, a, h, br, pool, lws, lws_b, err));
+    TRY(gated_residual(w->out, b.o, mod ? a->gate_msa : NULL, a, h, b.br, pool, b.lin, b.lin_bytes, err));
     STAGE(4);
 
     /* ---- feed-forward half ---- */
-    TRY(norm_modulate(h, w->norm2, mod ? a->scale1p_mlp : NULL, a->shift_mlp, a, n, pool, eisa, err));
+    TRY(norm_modulate(h, w->norm2, mod ? a->scale1p_mlp : NULL, a->shift_mlp, a, b.n, pool, eisa, err));
     STAGE(5);
-    TRY(block_swiglu_up(w->up, n, S, F, R, b.ff, act, pool, lws, lws_b, err));
+    TRY(block_swiglu_up(w->up, b.n, S, F, R, b.ff, b.act, pool, b.lin, b.lin_bytes, err));
     STAGE(6);
-    TRY(gated_residual(w->down, act, mod ? a->gate_mlp : NULL, a, h, br, pool, lws, lws_b, err));
+    TRY(gated_residual(w->down, b.act, mod ? a->gate_mlp : NULL, a, h, b.br, pool, b.lin, b.lin_bytes, err));
     STAGE(7);
 #undef STAGE
 fail:

@@ -117,30 +117,27 @@ h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a
     st = h3_workspace(&ws, ws_bytes, p.total, &own, "vit_block", err);
     if (st) return st;
     const block_bufs b = block_carve(&p, ws);
-    float *n = b.n, *o = b.o, *br = b.br, *act = b.act;
-    void *lws = b.lin;
-    const size_t lws_b = b.lin_bytes;
     const int R = a->round_bf16;
     const h3_isa eisa = h3_isa_vector(isa);
 
     /* ---- attention half ---- */
-    TRY(h3_rmsnorm(h, w->norm1, n, S, Hd, a->eps, pool, eisa, NULL, err));
-    if (R) TRY(h3_round_bf16(n, S * Hd, pool, err));
-    TRY(h3_linear_forward(w->qkv, pool, n, S, b.qkv, NULL, lws, lws_b, err));
+    TRY(h3_rmsnorm(h, w->norm1, b.n, S, Hd, a->eps, pool, eisa, NULL, err));
+    if (R) TRY(h3_round_bf16(b.n, S * Hd, pool, err));
+    TRY(h3_linear_forward(w->qkv, pool, b.n, S, b.qkv, NULL, b.lin, b.lin_bytes, err));
     if (R) TRY(h3_round_bf16(b.qkv, S * 3 * I, pool, err));
     /* q/k norms (no weight) in float32 whatever the compute dtype, then cast back */
     TRY(block_qk_prep(b.qkv, b.q, b.k, b.v, S, H, D, w->qkv_interleaved, NULL, NULL, a->eps, R, a->cos, a->sin,
                       a->rot_dim, pool, eisa, err));
     h3_attn_args aa = {S, H, H, D, I, I, I, I, 1.0f / sqrtf((float)D), 0, R || a->attn_bf16};
-    TRY(h3_attention(&aa, b.q, b.k, b.v, o, pool, b.attn, b.attn_bytes, isa, err));
-    if (R) TRY(h3_round_bf16(o, S * I, pool, err));
-    TRY(scaled_residual(w->out, o, w->scale1, a, h, br, pool, lws, lws_b, err));
+    TRY(h3_attention(&aa, b.q, b.k, b.v, b.o, pool, b.attn, b.attn_bytes, isa, err));
+    if (R) TRY(h3_round_bf16(b.o, S * I, pool, err));
+    TRY(scaled_residual(w->out, b.o, w->scale1, a, h, b.br, pool, b.lin, b.lin_bytes, err));
 
     /* ---- feed-forward half ---- */
-    TRY(h3_rmsnorm(h, w->norm2, n, S, Hd, a->eps, pool, eisa, NULL, err));
-    if (R) TRY(h3_round_bf16(n, S * Hd, pool, err));
-    TRY(block_swiglu_up(w->up, n, S, F, R, b.ff, act, pool, lws, lws_b, err));
-    TRY(scaled_residual(w->down, act, w->scale2, a, h, br, pool, lws, lws_b, err));
+    TRY(h3_rmsnorm(h, w->norm2, b.n, S, Hd, a->eps, pool, eisa, NULL, err));
+    if (R) TRY(h3_round_bf16(b.n, S * Hd, pool, err));
+    TRY(block_swiglu_up(w->up, b.n, S, F, R, b.ff, b.act, pool, b.lin, b.lin_bytes, err));
+    TRY(scaled_residual(w->down, b.act, w->scale2, a, h, b.br, pool, b.lin, b.lin_bytes, err));
 fail:
     h3_free(own);
     return st;
