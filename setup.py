@@ -1,8 +1,9 @@
 """Build h3cy: C kernels from csrc/ plus the Cython drivers from pyx/.
 
-Kernel files named *_avx2.c, *_avx512.c, *_amx.c and *_neon.c are compiled with that
-instruction set's flags and nothing else is; the path is chosen at run time from CPU
-features (csrc/cpu.c).  Never -march=native or -ffast-math: a wheel must run on any CPU
+The C sources are csrc/*.c (the op kernels) and csrc/models/*.c (the model drivers built
+on them).  Kernel files named *_avx2.c, *_avx512.c, *_amx.c and *_neon.c (in either
+folder) are compiled with that instruction set's flags and nothing else is; the path is
+chosen at run time from CPU features (csrc/cpu.c).  Never -march=native or -ffast-math: a wheel must run on any CPU
 of its architecture, and the reference kernels need IEEE rounding.
 
 Environment knobs (build time only):
@@ -46,11 +47,16 @@ def isa_of(path):
     return None
 
 
+def csrc_files(pattern):
+    """csrc/ files matching pattern, its subfolders' too (csrc/models/), sorted."""
+    return sorted(glob.glob(os.path.join("csrc", "**", pattern), recursive=True))
+
+
 def csrc_sources():
     """Portable C files go into the extension's own source list; ISA files are returned
     separately so build_ext can compile each with its flags."""
     plain, isa_files = [], {}
-    for path in sorted(glob.glob("csrc/*.c")):
+    for path in csrc_files("*.c"):
         isa = isa_of(path)
         if isa is None:
             plain.append(path)
@@ -69,7 +75,7 @@ class BuildExtWithISA(build_ext):
             objects += self.compiler.compile(
                 files, output_dir=self.build_temp, include_dirs=["csrc"],
                 extra_postargs=["-fPIC"] + BASE_CFLAGS + ISA_FLAGS[isa],
-                depends=glob.glob("csrc/*.h") + glob.glob("csrc/*.inc"))
+                depends=csrc_files("*.h") + csrc_files("*.inc"))
         ext.extra_objects = list(ext.extra_objects or []) + objects
         super().build_extension(ext)
 
@@ -87,7 +93,7 @@ ext = Extension(
     extra_link_args=["-pthread"],
     # the ISA files are compiled on the side (BuildExtWithISA) and linked as extra objects:
     # list them (and the .inc bodies) here too, or an edit to one never relinks the module
-    depends=(glob.glob("csrc/*.h") + glob.glob("csrc/*.inc") + glob.glob("pyx/*.pxd") + glob.glob("pyx/*.pxi")
+    depends=(csrc_files("*.h") + csrc_files("*.inc") + glob.glob("pyx/*.pxd") + glob.glob("pyx/*.pxi")
              + [f for files in csrc_sources()[1].values() for f in files]),
 )
 

@@ -1,9 +1,10 @@
-"""A/B of two source trees of h3cy (each built in place): one full-size DiT block forward and
-one full-size GEMM, timed in fresh processes that alternate old, new, old, new ...; prints
-each pair's new/old ratio and the median ratio per measurement.  For refactors that must
+"""A/B of two source trees of h3cy (each built in place): one full-size DiT block forward, one
+full-size GEMM and the full-size attention, timed in fresh processes that alternate old,
+new, old, new ...; prints each pair's new/old ratio and the median ratio per measurement.  For refactors that must
 not change speed (same kernels, other Python around them).
 
     python3 bench/ab_trees.py --old /path/to/old/tree --new . [--pairs 5] [--threads 2]
+        [--what block,gemm,attention]
 
 Each process times --reps calls after one warm-up and reports the median (seconds).
 """
@@ -60,6 +61,14 @@ for mode in ("int8", "bf16"):
         x = rng.standard_normal((M, 5376)).astype(np.float32)
         y = np.empty((M, 14336), np.float32)
         out[f"gemm_{mode}"] = med(lambda: lin(x, out=y))
+if "attention" in what:
+    # the full-size DiT's attention (56 heads of 128) over S rows, float32 and bf16 products
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((S, 56, 128)).astype(np.float32) for _ in range(3))
+    o = np.empty_like(q)
+    for bf16 in (False, True):
+        att = h3cy.ops.Attention(threads=threads, bf16=bf16)
+        out["attention_" + ("bf16" if bf16 else "fp32")] = med(lambda: att(q, k, v, out=o))
 print("RESULT " + json.dumps(out))
 """
 
@@ -82,8 +91,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--S", type=int, default=1024, help="packed rows of the block forward")
     ap.add_argument("--M", type=int, default=256, help="rows of the GEMM (K=5376, N=14336)")
-    ap.add_argument("--what", default="block,gemm", help="block, gemm or both (building a full-size "
-                    "block's random weights takes minutes on 2 cores)")
+    ap.add_argument("--what", default="block,gemm", help="block, gemm, attention, comma-separated "
+                    "(building a full-size block's random weights takes minutes on 2 cores)")
     a = ap.parse_args()
     ratios = {}
     for p in range(a.pairs):

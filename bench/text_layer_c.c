@@ -35,6 +35,8 @@ static h3_linear *make_linear(int64_t N, int64_t K, int wt, int pair) {
     o.group_size = 128;
     o.pair = pair;
     o.isa = h3_isa_best();
+    /* the library reads no environment: this driver keeps H3CY_HUGEPAGES=0 as its A/B switch */
+    o.small_pages = getenv("H3CY_HUGEPAGES") && !strcmp(getenv("H3CY_HUGEPAGES"), "0");
     h3_linear *l;
     h3_err e;
     if (h3_linear_create(w, H3_DT_F32, N, K, NULL, &o, &l, &e)) { fprintf(stderr, "linear: %s\n", e.msg); exit(1); }

@@ -176,15 +176,10 @@ h3_status h3_conv1d(const h3_linear *lin, const float *x, int64_t T, int64_t Cin
         return h3_fail(err, H3_EINVAL, "conv1d: resid overlaps y without being y");
     const int nth = h3_pool_threads(pool);
     const size_t need = h3_conv1d_workspace_bytes(lin, T_out, nth, flags);
-    void *own = NULL;
-    if (!ws) {
-        own = ws = h3_alloc(need);
-        if (!ws) return h3_fail(err, H3_ENOMEM, "conv1d: cannot allocate %zu bytes of workspace", need);
-        ws_bytes = need;
-    } else if (ws_bytes < need || ((uintptr_t)ws & 63)) {
-        return h3_fail(err, H3_EINVAL, "conv1d: workspace must be 64-byte aligned and >= %zu bytes (got %zu)",
-                       need, ws_bytes);
-    }
+    void *own;
+    h3_status st = h3_workspace(&ws, ws_bytes, need, &own, "conv1d", err);
+    if (st) return st;
+    if (own) ws_bytes = need;
     conv_plan p = plan_conv(lin, T_out, nth);
     conv_job *c = h3_alloc(sizeof *c);
     if (!c) { h3_free(own); return h3_fail(err, H3_ENOMEM, "conv1d: out of memory"); }
@@ -194,7 +189,6 @@ h3_status h3_conv1d(const h3_linear *lin, const float *x, int64_t T, int64_t Cin
     c->lin = lin; c->x = x; c->resid = resid; c->y = y; c->T = T; c->Cin = Cin;
     c->T_out = T_out; c->R = p.R; c->k = k; c->dil = dil; c->pad = pad; c->ws = ws;
     c->im2col = (flags & H3_CONV_IM2COL) != 0;
-    h3_status st = H3_OK;
     if (p.mode == BY_TIME) {
         c->nth = H3_MIN(nth, MAX_SHARES);
         c->per_thread = need / (size_t)c->nth;
@@ -287,19 +281,13 @@ h3_status h3_conv_transpose1d(const h3_linear *lin, const float *x, int64_t T, i
     const int nth = h3_pool_threads(pool);
     /* the workspace is sized by the input length T */
     const size_t need = h3_conv_transpose1d_workspace_bytes(lin, T, stride, nth);
-    void *own = NULL;
-    if (!ws) {
-        own = ws = h3_alloc(need);
-        if (!ws) return h3_fail(err, H3_ENOMEM, "conv_transpose1d: cannot allocate %zu bytes of workspace", need);
-        ws_bytes = need;
-    } else if (ws_bytes < need || ((uintptr_t)ws & 63)) {
-        return h3_fail(err, H3_EINVAL, "conv_transpose1d: workspace must be 64-byte aligned and >= %zu bytes (got %zu)",
-                       need, ws_bytes);
-    }
+    void *own;
+    h3_status st = h3_workspace(&ws, ws_bytes, need, &own, "conv_transpose1d", err);
+    if (st) return st;
+    if (own) ws_bytes = need;
     const int64_t R = H3_MIN(T, ct_chunk(lin));
     const size_t zb = col_bytes(R, h3_linear_n(lin));
     memset(y, 0, (size_t)(T_out * Cout) * 4);
-    h3_status st = H3_OK;
     for (int64_t t0 = 0; t0 < T && !st; t0 += R) {
         const int64_t t1 = H3_MIN(T, t0 + R);
         st = h3_linear_forward(lin, pool, x + t0 * Cin, t1 - t0, (float *)ws, NULL, (char *)ws + zb,

@@ -112,6 +112,7 @@ const char *h3_cpu_feature_name(int i) {
 
 int h3_cpu_has_avx512_bf16(void) { h3_cpu_features(); return (int)HAS(F_AVX512BF16); }
 int h3_cpu_has_avx512_vnni(void) { h3_cpu_features(); return (int)HAS(F_AVX512VNNI); }
+int h3_cpu_has_neon_dotprod(void) { h3_cpu_features(); return (int)HAS(F_NEON_DOTPROD); }
 
 static const char *isa_names[H3_ISA_COUNT] = {"ref", "avx2", "avx512", "amx", "neon"};
 

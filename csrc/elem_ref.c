@@ -14,10 +14,7 @@ static void rmsnorm_ref(const float *x, const float *w, float *out, int64_t rows
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * n;
         float *orow = out + r * n;
-        double acc = 0.0;
-        for (int64_t j = 0; j < n; j++) acc += (double)xr[j] * (double)xr[j];
-        float ms = (float)(acc / (double)n);
-        float inv = 1.0f / sqrtf(ms + eps);
+        float inv = h3_rms_inv_ref(xr, n, eps);
         for (int64_t j = 0; j < n; j++) {
             float v = xr[j] * inv;
             orow[j] = w ? v * w[j] : v;

@@ -224,7 +224,7 @@ static void ukr_bf16_amx(int MR_, int NR_, int64_t kc, const float *ap, const fl
  * For bf16-stored weights.  The driver's panel buffers are sized for f32, so the bf16
  * panels (half the bytes) always fit; kc is a multiple of 32 except the last block. */
 const gemm_kernels gemm_kernels_amx = {
-    .mr = MR, .nr = NR, .kc = 2048, .mc = MR * 8, .nc = 256, .mc_int = MR * 8,
+    .mr = MR, .nr = NR, .kc = 2048, .mc = MR * 8, .nc = 256,
     .gemv_max_m = 0,
     .ukr_f32 = ukr_bf16_amx, .unpack = unpack_bf16, .pack_a = pack_a_bf16_tiles,
     .ukr_i8 = ukr_i8_amx, .ukr_i4 = ukr_i4_amx, .ukr_i4w = ukr_i4w_amx, .int_a_tiles = 1,

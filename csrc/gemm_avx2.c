@@ -298,7 +298,7 @@ static void quant_row_avx2(const float *x, int64_t K, int64_t Kp, int64_t ag, in
 }
 
 const gemm_kernels gemm_kernels_avx2 = {
-    .mr = MR, .nr = NR, .kc = 256, .mc = MR * 16, .nc = 192, .mc_int = MR * 16,
+    .mr = MR, .nr = NR, .kc = 256, .mc = MR * 16, .nc = 192,
     .gemv_max_m = 4,
     .ukr_f32 = ukr_f32_avx2, .unpack = unpack_avx2, .gemv = gemv_avx2,
     .ukr_i8 = ukr_i8_avx2, .ukr_i4 = ukr_i4_avx2, .quant_row = quant_row_avx2,

@@ -90,7 +90,7 @@ static void ukr_bf16dp(int MR_, int NR_, int64_t kc, const float *ap, const floa
  * h3_linear_forward (C harness, preallocated workspace): kc 512 x nc 256 178-188 GFLOP/s on
  * one thread and 373 on two; this 207-210 and 414-422 (torch's bf16 GEMM: ~420). */
 const gemm_kernels gemm_kernels_avx512_bf16dp = {
-    .mr = MR, .nr = NR, .kc = 1024, .mc = MR * 24, .nc = 512, .mc_int = MR * 24,
+    .mr = MR, .nr = NR, .kc = 1024, .mc = MR * 24, .nc = 512,
     .gemv_max_m = 0,
     .ukr_f32 = ukr_bf16dp, .unpack = unpack_bf16, .pack_a = pack_a_bf16,
     .swiglu_row = gemm_swiglu_row_avx512,

@@ -62,7 +62,6 @@ typedef void (*gemm_pack_a_fn)(const float *x, int64_t ldx, int64_t rows, int64_
 typedef struct {
     int mr, nr;           /* micro-tile */
     int kc, mc, nc;       /* cache blocking (float modes) */
-    int mc_int;           /* unused since int A is packed once per call (kept for the initialisers) */
     int kc_int;           /* int K block target in k (0 -> 1024).  Changes the float summation
                              order of int results: keep it equal across tables (bit-identity) */
     int gemv_max_m;       /* use gemv for M <= this (float modes) */

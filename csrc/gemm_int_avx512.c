@@ -25,6 +25,14 @@
 
 #define NR 32
 
+/* gemm_ukr_int's parameter list (gemm_impl.h), and its names passed on, for the functions
+ * below that only choose a kernel body (NR_: the table's NR as passed; NR is this file's). */
+#define GEMM_UKR_INT_PARAMS                                                                   \
+    int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp, const float *sa, \
+        const int32_t *asum, const float *sw, int64_t sw_stride, float *c, int64_t ldc, int mr, \
+        int nr, int accumulate
+#define GEMM_UKR_INT_ARGS MR, NR_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate
+
 static inline __m512i bcast4(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -211,56 +219,58 @@ rows7_vnni(const int32_t off, int MR, int nseg, int seg_q, const int8_t *ap, con
 }
 
 /* The table's MR in row blocks of 7; the last block (and small M, where the GEMM is
- * memory-bound) uses the smallest of 1/2/4/7 rows that covers it. */
-#define DEFINE_UKR(name, I4, VNNI)                                                                  \
-    static void name(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,     \
-                     const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,      \
-                     float *c, int64_t ldc, int mr, int nr, int accumulate) {                       \
-        (void)NR_;                                                                                  \
-        for (int r0 = 0; r0 < mr; r0 += 7) {                                                        \
-            int rows = H3_MIN(7, mr - r0);                                                          \
-            const int8_t *a = ap + r0 * 4;                                                          \
-            float *cc = c + r0 * ldc;                                                               \
-            if (rows == 1)                                                                          \
-                int_rows(I4, VNNI, 1, MR, nseg, seg_q, a, bp, sa + r0, asum + r0, sw, sw_stride,    \
-                         cc, ldc, rows, nr, accumulate);                                            \
-            else if (rows == 2)                                                                     \
-                int_rows(I4, VNNI, 2, MR, nseg, seg_q, a, bp, sa + r0, asum + r0, sw, sw_stride,    \
-                         cc, ldc, rows, nr, accumulate);                                            \
-            else if (rows <= 4)                                                                     \
-                int_rows(I4, VNNI, 4, MR, nseg, seg_q, a, bp, sa + r0, asum + r0, sw, sw_stride,    \
-                         cc, ldc, rows, nr, accumulate);                                            \
-            else                                                                                    \
-                int_rows(I4, VNNI, 7, MR, nseg, seg_q, a, bp, sa + r0, asum + r0, sw, sw_stride,    \
-                         cc, ldc, rows, nr, accumulate);                                            \
-        }                                                                                           \
+ * memory-bound) uses the smallest of 1/2/4/7 rows that covers it.  A macro, the file's
+ * only one over code: an always_inline function taking I4 and VNNI would be optimised
+ * once with both unknown before being inlined, and GCC 12 then compiled every kernel
+ * with other register allocations and inlining choices (compared with objdump).  Each
+ * entry point below reaches its kernel body through plain calls to at most two functions
+ * these two macros define, never a macro inside a macro. */
+#define ROW_BLOCKS_KERNEL(name, I4, VNNI)                                                         \
+    static void name(GEMM_UKR_INT_PARAMS) {                                                       \
+        (void)NR_;                                                                                \
+        for (int r0 = 0; r0 < mr; r0 += 7) {                                                      \
+            int rows = H3_MIN(7, mr - r0);                                                        \
+            const int8_t *a = ap + r0 * 4;                                                        \
+            float *cc = c + r0 * ldc;                                                             \
+            if (rows == 1)                                                                        \
+                int_rows(I4, VNNI, 1, MR, nseg, seg_q, a, bp, sa + r0, asum + r0, sw, sw_stride,  \
+                         cc, ldc, rows, nr, accumulate);                                          \
+            else if (rows == 2)                                                                   \
+                int_rows(I4, VNNI, 2, MR, nseg, seg_q, a, bp, sa + r0, asum + r0, sw, sw_stride,  \
+                         cc, ldc, rows, nr, accumulate);                                          \
+            else if (rows <= 4)                                                                   \
+                int_rows(I4, VNNI, 4, MR, nseg, seg_q, a, bp, sa + r0, asum + r0, sw, sw_stride,  \
+                         cc, ldc, rows, nr, accumulate);                                          \
+            else                                                                                  \
+                int_rows(I4, VNNI, 7, MR, nseg, seg_q, a, bp, sa + r0, asum + r0, sw, sw_stride,  \
+                         cc, ldc, rows, nr, accumulate);                                          \
+        }                                                                                         \
     }
 
-DEFINE_UKR(ukr_i8_vnni_rb0, 0, 1)
-DEFINE_UKR(ukr_i4_vnni_rb, 1, 1)
-DEFINE_UKR(ukr_i8_bw_rb, 0, 0)
-DEFINE_UKR(ukr_i4_bw_rb, 1, 0)
-DEFINE_UKR(ukr_i4w_vnni_rb, 2, 1)
-DEFINE_UKR(ukr_i4w_bw_rb, 2, 0)
+ROW_BLOCKS_KERNEL(ukr_i8_vnni_rb0, 0, 1)
+ROW_BLOCKS_KERNEL(ukr_i4_vnni_rb, 1, 1)
+ROW_BLOCKS_KERNEL(ukr_i8_bw_rb, 0, 0)
+ROW_BLOCKS_KERNEL(ukr_i4_bw_rb, 1, 0)
+ROW_BLOCKS_KERNEL(ukr_i4w_vnni_rb, 2, 1)
+ROW_BLOCKS_KERNEL(ukr_i4w_bw_rb, 2, 0)
 
-/* VNNI entries for int8 and widened int4: full 7-row blocks through rows7_vnni, a last
- * partial block through int_rows. */
-#define DEFINE_VNNI7(name, off, rest)                                                               \
-    static void name(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,     \
-                     const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,      \
-                     float *c, int64_t ldc, int mr, int nr, int accumulate) {                       \
-        for (int r0 = 0; r0 < mr; r0 += 7) {                                                        \
-            if (mr - r0 >= 7)                                                                       \
-                rows7_vnni(off, MR, nseg, seg_q, ap + r0 * 4, bp, sa + r0, asum + r0, sw, sw_stride, \
-                           c + r0 * ldc, ldc, nr, accumulate);                                      \
-            else                                                                                    \
-                rest(MR, NR_, nseg, seg_q, ap + r0 * 4, bp, sa + r0, asum + r0, sw, sw_stride,      \
-                     c + r0 * ldc, ldc, mr - r0, nr, accumulate);                                   \
-        }                                                                                           \
+/* VNNI for int8 and widened int4: full 7-row blocks through rows7_vnni (off: the weights'
+ * offset, 128 or 8), a last partial block through a row-block kernel (rest).  A macro for
+ * the same reason as ROW_BLOCKS_KERNEL. */
+#define ROWS7_KERNEL(name, off, rest)                                                             \
+    static void name(GEMM_UKR_INT_PARAMS) {                                                       \
+        for (int r0 = 0; r0 < mr; r0 += 7) {                                                      \
+            if (mr - r0 >= 7)                                                                     \
+                rows7_vnni(off, MR, nseg, seg_q, ap + r0 * 4, bp, sa + r0, asum + r0, sw,         \
+                           sw_stride, c + r0 * ldc, ldc, nr, accumulate);                         \
+            else                                                                                  \
+                rest(MR, NR_, nseg, seg_q, ap + r0 * 4, bp, sa + r0, asum + r0, sw, sw_stride,    \
+                     c + r0 * ldc, ldc, mr - r0, nr, accumulate);                                 \
+        }                                                                                         \
     }
 
-DEFINE_VNNI7(ukr_i8_vnni_rb, 128, ukr_i8_vnni_rb0)
-DEFINE_VNNI7(ukr_i4w_vnni_7, 8, ukr_i4w_vnni_rb)
+ROWS7_KERNEL(ukr_i8_vnni_rb, 128, ukr_i8_vnni_rb0)
+ROWS7_KERNEL(ukr_i4w_vnni_7, 8, ukr_i4w_vnni_rb)
 
 /* int4 with VNNI and two 7-row blocks (small M; large M comes widened from the driver):
  * each segment's nibbles are widened once into an L1 buffer in the int8 layout ([q][32][4],
@@ -293,9 +303,7 @@ seg_rows7_i4(int MR, int seg_q, const int8_t *a, const uint8_t *bdec, const floa
     }
 }
 
-static void ukr_i4_vnni_big(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                            const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                            float *c, int64_t ldc, int mr, int nr, int accumulate) {
+static void ukr_i4_vnni_big(GEMM_UKR_INT_PARAMS) {
     uint8_t bdec[32 * NR * 4] __attribute__((aligned(64)));
     float fbuf[2][7 * 32] __attribute__((aligned(64)));
     const __m512i m4 = _mm512_set1_epi8(0x0f);
@@ -317,42 +325,34 @@ static void ukr_i4_vnni_big(int MR, int NR_, int nseg, int seg_q, const int8_t *
     (void)NR_;
 }
 
-static void ukr_i4_vnni_sel(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                            const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                            float *c, int64_t ldc, int mr, int nr, int accumulate) {
+static void ukr_i4_vnni_sel(GEMM_UKR_INT_PARAMS) {
     if (MR == 14 && mr > 7 && seg_q <= 32)
-        ukr_i4_vnni_big(MR, NR_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
+        ukr_i4_vnni_big(GEMM_UKR_INT_ARGS);
     else
-        ukr_i4_vnni_rb(MR, NR_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
+        ukr_i4_vnni_rb(GEMM_UKR_INT_ARGS);
 }
 
 /* Entry points: NR must be 32 and MR a multiple of 7; anything else is the reference's. */
-#define DEFINE_ENTRY(name, rb_fn, ref_fn)                                                           \
-    void name(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,            \
-              const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride, float *c,   \
-              int64_t ldc, int mr, int nr, int accumulate) {                                        \
-        if (NR_ != NR || MR % 7)                                                                    \
-            ref_fn(MR, NR_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate); \
-        else                                                                                        \
-            rb_fn(MR, NR_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate); \
-    }
-
-DEFINE_ENTRY(gemm_ukr_i8_avx512vnni, ukr_i8_vnni_rb, gemm_ukr_i8_ref)
-DEFINE_ENTRY(gemm_ukr_i4_avx512vnni, ukr_i4_vnni_sel, gemm_ukr_i4_ref)
-DEFINE_ENTRY(gemm_ukr_i8_avx512bw, ukr_i8_bw_rb, gemm_ukr_i8_ref)
-DEFINE_ENTRY(gemm_ukr_i4_avx512bw, ukr_i4_bw_rb, gemm_ukr_i4_ref)
+void gemm_ukr_i8_avx512vnni(GEMM_UKR_INT_PARAMS) {
+    if (NR_ != NR || MR % 7) gemm_ukr_i8_ref(GEMM_UKR_INT_ARGS);
+    else ukr_i8_vnni_rb(GEMM_UKR_INT_ARGS);
+}
+void gemm_ukr_i4_avx512vnni(GEMM_UKR_INT_PARAMS) {
+    if (NR_ != NR || MR % 7) gemm_ukr_i4_ref(GEMM_UKR_INT_ARGS);
+    else ukr_i4_vnni_sel(GEMM_UKR_INT_ARGS);
+}
+void gemm_ukr_i8_avx512bw(GEMM_UKR_INT_PARAMS) {
+    if (NR_ != NR || MR % 7) gemm_ukr_i8_ref(GEMM_UKR_INT_ARGS);
+    else ukr_i8_bw_rb(GEMM_UKR_INT_ARGS);
+}
+void gemm_ukr_i4_avx512bw(GEMM_UKR_INT_PARAMS) {
+    if (NR_ != NR || MR % 7) gemm_ukr_i4_ref(GEMM_UKR_INT_ARGS);
+    else ukr_i4_bw_rb(GEMM_UKR_INT_ARGS);
+}
 /* Widened int4 (ukr_i4w, the driver's large-M path): only in the tables above, whose
  * MR (14) and NR (32) the row blocks are written for. */
-void gemm_ukr_i4w_avx512vnni(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                             const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                             float *c, int64_t ldc, int mr, int nr, int accumulate) {
-    ukr_i4w_vnni_7(MR, NR_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
-}
-void gemm_ukr_i4w_avx512bw(int MR, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                           const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                           float *c, int64_t ldc, int mr, int nr, int accumulate) {
-    ukr_i4w_bw_rb(MR, NR_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
-}
+void gemm_ukr_i4w_avx512vnni(GEMM_UKR_INT_PARAMS) { ukr_i4w_vnni_7(GEMM_UKR_INT_ARGS); }
+void gemm_ukr_i4w_avx512bw(GEMM_UKR_INT_PARAMS) { ukr_i4w_bw_rb(GEMM_UKR_INT_ARGS); }
 
 /* gemm_quant_row_ref, 16 lanes at a time (same operations, so the same bits):
  * amax = max |x| (exact in any order), inv = 127/amax, q = clamp(rint(x*inv)),

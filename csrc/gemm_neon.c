@@ -12,7 +12,7 @@
  * and SADALP into int32 lanes; a final ADDP folds the pairs.  The dots are exact, and
  * each segment is folded in as fmaf((float)dot, sa*sw, acc) in segment order, so the
  * results are bit-identical to gemm_ukr_i8_ref / gemm_ukr_i4_ref.  CPUs with the
- * ARMv8.2 dot-product extension (HWCAP asimddp, detected once) use SDOT instead: one
+ * ARMv8.2 dot-product extension (asimddp, h3_cpu_has_neon_dotprod) use SDOT instead: one
  * instruction per 4 columns x 4 k of one row, the same exact int32 dots, the same bits.
  *
  * Small M (<= 4) uses the row-major gemv: 4 weight rows x up to 4 activation rows per
@@ -23,10 +23,6 @@
 #if H3_ARM64
 #include <arm_neon.h>
 #include <math.h>
-#include <pthread.h>
-#if defined(__linux__)
-#include <sys/auxv.h>
-#endif
 
 #include "simd_neon.h"
 #include "gemm_swiglu.inc" /* gemm_swiglu_row_neon */
@@ -157,6 +153,47 @@ static void gemv_neon(int wtype, int64_t M, int64_t K, const float *x, int64_t l
 
 /* ------------------------------------------------------------ integer micro-kernels */
 
+/* The pieces both int kernels (SMULL below, SDOT after it) share.  Signed weights of one
+ * k-quad for the 12 columns: int8 is stored q + 128; an int4 byte row holds two quads,
+ * quad q in the low nibbles and q + 1 in the high ones, stored q + 8. */
+static inline void weights_i8(const uint8_t *b, int8x16_t w[3]) {
+    for (int j = 0; j < 3; j++) w[j] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(b + 16 * j), vdupq_n_u8(0x80)));
+}
+static inline void weights_i4(const uint8_t *b, int8x16_t lo[3], int8x16_t hi[3]) {
+    const int8x16_t eight = vdupq_n_s8(8);
+    for (int j = 0; j < 3; j++) {
+        const uint8x16_t r = vld1q_u8(b + 16 * j);
+        lo[j] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(r, vdupq_n_u8(0x0f))), eight);
+        hi[j] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(r, 4)), eight);
+    }
+}
+
+/* One row's segment into its float accumulators: acc = fmaf((float)dot, sa * sw, acc),
+ * as the reference folds it. */
+static inline void fold_segment(float32x4_t acc[3], const int32x4_t dot[3], float sa, const float *sw) {
+    const float32x4_t sav = vdupq_n_f32(sa);
+    for (int j = 0; j < 3; j++)
+        acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(dot[j]), vmulq_f32(sav, vld1q_f32(sw + 4 * j)));
+}
+
+/* The tile's valid mr x nr corner to C, written or added. */
+static inline void store_tile(float32x4_t acc[MR][3], float *c, int64_t ldc, int mr, int nr, int accumulate) {
+    for (int i = 0; i < mr; i++) {
+        float *ci = c + i * ldc;
+        if (nr == NR) {
+            for (int j = 0; j < 3; j++) {
+                float32x4_t v = acc[i][j];
+                if (accumulate) v = vaddq_f32(vld1q_f32(ci + 4 * j), v);
+                vst1q_f32(ci + 4 * j, v);
+            }
+        } else {
+            float row[NR];
+            for (int j = 0; j < 3; j++) vst1q_f32(row + 4 * j, acc[i][j]);
+            for (int j = 0; j < nr; j++) ci[j] = accumulate ? ci[j] + row[j] : row[j];
+        }
+    }
+}
+
 /* One k-quad for 4 rows: a holds the 4 rows' 4 int8 each; b0..b2 the 12 columns' 4
  * signed weights each.  lo/hi[r][j] collect pair sums of columns 4j..4j+3 of row r
  * (lo: columns 4j, 4j+1; hi: 4j+2, 4j+3). */
@@ -180,8 +217,6 @@ static inline void ukr_int_neon(int is_i4, int nseg, int seg_q, const int8_t *ap
                                 int accumulate) {
     float32x4_t acc[MR][3];
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = acc[i][2] = vdupq_n_f32(0.0f);
-    const uint8x16_t x80 = vdupq_n_u8(0x80), lo4 = vdupq_n_u8(0x0f);
-    const int8x16_t eight = vdupq_n_s8(8);
     for (int s = 0; s < nseg; s++) {
         const int q0 = s * seg_q, q1 = q0 + seg_q;
         for (int rg = 0; rg < MR; rg += 4) {
@@ -190,77 +225,49 @@ static inline void ukr_int_neon(int is_i4, int nseg, int seg_q, const int8_t *ap
                 for (int j = 0; j < 3; j++) lo[r][j] = hi[r][j] = vdupq_n_s32(0);
             if (!is_i4) {
                 for (int q = q0; q < q1; q++) {
-                    const uint8_t *b = bp + (int64_t)q * NR * 4;
-                    int8x16_t b0 = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(b), x80));
-                    int8x16_t b1 = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(b + 16), x80));
-                    int8x16_t b2 = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(b + 32), x80));
+                    int8x16_t w[3];
+                    weights_i8(bp + (int64_t)q * NR * 4, w);
                     int8x16_t a = vld1q_s8(ap + ((int64_t)q * MR + rg) * 4);
-                    QUAD_4ROWS(a, b0, b1, b2);
+                    QUAD_4ROWS(a, w[0], w[1], w[2]);
                 }
             } else {
-                for (int q = q0; q < q1; q += 2) { /* one byte row holds quads q and q+1 */
-                    const uint8_t *b = bp + (int64_t)(q / 2) * NR * 4;
-                    uint8x16_t r0 = vld1q_u8(b), r1 = vld1q_u8(b + 16), r2 = vld1q_u8(b + 32);
-                    int8x16_t b0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(r0, lo4)), eight);
-                    int8x16_t b1 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(r1, lo4)), eight);
-                    int8x16_t b2 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(r2, lo4)), eight);
+                for (int q = q0; q < q1; q += 2) {
+                    int8x16_t wl[3], wh[3];
+                    weights_i4(bp + (int64_t)(q / 2) * NR * 4, wl, wh);
                     int8x16_t a = vld1q_s8(ap + ((int64_t)q * MR + rg) * 4);
-                    QUAD_4ROWS(a, b0, b1, b2);
-                    b0 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(r0, 4)), eight);
-                    b1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(r1, 4)), eight);
-                    b2 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(r2, 4)), eight);
+                    QUAD_4ROWS(a, wl[0], wl[1], wl[2]);
                     a = vld1q_s8(ap + ((int64_t)(q + 1) * MR + rg) * 4);
-                    QUAD_4ROWS(a, b0, b1, b2);
+                    QUAD_4ROWS(a, wh[0], wh[1], wh[2]);
                 }
             }
-            /* fold: acc = fmaf((float)dot, sa * sw, acc), as the reference */
             for (int r = 0; r < 4; r++) {
-                const float32x4_t sav = vdupq_n_f32(sa[s * MR + rg + r]);
-                for (int j = 0; j < 3; j++) {
-                    int32x4_t dot = vpaddq_s32(lo[r][j], hi[r][j]);
-                    float32x4_t scale = vmulq_f32(sav, vld1q_f32(sw + s * sw_stride + 4 * j));
-                    acc[rg + r][j] = vfmaq_f32(acc[rg + r][j], vcvtq_f32_s32(dot), scale);
-                }
+                int32x4_t dot[3];
+                for (int j = 0; j < 3; j++) dot[j] = vpaddq_s32(lo[r][j], hi[r][j]);
+                fold_segment(acc[rg + r], dot, sa[s * MR + rg + r], sw + s * sw_stride);
             }
         }
     }
-    for (int i = 0; i < mr; i++) {
-        float *ci = c + i * ldc;
-        if (nr == NR) {
-            for (int j = 0; j < 3; j++) {
-                float32x4_t v = acc[i][j];
-                if (accumulate) v = vaddq_f32(vld1q_f32(ci + 4 * j), v);
-                vst1q_f32(ci + 4 * j, v);
-            }
-        } else {
-            float row[NR];
-            for (int j = 0; j < 3; j++) vst1q_f32(row + 4 * j, acc[i][j]);
-            for (int j = 0; j < nr; j++) ci[j] = accumulate ? ci[j] + row[j] : row[j];
-        }
-    }
+    store_tile(acc, c, ldc, mr, nr, accumulate);
 }
 
-/* ---- ARMv8.2 dot product (SDOT by element): compiled for +dotprod, run only when the
- * kernel reports asimddp.  Same signed weights, same per-segment fold as above. */
+/* ---- ARMv8.2 dot product (SDOT by element): compiled for +dotprod, run only when cpu.c
+ * reports asimddp (it can tell on Linux only, so elsewhere the kernel is left out).  Same
+ * signed weights, same per-segment fold as above. */
 #if defined(__linux__)
 #define H3_HAVE_DOTPROD_KERNEL 1
-static pthread_once_t dotprod_once = PTHREAD_ONCE_INIT;
-static int dotprod_ok;
-static void detect_dotprod(void) { dotprod_ok = (getauxval(AT_HWCAP) & (1ul << 20)) != 0; } /* HWCAP_ASIMDDP */
-static int has_dotprod(void) {
-    pthread_once(&dotprod_once, detect_dotprod);
-    return dotprod_ok;
-}
+static int has_dotprod(void) { return h3_cpu_has_neon_dotprod(); }
 
-#define DROW(r, a, l)                                      \
+/* One k-quad for the 8 rows (a0: rows 0-3, a1: rows 4-7, 4 int8 each) against the 12
+ * columns' signed weights w[3]: d[r][j] += the exact dots of columns 4j..4j+3. */
+#define DROW(r, a, l, w)                                   \
     do {                                                   \
-        d[r][0] = vdotq_laneq_s32(d[r][0], b0, a, l);      \
-        d[r][1] = vdotq_laneq_s32(d[r][1], b1, a, l);      \
-        d[r][2] = vdotq_laneq_s32(d[r][2], b2, a, l);      \
+        d[r][0] = vdotq_laneq_s32(d[r][0], w[0], a, l);    \
+        d[r][1] = vdotq_laneq_s32(d[r][1], w[1], a, l);    \
+        d[r][2] = vdotq_laneq_s32(d[r][2], w[2], a, l);    \
     } while (0)
-#define DQUAD(a0, a1) \
-    do { DROW(0, a0, 0); DROW(1, a0, 1); DROW(2, a0, 2); DROW(3, a0, 3); \
-         DROW(4, a1, 0); DROW(5, a1, 1); DROW(6, a1, 2); DROW(7, a1, 3); } while (0)
+#define DQUAD(a0, a1, w) \
+    do { DROW(0, a0, 0, w); DROW(1, a0, 1, w); DROW(2, a0, 2, w); DROW(3, a0, 3, w); \
+         DROW(4, a1, 0, w); DROW(5, a1, 1, w); DROW(6, a1, 2, w); DROW(7, a1, 3, w); } while (0)
 
 __attribute__((target("arch=armv8.2-a+dotprod")))
 static void ukr_int_dot(int is_i4, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
@@ -268,64 +275,31 @@ static void ukr_int_dot(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
                         int64_t ldc, int mr, int nr, int accumulate) {
     float32x4_t acc[MR][3];
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = acc[i][2] = vdupq_n_f32(0.0f);
-    const uint8x16_t x80 = vdupq_n_u8(0x80), lo4 = vdupq_n_u8(0x0f);
-    const int8x16_t eight = vdupq_n_s8(8);
     for (int s = 0; s < nseg; s++) {
         const int q0 = s * seg_q, q1 = q0 + seg_q;
         int32x4_t d[MR][3];
         for (int r = 0; r < MR; r++) d[r][0] = d[r][1] = d[r][2] = vdupq_n_s32(0);
         if (!is_i4) {
             for (int q = q0; q < q1; q++) {
-                const uint8_t *b = bp + (int64_t)q * NR * 4;
-                const int8x16_t b0 = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(b), x80));
-                const int8x16_t b1 = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(b + 16), x80));
-                const int8x16_t b2 = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(b + 32), x80));
+                int8x16_t w[3];
+                weights_i8(bp + (int64_t)q * NR * 4, w);
                 const int8x16_t a0 = vld1q_s8(ap + (int64_t)q * MR * 4), a1 = vld1q_s8(ap + (int64_t)q * MR * 4 + 16);
-                DQUAD(a0, a1);
+                DQUAD(a0, a1, w);
             }
         } else {
             for (int q = q0; q < q1; q += 2) {
-                const uint8_t *b = bp + (int64_t)(q / 2) * NR * 4;
-                const uint8x16_t r0 = vld1q_u8(b), r1 = vld1q_u8(b + 16), r2 = vld1q_u8(b + 32);
-                {
-                    const int8x16_t b0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(r0, lo4)), eight);
-                    const int8x16_t b1 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(r1, lo4)), eight);
-                    const int8x16_t b2 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(r2, lo4)), eight);
-                    const int8x16_t a0 = vld1q_s8(ap + (int64_t)q * MR * 4), a1 = vld1q_s8(ap + (int64_t)q * MR * 4 + 16);
-                    DQUAD(a0, a1);
-                }
-                {
-                    const int8x16_t b0 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(r0, 4)), eight);
-                    const int8x16_t b1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(r1, 4)), eight);
-                    const int8x16_t b2 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(r2, 4)), eight);
-                    const int8x16_t a0 = vld1q_s8(ap + (int64_t)(q + 1) * MR * 4);
-                    const int8x16_t a1 = vld1q_s8(ap + (int64_t)(q + 1) * MR * 4 + 16);
-                    DQUAD(a0, a1);
-                }
+                int8x16_t wl[3], wh[3];
+                weights_i4(bp + (int64_t)(q / 2) * NR * 4, wl, wh);
+                const int8x16_t a0 = vld1q_s8(ap + (int64_t)q * MR * 4), a1 = vld1q_s8(ap + (int64_t)q * MR * 4 + 16);
+                DQUAD(a0, a1, wl);
+                const int8x16_t a2 = vld1q_s8(ap + (int64_t)(q + 1) * MR * 4);
+                const int8x16_t a3 = vld1q_s8(ap + (int64_t)(q + 1) * MR * 4 + 16);
+                DQUAD(a2, a3, wh);
             }
         }
-        for (int r = 0; r < MR; r++) {
-            const float32x4_t sav = vdupq_n_f32(sa[s * MR + r]);
-            for (int j = 0; j < 3; j++) {
-                float32x4_t scale = vmulq_f32(sav, vld1q_f32(sw + s * sw_stride + 4 * j));
-                acc[r][j] = vfmaq_f32(acc[r][j], vcvtq_f32_s32(d[r][j]), scale);
-            }
-        }
+        for (int r = 0; r < MR; r++) fold_segment(acc[r], d[r], sa[s * MR + r], sw + s * sw_stride);
     }
-    for (int i = 0; i < mr; i++) {
-        float *ci = c + i * ldc;
-        if (nr == NR) {
-            for (int j = 0; j < 3; j++) {
-                float32x4_t v = acc[i][j];
-                if (accumulate) v = vaddq_f32(vld1q_f32(ci + 4 * j), v);
-                vst1q_f32(ci + 4 * j, v);
-            }
-        } else {
-            float row[NR];
-            for (int j = 0; j < 3; j++) vst1q_f32(row + 4 * j, acc[i][j]);
-            for (int j = 0; j < nr; j++) ci[j] = accumulate ? ci[j] + row[j] : row[j];
-        }
-    }
+    store_tile(acc, c, ldc, mr, nr, accumulate);
 }
 #else
 #define H3_HAVE_DOTPROD_KERNEL 0
@@ -370,7 +344,7 @@ static void ukr_i4_neon(int mr_, int nr_, int nseg, int seg_q, const int8_t *ap,
 _Static_assert(NR % 4 == 0 && MR % 4 == 0, "NEON kernels work in 4-lane groups");
 
 const gemm_kernels gemm_kernels_neon = {
-    .mr = MR, .nr = NR, .kc = 256, .mc = MR * 8, .nc = NR * 20, .mc_int = MR * 8,
+    .mr = MR, .nr = NR, .kc = 256, .mc = MR * 8, .nc = NR * 20,
     .gemv_max_m = 4,
     .ukr_f32 = ukr_f32_neon, .unpack = unpack_neon, .gemv = gemv_neon,
     .ukr_i8 = ukr_i8_neon, .ukr_i4 = ukr_i4_neon,

@@ -153,8 +153,7 @@ void gemm_swiglu_row_ref(float *g, const float *v, int64_t n, const float *bg, c
 }
 
 const gemm_kernels gemm_kernels_ref = {
-    .mr = REF_MR, .nr = REF_NR, .kc = 256, .mc = 64, .nc = 256,
-    .mc_int = 64, .gemv_max_m = 0,
+    .mr = REF_MR, .nr = REF_NR, .kc = 256, .mc = 64, .nc = 256, .gemv_max_m = 0,
     .ukr_f32 = gemm_ukr_f32_ref, .unpack = gemm_unpack_ref, .gemv = gemm_gemv_ref,
     .ukr_i8 = gemm_ukr_i8_ref, .ukr_i4 = gemm_ukr_i4_ref, .quant_row = gemm_quant_row_ref,
     .swiglu_row = gemm_swiglu_row_ref,

@@ -80,7 +80,7 @@ h3_status h3_convert_mt(const void *src, int src_dtype, void *dst, int dst_dtype
                         h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err);
 enum { H3_DT_F32 = 0, H3_DT_BF16 = 1, H3_DT_F16 = 2, H3_DT_I8 = 3, H3_DT_I4 = 4 };
 
-/* ---- GEMM: y[M,N] = x[M,K] . W[N,K]^T (+ epilogue)  (gemm.c) ------------------ */
+/* ---- GEMM: y[M,N] = x[M,K] . W[N,K]^T (+ epilogue)  (gemm_weights.c, gemm.c) ------ */
 /* A "linear" owns W converted to the storage the chosen mode computes from:
  *   H3_DT_F32 / H3_DT_BF16 / H3_DT_F16: [N,K] row-major copies (bf16 from bf16 bits is
  *     stored as given, f16 is converted with round-to-nearest-even);
@@ -102,6 +102,9 @@ typedef struct {
     int f32_exact;   /* bf16 weights: multiply float32 x exactly (widened weights, f32 FMA),
                         never through bf16 x bf16 kernels (AMX tiles, VDPBF16PS) -- the
                         DiT's fp32 mode over a bf16 checkpoint */
+    int small_pages; /* 1: keep the converted W and the workspaces forward allocates itself in
+                        ordinary 4 KB pages; 0 (default): large ones go in transparent huge
+                        pages (same bits; the A/B switch, H3CY_HUGEPAGES=0 in h3cy._config) */
 } h3_linear_opts;
 
 /* w: [N,K] of src_dtype (H3_DT_F32 or H3_DT_BF16); bias: [N] float32 or NULL. */
@@ -132,6 +135,7 @@ typedef struct {
     uint64_t w_bytes, s_bytes;
     int bf16_inputs;   /* a run-time option, as in h3_linear_opts (not part of the storage) */
     int f32_exact;     /* likewise */
+    int small_pages;   /* likewise (attach copies no weights: only forward's own workspace) */
 } h3_linear_layout;
 h3_status h3_linear_layout_get(const h3_linear *lin, h3_linear_layout *layout, const void **w,
                                const float **scales, h3_err *err);

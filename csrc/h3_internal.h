@@ -3,6 +3,7 @@
 #define H3_INTERNAL_H
 
 #include "h3.h"
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -35,10 +36,14 @@ void *h3_alloc(size_t bytes);
  * (Linux): for weights and large workspaces that are streamed through.  With 4 KB pages
  * the hardware prefetchers stop at every page boundary; one core of the 2-core Zen 4 VM
  * streamed 26-28 GB/s from 4 KB pages and 28-31 GB/s from huge pages (one noisy run:
- * 18.6 against 29.3).  H3CY_HUGEPAGES=0 turns the huge pages off (A/B).  Free with
- * h3_free. */
+ * 18.6 against 29.3).  A linear created with small_pages (h3_linear_opts; the A/B switch
+ * H3CY_HUGEPAGES=0) calls h3_alloc instead.  Free with h3_free. */
 void *h3_alloc_large(size_t bytes);
 void h3_free(void *p);
+/* A call's workspace: the caller's *ws (at least need bytes and 64-byte aligned, else
+ * H3_EINVAL), or, when *ws is NULL, need bytes allocated here (H3_ENOMEM), also put in
+ * *own for h3_free after the call (*own is NULL otherwise).  who names the call. */
+h3_status h3_workspace(void **ws, size_t ws_bytes, size_t need, void **own, const char *who, h3_err *err);
 
 /* Workspace carving: take `bytes` (rounded up to 64) from a bump pointer. */
 typedef struct { char *base; size_t used, cap; } h3_arena;
@@ -65,10 +70,24 @@ static inline uint16_t h3_f32_to_bf16(float f) {
 }
 float h3_f16_to_f32(uint16_t h);
 uint16_t h3_f32_to_f16(float f);
+/* x rounded to the nearest bf16 (ties to even), returned widened: one bf16 op's output */
+static inline float h3_round_to_bf16(float x) { return h3_bf16_to_f32(h3_f32_to_bf16(x)); }
 
-/* Whether the pool/thread count is valid etc. */
-int h3_cpu_has_avx512_bf16(void);
-int h3_cpu_has_avx512_vnni(void);
+/* 1 / sqrt(mean(x^2) + eps) of one row, the scalar RMSNorms' (elem_ref.c, qwen_elem.c):
+ * the sum of squares accumulated in double is the exact value rounded once, which
+ * torch's vectorised float reduction lands within a few ulp of. */
+static inline float h3_rms_inv_ref(const float *x, int64_t n, float eps) {
+    double acc = 0.0;
+    for (int64_t j = 0; j < n; j++) acc += (double)x[j] * (double)x[j];
+    float ms = (float)(acc / (double)n);
+    return 1.0f / sqrtf(ms + eps);
+}
+
+/* Optional instructions a path's kernels use when present (cpu.c: every CPU feature check
+ * of the library is made there, once). */
+int h3_cpu_has_avx512_bf16(void);   /* VDPBF16PS */
+int h3_cpu_has_avx512_vnni(void);   /* VPDPBUSD */
+int h3_cpu_has_neon_dotprod(void);  /* SDOT/UDOT (ARMv8.2 asimddp; Linux only, else 0) */
 
 /* n floats of one conv tap.  BigVGAN's late stages have 8-32 channels, where a memcpy
  * call per tap costs more than the copy: those sizes are copied inline. */

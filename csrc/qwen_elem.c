@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-static inline float rb(float x) { return h3_bf16_to_f32(h3_f32_to_bf16(x)); }
+#define rb h3_round_to_bf16
 
 /* ---- scalar reference ----------------------------------------------------------- */
 /* transformers: xf = float32(x); xf * rsqrt(mean(xf^2) + eps) -> bf16; w * that -> bf16.
@@ -16,10 +16,7 @@ static void rms_bf16_ref(const float *x, const float *w, float *out, int64_t row
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * n;
         float *o = out + r * n;
-        double acc = 0.0;
-        for (int64_t j = 0; j < n; j++) acc += (double)xr[j] * (double)xr[j];
-        float ms = (float)(acc / (double)n);
-        float inv = 1.0f / sqrtf(ms + eps);
+        float inv = h3_rms_inv_ref(xr, n, eps);
         for (int64_t j = 0; j < n; j++) o[j] = rb(w[j] * rb(xr[j] * inv));
     }
 }
@@ -27,8 +24,8 @@ static void rms_bf16_ref(const float *x, const float *w, float *out, int64_t row
 /* torch bf16: q*cos -> bf16, rotate_half(q)*sin -> bf16, sum -> bf16; the negation in
  * rotate_half is exact, so bf16(a) + bf16(-b) is bf16(a) - bf16(b). */
 static void rope_bf16_ref(float *x, const float *cos, const float *sin, int heads,
-                          int head_dim) {
-    const int half = head_dim / 2;
+                          int head_dim, int rot_dim) {
+    const int half = rot_dim / 2;
     for (int h = 0; h < heads; h++) {
         float *y = x + (int64_t)h * head_dim;
         for (int i = 0; i < half; i++) {
@@ -109,16 +106,20 @@ const h3_qwen_elem_kernels h3_qwen_elem_ref = {H3_ISA_REF, rms_bf16_ref, rope_bf
                                                exp_sum_bf16p_ref};
 
 /* ---- dispatch and threading ------------------------------------------------------- */
+const h3_qwen_elem_kernels *h3_qwen_elem_for(h3_isa isa) {
+    switch (h3_isa_vector(isa)) {
+#if H3_X86
+    case H3_ISA_AVX512: return &h3_qwen_elem_avx512;
+#endif
+    default: return &h3_qwen_elem_ref; /* AVX2, NEON: the scalar kernels */
+    }
+}
+
 static h3_status get_table(const char *op, h3_isa isa, const h3_qwen_elem_kernels **k,
                            h3_err *err) {
     h3_status st = h3_isa_check(isa, err);
     if (st) return st;
-    switch (h3_isa_vector(isa)) {
-#if H3_X86
-    case H3_ISA_AVX512: *k = &h3_qwen_elem_avx512; break;
-#endif
-    default: *k = &h3_qwen_elem_ref; break; /* AVX2, NEON: the scalar kernels */
-    }
+    *k = h3_qwen_elem_for(isa);
     (void)op;
     return H3_OK;
 }
@@ -148,7 +149,7 @@ static void qtask(void *ctx, int ith, int nth) {
         const int64_t half = j->head_dim / 2, rowlen = (int64_t)j->heads * j->head_dim;
         for (int64_t r = u0; r < u1; r++)
             j->k->rope_bf16(j->xm + r * rowlen, j->cos + r * half, j->sin + r * half, j->heads,
-                            j->head_dim);
+                            j->head_dim, j->head_dim);
         break;
     }
     case QOP_SWIGLU: {

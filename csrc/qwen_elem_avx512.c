@@ -49,8 +49,8 @@ static void rms_bf16_avx512(const float *x, const float *w, float *out, int64_t 
 }
 
 static void rope_bf16_avx512(float *x, const float *cos, const float *sin, int heads,
-                             int head_dim) {
-    const int half = head_dim / 2;
+                             int head_dim, int rot_dim) {
+    const int half = rot_dim / 2;
     for (int h = 0; h < heads; h++) {
         float *y = x + (int64_t)h * head_dim;
         for (int i = 0; i < half; i += 16) {
@@ -138,7 +138,7 @@ static float exp_sum_bf16p_avx512(float *s, int64_t nv, int64_t nb, float m) {
     for (int64_t t = n16; t < nv; t++) {
         const float e = expf(s[t] - m);
         sum += e;
-        s[t] = h3_bf16_to_f32(h3_f32_to_bf16(e));
+        s[t] = h3_round_to_bf16(e);
     }
     return sum;
 }

@@ -1,7 +1,8 @@
 /* qwen_elem_impl.h — the bf16-rounding element-wise ops of the Qwen text layer: the
  * driver's (qwen_elem.c) contract with its per-ISA kernels.  Each function works on a
  * contiguous range of rows (or elements) and never fails.  The scalar table lives in
- * qwen_elem.c; AVX-512 in qwen_elem_avx512.c; ISAs without a table run the scalar one. */
+ * qwen_elem.c; AVX-512 in qwen_elem_avx512.c; ISAs without a table run the scalar one.
+ * The bf16 RoPE and SwiGLU rows are also the DiT's and the ViT's (models/block_rows.c). */
 #ifndef H3_QWEN_ELEM_IMPL_H
 #define H3_QWEN_ELEM_IMPL_H
 
@@ -12,8 +13,10 @@ typedef struct {
     /* x, out: [rows, n]; out may equal x */
     void (*rms_bf16)(const float *x, const float *w, float *out, int64_t rows, int64_t n,
                      float eps);
-    /* one sequence row: x: [heads, D]; cos, sin: [D/2] */
-    void (*rope_bf16)(float *x, const float *cos, const float *sin, int heads, int head_dim);
+    /* one sequence row: x: [heads, head_dim]; cos, sin: [rot_dim/2]; rotate-half over the
+     * first rot_dim channels of each head (rot_dim even, <= head_dim), the rest left as is */
+    void (*rope_bf16)(float *x, const float *cos, const float *sin, int heads, int head_dim,
+                      int rot_dim);
     /* flat, n elements */
     void (*swiglu_bf16)(const float *g, const float *u, float *out, int64_t n);
     /* sum_i a[i] * b[i] over n floats (any summation order) */
@@ -48,5 +51,8 @@ extern const h3_qwen_elem_kernels h3_qwen_elem_ref;
 #if H3_X86
 extern const h3_qwen_elem_kernels h3_qwen_elem_avx512;
 #endif
+/* The table whose kernels run for a supported isa: its vector path's (AVX2 and NEON have
+ * no table of their own and run the scalar one). */
+const h3_qwen_elem_kernels *h3_qwen_elem_for(h3_isa isa);
 
 #endif

@@ -29,8 +29,7 @@ typedef struct {
 
 typedef struct {
     h3_isa isa;
-    int group; /* channels per unit this table takes (<= H3_SNAKE_GROUP) */
-    /* channels [c0, c0 + nc) (nc <= group), output rows [t0, t1) (t1 - t0 <= TILE) of
+    /* channels [c0, c0 + nc) (nc <= H3_SNAKE_GROUP), output rows [t0, t1) (t1 - t0 <= TILE) of
      * x: [T, C] -> y: [T, C] */
     void (*tile)(const float *x, float *y, int64_t T, int64_t C, int64_t c0, int nc,
                  int64_t t0, int64_t t1, const h3_snake_consts *k, float *scratch);

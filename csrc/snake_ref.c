@@ -41,4 +41,4 @@ static void tile_ref(const float *x, float *y, int64_t T, int64_t C, int64_t c0,
     }
 }
 
-const h3_snake_kernels h3_snake_ref = {H3_ISA_REF, H3_SNAKE_GROUP, tile_ref};
+const h3_snake_kernels h3_snake_ref = {H3_ISA_REF, tile_ref};

@@ -3,7 +3,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -27,8 +26,7 @@ void *h3_alloc(size_t bytes) {
 
 void *h3_alloc_large(size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    const char *env = getenv("H3CY_HUGEPAGES"); /* "0": 4 KB pages, for A/B (h3cy/_config.py) */
-    if (bytes >= ((size_t)4 << 20) && bytes <= ((size_t)1 << 46) && !(env && !strcmp(env, "0"))) {
+    if (bytes >= ((size_t)4 << 20) && bytes <= ((size_t)1 << 46)) {
         void *p = NULL;
         const size_t huge = (size_t)2 << 20;
         if (posix_memalign(&p, huge, bytes)) return NULL;
@@ -41,3 +39,15 @@ void *h3_alloc_large(size_t bytes) {
 }
 
 void h3_free(void *p) { free(p); }
+
+h3_status h3_workspace(void **ws, size_t ws_bytes, size_t need, void **own, const char *who, h3_err *err) {
+    *own = NULL;
+    if (*ws) {
+        if (ws_bytes < need || ((uintptr_t)*ws & 63))
+            return h3_fail(err, H3_EINVAL, "%s: workspace must be 64-byte aligned and >= %zu bytes (got %zu)", who,
+                           need, ws_bytes);
+        return H3_OK;
+    }
+    *own = *ws = h3_alloc(need);
+    return *ws ? H3_OK : h3_fail(err, H3_ENOMEM, "%s: cannot allocate %zu bytes of workspace", who, need);
+}

@@ -16,8 +16,8 @@ H3CY_ATTENTION   default attention products of models made with attention=None: 
 H3CY_CONV_IM2COL=1 audio VAE convolutions build their im2col rows before each GEMM instead
               of letting the GEMM read them in place (same bits; for A/B).
 H3CY_HUGEPAGES=0 keep converted weights and large GEMM workspaces in ordinary 4 KB pages
-              instead of transparent huge pages (same bits; for A/B).  Read by the C
-              library at each such allocation.
+              instead of transparent huge pages (same bits; for A/B).  Passed to the C
+              library with each linear it makes (h3_linear_opts.small_pages).
 """
 import numbers
 import os
@@ -34,6 +34,8 @@ _ENV_CONV_IM2COL = os.environ.get("H3CY_CONV_IM2COL", "").strip() == "1"
 
 _ENV_ATTENTION = os.environ.get("H3CY_ATTENTION", "").strip().lower() or None
 
+_ENV_HUGEPAGES = os.environ.get("H3CY_HUGEPAGES", "") != "0"
+
 _state = {"threads": None}
 
 
@@ -46,6 +48,13 @@ def loop_python():
 def conv_im2col():
     """H3CY_CONV_IM2COL=1: audio convolutions take the im2col route (A/B reference)."""
     return _ENV_CONV_IM2COL
+
+
+def huge_pages():
+    """False with H3CY_HUGEPAGES=0: the kernels keep converted weights and their large
+    workspaces in 4 KB pages (A/B of transparent huge pages; same bits).  Read by
+    h3cy._kernels at each linear it makes, from this module's variable."""
+    return _ENV_HUGEPAGES
 
 
 def dit_python_blocks():

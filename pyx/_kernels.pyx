@@ -14,6 +14,7 @@ import numpy as np
 import threading
 
 from h3 cimport *
+from h3cy import _config
 from h3cy.errors import H3Error, UnsupportedCPUError, Cancelled, H3ValueError
 
 cnp.import_array()
@@ -168,6 +169,7 @@ cdef class LinearCore:
         opts.pair = pair
         opts.bf16_inputs = bf16_inputs
         opts.isa = isa_id(isa)
+        opts.small_pages = not _config.huge_pages()
         self.N = w.shape[0]
         self.K = w.shape[1]
         self.pair = pair
@@ -272,6 +274,7 @@ def linear_attach(dict layout, w, scales, bias, str isa, ThreadPool pool):
     lay.w_bytes = layout["w_bytes"]; lay.s_bytes = layout["s_bytes"]
     lay.bf16_inputs = layout.get("bf16_inputs", 0)
     lay.f32_exact = layout.get("f32_exact", 0)
+    lay.small_pages = not _config.huge_pages()   # a run-time switch, never a stored one
     plist = list(w) if isinstance(w, (list, tuple)) else [w]
     if not 1 <= len(plist) <= 3:
         raise H3ValueError(f"attached weights come in 1 to 3 parts, got {len(plist)}")

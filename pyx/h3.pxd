@@ -59,6 +59,7 @@ cdef extern from "h3.h" nogil:
         int bf16_inputs
         h3_isa isa
         int f32_exact
+        int small_pages
     h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
                                const float *bias, const h3_linear_opts *opts,
                                h3_linear **out, h3_err *err)
@@ -175,6 +176,7 @@ cdef extern from "h3.h" nogil:
         uint64_t s_bytes
         int bf16_inputs
         int f32_exact
+        int small_pages
     h3_status h3_linear_layout_get(const h3_linear *lin, h3_linear_layout *layout,
                                    const void **w, const float **scales, h3_err *err)
     h3_status h3_linear_attach(const h3_linear_layout *layout, const void *w,

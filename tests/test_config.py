@@ -135,3 +135,18 @@ def test_portable_int_path_warns_once(monkeypatch):
         ops._warn_if_portable("int4", "amx")
     msgs = [str(x.message) for x in w]
     assert len(msgs) == 1 and "without VNNI" in msgs[0]
+
+
+def test_env_hugepages_off_is_passed_down_and_keeps_the_bits():
+    """H3CY_HUGEPAGES=0 is read by h3cy._config (the C library reads no environment) and
+    reaches every linear the kernels make; a GEMM large enough for huge pages (a 16 MB
+    weight and workspace) gives the same bits either way."""
+    code = ("import numpy as np, h3cy; from h3cy import _config; rng = np.random.default_rng(0);"
+            "w = rng.standard_normal((2048, 2048)).astype(np.float32); x = rng.standard_normal((256, 2048)).astype(np.float32);"
+            "y = h3cy.ops.Linear(w, weights='fp32', isa='ref', threads=1)(x);"
+            "print(_config.huge_pages(), int(y.view(np.uint32).astype(np.uint64).sum()))")
+    on = run_py(code, H3CY_HUGEPAGES="1")
+    off = run_py(code, H3CY_HUGEPAGES="0")
+    assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
+    assert on.stdout.split()[0] == "True" and off.stdout.split()[0] == "False"
+    assert on.stdout.split()[1] == off.stdout.split()[1]

@@ -154,7 +154,7 @@ def test_int_modes_match_float64_and_ref_bit_for_bit(isa, wmode, gs, ag, rng):
 
 
 def _quant_np(w, qmax, group):
-    """Symmetric quantisation as gemm.c's pack_int does it, in float32 numpy."""
+    """Symmetric quantisation as gemm_weights.c's pack_int does it, in float32 numpy."""
     N, K = w.shape
     out = np.empty_like(w)
     for k0 in range(0, K, group):

@@ -2,8 +2,9 @@
 
 The compile flags are read from setup.py (its BASE_CFLAGS and ISA_FLAGS literals), so a
 flag added there reaches these builds too; the file selection mirrors setup.py's
-csrc_sources(): every csrc/*.c, with *_avx2/_avx512/_amx.c only for x86 targets and
-*_neon.c only for aarch64 targets, each ISA file compiled with its ISA's flags only.
+csrc_sources(): every csrc/*.c and csrc/models/*.c, with *_avx2/_avx512/_amx.c only for
+x86 targets and *_neon.c only for aarch64 targets, each ISA file compiled with its ISA's
+flags only.
 
 Standalone use (handy while editing kernels):
     python3 tests/c/cbuild.py native|sanitize|neon [driver args...]
@@ -55,7 +56,7 @@ def isa_of(path, isa_flags):
 def sources(arch, isa_flags):
     """[(path, isa or None)] for the target arch ("x86_64" or "aarch64"), as setup.py picks."""
     out = []
-    for path in sorted(glob.glob(str(CSRC / "*.c"))):
+    for path in sorted(glob.glob(str(CSRC / "**" / "*.c"), recursive=True)):
         isa = isa_of(path, isa_flags)
         if isa is None or (isa in X86_ISAS and arch == "x86_64") or (isa == "neon" and arch == "aarch64"):
             out.append((path, isa))
@@ -81,7 +82,8 @@ def build(kind, cc="gcc", arch=None, extra=(), link_extra=(), jobs=2, driver=DRI
 
     def compile_one(unit):
         path, isa = unit
-        obj = out / (Path(path).stem + ".o")
+        # csrc/gemm.c -> csrc_gemm.o, csrc/models/dit.c -> models_dit.o: one flat folder
+        obj = out / (Path(path).parent.name + "_" + Path(path).stem + ".o")
         cmd = [cc, "-c", path, "-o", str(obj), "-I", str(CSRC)] + base + list(extra)
         if isa:
             cmd += isa_flags[isa]

@@ -90,8 +90,8 @@ void h3_modulate_rows(float *x, const float *s1p, const float *shift, const int3
         const float *s1 = s1p + (int64_t)rows[i] * n, *sh = shift + (int64_t)rows[i] * n;
         if (round_bf16) {
             for (int64_t j = 0; j < n; j++) {
-                const float m = h3_bf16_to_f32(h3_f32_to_bf16(xr[j] * s1[j]));
-                xr[j] = h3_bf16_to_f32(h3_f32_to_bf16(m + sh[j]));
+                const float m = h3_round_to_bf16(xr[j] * s1[j]);
+                xr[j] = h3_round_to_bf16(m + sh[j]);
             }
         } else {
             for (int64_t j = 0; j < n; j++) {

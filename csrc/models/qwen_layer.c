@@ -99,13 +99,9 @@ h3_status h3_qwen_layer_forward(const h3_qwen_layer *w, const h3_qwen_layer_args
     if (S == 0) return H3_OK;
     const int nth = h3_pool_threads(pool);
     qplan p = plan(w, a, nth);
-    void *own = NULL;
-    if (!ws) {
-        own = ws = h3_alloc(p.total);
-        if (!ws) return h3_fail(err, H3_ENOMEM, "qwen_layer: cannot allocate %zu bytes of workspace", p.total);
-    } else if (ws_bytes < p.total || ((uintptr_t)ws & 63)) {
-        return h3_fail(err, H3_EINVAL, "qwen_layer: workspace too small or misaligned (%zu < %zu)", ws_bytes, p.total);
-    }
+    void *own;
+    st = h3_workspace(&ws, ws_bytes, p.total, &own, "qwen_layer", err);
+    if (st) return st;
     char *base = (char *)ws;
     float *y = (float *)(base + p.y), *q = (float *)(base + p.q), *k = (float *)(base + p.k),
           *v = (float *)(base + p.v), *o = (float *)(base + p.o), *br = (float *)(base + p.br),

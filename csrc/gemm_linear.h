@@ -1,0 +1,53 @@
+/* gemm_linear.h — the h3_linear object, shared by its two halves: gemm_weights.c (the
+ * weight storage: conversion and packing at create, attach, export, dequantise) and
+ * gemm.c (the run-time driver that multiplies by it).  Internal header. */
+#ifndef H3_GEMM_LINEAR_H
+#define H3_GEMM_LINEAR_H
+
+#include "gemm_impl.h"
+
+struct h3_linear {
+    int64_t N, K;          /* logical shape */
+    int64_t Kp;            /* int modes: padded K */
+    int64_t H, Hp;         /* pair: half height, padded half; else H = N, Hp = align(N, nr) */
+    int wtype, group_size, act_group, pair;
+    int f32_exact;         /* float32 inputs multiplied exactly (no bf16 x bf16 kernel) */
+    int small_pages;       /* W and forward's own workspace in 4 KB pages (h3_linear_opts) */
+    int64_t seg;           /* int modes: K-length of constant (act, weight) scales */
+    int64_t kci;           /* int modes: K block */
+    h3_isa isa;
+    const gemm_kernels *kt;
+    void *w;               /* float: [N,K]; int: packed panels */
+    float *wscale;         /* I8: [Np]; I4: [Np/nr][Kp/gs][nr] */
+    float *bias;           /* [N] or NULL */
+    size_t wbytes;         /* w + wscale bytes */
+    size_t sbytes;         /* wscale bytes */
+    int owns_w;            /* 0: w/wscale borrowed (h3_linear_attach), not freed */
+    /* h3_linear_attach_parts: float rows in nparts equal blocks at separate addresses
+     * (part[i] holds logical rows [i*part_rows, (i+1)*part_rows)); nparts 0: w only */
+    const void *part[H3_LINEAR_MAX_PARTS];
+    int nparts;
+    int64_t part_rows;
+};
+
+/* The base of the float rows holding logical row r, and r's index there. */
+static inline const void *rows_at(const h3_linear *l, int64_t r, int64_t *local) {
+    if (!l->nparts) { *local = r; return l->w; }
+    *local = r % l->part_rows;
+    return l->part[r / l->part_rows];
+}
+
+static inline int is_int(int wtype) { return wtype == H3_DT_I8 || wtype == H3_DT_I4; }
+
+/* Weights and large workspaces: huge pages unless the linear was made with small_pages. */
+static inline void *alloc_streamed(const h3_linear *l, size_t bytes) {
+    return l->small_pages ? h3_alloc(bytes) : h3_alloc_large(bytes);
+}
+
+/* packed row index of logical row n (pair layouts pad each half to a panel boundary) */
+static inline int64_t prow_of(const h3_linear *l, int64_t n) {
+    return (l->pair && n >= l->H) ? l->Hp + (n - l->H) : n;
+}
+static inline int64_t np_of(const h3_linear *l) { return l->pair ? 2 * l->Hp : l->Hp; }
+
+#endif

@@ -1,0 +1,119 @@
+/* block_rows.h — what the model drivers (dit.c, vit.c) share: their element-wise passes
+ * (block_rows.c: bf16 rounding, AdaLN modulation, gated and scaled residual adds, the QKV
+ * split, and the bf16 SwiGLU and RoPE as torch rounds them on bf16 tensors -- those two
+ * are the text layer's kernels, qwen_elem_impl.h), each run one row at a time over the
+ * pool, and the workspace layout of a pre-norm transformer block.  Internal header. */
+#ifndef H3_BLOCK_ROWS_H
+#define H3_BLOCK_ROWS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "h3_internal.h"
+#include "qwen_elem_impl.h"
+
+#define rb h3_round_to_bf16   /* a short name for the formulas below */
+
+/* 64-byte aligned size, for workspace plans */
+static inline size_t al(size_t b) { return (b + 63) & ~(size_t)63; }
+
+/* One element-wise pass over rows [rows, n] of x (block_ew_run): */
+enum {
+    EW_ROUND,        /* x = R(x) */
+    EW_MODULATE,     /* x = R(R(x * t1[r]) + t2[r]) (round) or x * t1[r] + t2[r]: AdaLN with
+                        scale1p, shift tables, r = rt[i] (NULL: 0) */
+    EW_GATE_ADD,     /* x = R(x + R(t1[r] * a)) (round, each R only then); t1 NULL: gate 1 */
+    EW_SCALE_ADD,    /* x = x + a * s (torch: h + branch * scale, two roundings) */
+    EW_SWIGLU_BF16,  /* a: [rows, 2n] = [gate; value] -> x: [rows, n] = R(R(silu(g)) * v) */
+    EW_ROPE_BF16,    /* x: [rows, heads*head_dim], tables [rows, rot_dim/2]: rotate-half RoPE
+                        over rot_dim channels with torch's bf16 roundings */
+    EW_SPLIT_QKV     /* x: [rows, 3*heads*head_dim] -> q, k, v [rows, heads*head_dim] */
+};
+
+typedef struct {
+    int op, round;
+    int64_t rows, n;
+    float *x;              /* in/out [rows, n] */
+    const float *a;        /* second operand */
+    const float *s;        /* scale_add: per-channel scale [n] */
+    const float *t1, *t2;  /* modulate: scale1p, shift tables; gate_add: gate table */
+    const int32_t *rt;     /* row -> table row */
+    int heads, head_dim, rot_dim, interleaved;   /* rope / split */
+    const float *cos, *sin;
+    float *q, *k, *v;
+    /* rope: the bf16 kernels of the block's path (h3_qwen_elem_for), the text layer's */
+    const h3_qwen_elem_kernels *bf16;
+} block_ew;
+
+/* Run the pass over the pool's threads (small passes stay on the calling thread). */
+void block_ew_run(h3_pool *pool, const block_ew *c);
+
+/* Workspace of a pre-norm transformer block, 64-byte aligned pieces (byte offsets):
+ * n [S,hidden] | qkv [S,3I] | q,k,v,o [S,I] | br [S,hidden] | ff [S,2*ffn] (with_ff) |
+ * act [S,ffn] | the largest linear workspace | the attention workspace (I = heads*head_dim).
+ * residual: the epilogue the out/down projections run with (RESID, or NULL for none); the
+ * up projection is sized for both the SwiGLU epilogue and none. */
+typedef struct { size_t n, qkv, q, k, v, o, br, ff, act, lin, attn, total; } block_ws;
+
+static inline block_ws block_ws_plan(int64_t S_, int hidden, int heads, int head_dim, int ffn,
+                                     int with_ff, const h3_linear *qkv, const h3_linear *out,
+                                     const h3_linear *up, const h3_linear *down,
+                                     const h3_epilogue *residual, int nth) {
+    block_ws p;
+    const size_t S = (size_t)S_, Hd = (size_t)hidden, I = (size_t)heads * head_dim, F = (size_t)ffn;
+    size_t off = 0;
+    p.n = off; off += al(S * Hd * 4);
+    p.qkv = off; off += al(S * 3 * I * 4);
+    p.q = off; off += al(S * I * 4);
+    p.k = off; off += al(S * I * 4);
+    p.v = off; off += al(S * I * 4);
+    p.o = off; off += al(S * I * 4);
+    p.br = off; off += al(S * Hd * 4);
+    p.ff = off; off += with_ff ? al(S * 2 * F * 4) : 0;
+    p.act = off; off += al(S * F * 4);
+    h3_epilogue e_sw = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
+    size_t lw = 0, t;
+    t = h3_linear_workspace_bytes(qkv, S_, nth, NULL); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(out, S_, nth, residual); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(up, S_, nth, &e_sw); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(up, S_, nth, NULL); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(down, S_, nth, residual); lw = H3_MAX(lw, t);
+    p.lin = off; off += al(lw);
+    h3_attn_args aa = {S_, heads, heads, head_dim, (int64_t)I, (int64_t)I, (int64_t)I, (int64_t)I, 1.0f, 0};
+    p.attn = off; off += al(h3_attn_workspace_bytes(&aa, nth));
+    p.total = off;
+    return p;
+}
+
+/* A block's four linears against its geometry (S >= 0, every size >= 1): qkv [3I, hidden],
+ * out [hidden, I], up [2 ffn, hidden], down [hidden, ffn], I = heads * head_dim.  who
+ * names the block in the message. */
+h3_status block_check_linears(const char *who, int64_t S, int hidden, int heads, int head_dim, int ffn,
+                              const h3_linear *qkv, const h3_linear *out, const h3_linear *up,
+                              const h3_linear *down, h3_err *err);
+
+/* The workspace plan's pieces at their addresses in ws. */
+typedef struct {
+    float *n, *qkv, *q, *k, *v, *o, *br, *ff, *act;
+    void *lin, *attn;           /* the linears' and the attention's workspaces */
+    size_t lin_bytes, attn_bytes;
+} block_bufs;
+block_bufs block_carve(const block_ws *p, void *ws);
+
+/* From the fused QKV rows to attention-ready q, k, v [S, I]: split (per-head interleaved
+ * or stacked), per-head RMSNorm of q and k (norm_q/norm_k: weights, or NULL for none),
+ * rounded to bf16 in bf16 mode (round), then RoPE on rot_dim channels when cos is given
+ * (bf16 mode: with torch's bf16 roundings). */
+h3_status block_qk_prep(const float *qkv, float *q, float *k, float *v, int64_t S, int heads, int head_dim,
+                        int interleaved, const float *norm_q, const float *norm_k, float eps, int round,
+                        const float *cos, const float *sin, int rot_dim, h3_pool *pool, h3_isa eisa,
+                        h3_err *err);
+
+/* act [S, ffn] = SwiGLU of n's up projection (up rows [gate; value]): in bf16 mode the
+ * projection into ff [S, 2 ffn] is rounded, then silu and the product are (torch's order);
+ * in float32 the GEMM's SwiGLU epilogue computes it. */
+h3_status block_swiglu_up(const h3_linear *up, const float *n, int64_t S, int ffn, int round, float *ff,
+                          float *act, h3_pool *pool, void *lws, size_t lws_bytes, h3_err *err);
+
+#endif /* H3_BLOCK_ROWS_H */
