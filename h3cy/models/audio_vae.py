@@ -354,7 +354,7 @@ class AudioDecoder:
         elif os.path.isdir(folder):
             cfg, wpath = _read_config(folder)
         else:
-            raise CheckpointError(f"{folder}: neither a folder nor a file (expected an audio_vae folder or a "
+            raise CheckpointError(f"{folder}: not a folder or a file (expected an audio_vae folder or a "
                                   "single .safetensors file)")
         reader = _Reader(wpath)
         try:

@@ -223,7 +223,7 @@ def _open(path):
     if os.path.isfile(folder):
         return _open_single_file(folder)
     if not os.path.isdir(folder):
-        raise checkpoint_error(folder, None, "neither a folder nor a file (expected a video VAE folder with "
+        raise checkpoint_error(folder, None, "not a folder or a file (expected a video VAE folder with "
                                "config.json or a single .safetensors file)")
     cpath = os.path.join(folder, "config.json")
     cfg = load_json(cpath, "config")

@@ -572,7 +572,7 @@ def open_transformer(path, qkv_layout=None):
     if os.path.isfile(folder):
         return _open_single_file(folder, qkv_layout)
     if not os.path.isdir(folder):
-        raise checkpoint_error(folder, None, "neither a file nor a folder (expected a transformer folder with "
+        raise checkpoint_error(folder, None, "not a folder or a file (expected a transformer folder with "
                                "config.json or a single .safetensors file)")
     cfg_path = os.path.join(folder, "config.json")
     raw_cfg = load_json(cfg_path, "config")
