@@ -273,17 +273,12 @@ def check_file(role, name):
         raise FileNotFoundError(f"{what}: {name!r} is not in ComfyUI's {folder} folders; refresh the page "
                                 "and pick another")
     h3cy = _h3.require()
-    from h3cy.weights.single_file import detect
+    from h3cy.weights.single_file import detect_component
+    encoder = (lambda layer: not layer.startswith("decoder.")) if component == "video_vae" else (lambda layer: False)
     try:
-        kind = detect(path)
+        detect_component(path, component, quantised_ok=encoder)   # what the component's loader checks
     except h3cy.CheckpointError as e:
         raise ValueError(f"{what}: {name} cannot be used: {e}") from None
-    if kind.component != component:
-        raise ValueError(f"{what}: {name} holds the MiniMax-H3 {kind.component.replace('_', ' ')}, "
-                         f"not the {what}")
-    if kind.quantised and component != "video_vae":
-        raise ValueError(f"{what}: {name} holds quantised tensors ({', '.join(sorted(kind.quant))}) that h3cy "
-                         "cannot run yet; use the bf16 / fp16 / fp32 file")
     return path
 
 

@@ -131,10 +131,8 @@ def _single_file_config(r):
     ``latents_mean`` / ``latents_std`` (else the released ones), the sample rate from the
     released configuration, the architecture from the shapes (_infer_arch)."""
     from ..weights.released import released_config
-    from ..weights.single_file import detect
-    kind = detect(r.path, r.f)
-    if kind.component != "audio_vae":
-        raise CheckpointError(f"{r.path}: this file holds the {kind.component}, not the audio VAE")
+    from ..weights.single_file import detect_component
+    detect_component(r.path, "audio_vae", r.f)
     rel = released_config("audio_vae")
     cfg = {"sampling_rate": int(rel["sampling_rate"])}
     for key in ("latents_mean", "latents_std"):

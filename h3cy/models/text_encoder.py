@@ -189,14 +189,8 @@ class TextEncoderSource:
 
 
 def _single_file_kind(path):
-    from ..weights.single_file import detect
-    kind = detect(path)
-    if kind.component != "text_encoder":
-        raise _err(path, f"this file holds the {kind.component}, not the text encoder")
-    if kind.quantised:
-        layer, fmt = sorted(kind.quant_tensors.items())[0]
-        raise _err(path, f"tensor {layer!r}: quantised tensors ({', '.join(sorted(kind.quant))}) are not "
-                         "supported yet; h3cy reads float (F32/BF16/F16) single files")
+    from ..weights.single_file import detect_component
+    kind = detect_component(path, "text_encoder")
     kind.assumed.append("configuration inferred from the tensor shapes; norm eps and RoPE from the "
                         "released configuration")
     return kind
@@ -210,13 +204,7 @@ def infer_text_config(files, path):
     tc = dict(released_config("text_encoder")["text_config"])
 
     def shape(name, ndim=2):
-        if not files.has(name):
-            raise _err(path, f"tensor {files.stored_name(name)!r} is missing (needed to infer the configuration)")
-        s = tuple(files.info(name).shape)
-        if len(s) != ndim or 0 in s:
-            raise _err(path, f"tensor {files.stored_name(name)!r} has shape {list(s)}: expected {ndim} "
-                             "non-zero dimensions")
-        return s
+        return files.shape(name, ndim)
 
     tc["vocab_size"], tc["hidden_size"] = shape("embed_tokens.weight")
     n = 0

@@ -273,24 +273,16 @@ def _open_single_file(path):
     the released configuration, the latent statistics from the file's own ``latents_mean``
     / ``latents_std`` when it has them."""
     from ..weights.released import released_config
-    from ..weights.single_file import detect
-    kind = detect(path)
-    if kind.component != "video_vae":
-        raise checkpoint_error(path, None, f"this file holds the {kind.component}, not the video VAE")
-    decoder_quant = sorted(n for n in kind.quant_tensors if n.startswith("decoder."))
-    if decoder_quant:
-        raise checkpoint_error(path, decoder_quant[0], f"quantised tensors ({', '.join(sorted(kind.quant))}) "
-                               "are not supported yet; h3cy reads float (F32/BF16/F16) single files")
+    from ..weights.single_file import detect_component
+    # only the decoder is read: a quantised encoder does not matter
+    kind = detect_component(path, "video_vae", quantised_ok=lambda layer: not layer.startswith("decoder."))
     files = TensorFiles([path], float_dtypes=("F32", "BF16", "F16"))
     try:
         rel = released_config("video_vae")
         conf = _diffusers_config(rel, path)
         conf.layout = kind.naming
         pin = "decoder.proj_in.weight" if kind.naming == "diffusers" else "decoder.x_embedder.weight"
-        pshape = tuple(files.info(pin).shape)
-        if len(pshape) != 2 or 0 in pshape:
-            raise checkpoint_error(path, pin, f"shape {list(pshape)}: expected 2 non-zero dimensions")
-        width, conf.latent_channels = pshape
+        width, conf.latent_channels = files.shape(pin, 2)
         if width % conf.head_dim:
             raise checkpoint_error(path, pin, f"width {width} is not a multiple of the released head_dim "
                                    f"{conf.head_dim}")
@@ -300,10 +292,7 @@ def _open_single_file(path):
             n += 1
         conf.num_layers = n
         if files.has("decoder.register_tokens"):
-            rshape = tuple(files.info("decoder.register_tokens").shape)
-            if len(rshape) != 3:
-                raise checkpoint_error(path, "decoder.register_tokens", f"shape {list(rshape)}: expected 3 dimensions")
-            conf.registers = rshape[1]
+            conf.registers = files.shape("decoder.register_tokens", 3)[1]
         for key in ("latents_mean", "latents_std"):
             if files.has(key):
                 v = files.get(key, (conf.latent_channels,))

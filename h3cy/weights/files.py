@@ -226,6 +226,17 @@ class TensorFiles:
             raise checkpoint_error(self.path_of(name), name, "missing tensor")
         return self.file(self.where[name]).tensors[self.prefix + name]
 
+    def shape(self, name, ndim, why="needed to infer the configuration"):
+        """The stored shape of ``name``, checked to have ``ndim`` non-zero dimensions
+        (CheckpointError naming the tensor and ``why`` it is read otherwise)."""
+        if not self.has(name):
+            raise checkpoint_error(self.path_of(name), self.stored_name(name), f"missing tensor ({why})")
+        s = tuple(self.info(name).shape)
+        if len(s) != ndim or 0 in s:
+            raise checkpoint_error(self.path_of(name), self.stored_name(name),
+                                   f"shape {list(s)}: expected {ndim} non-zero dimensions")
+        return s
+
     def get(self, name, shape=None, dtypes="float"):
         """The tensor as stored (BF16 as uint16 bits), a read-only view into the mapping,
         after checking its dtype is one of ``dtypes`` ("float": the ``float_dtypes`` given at

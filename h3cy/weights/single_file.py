@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from .files import TensorFiles, checkpoint_error
 
-__all__ = ["FileKind", "detect", "COMPONENT_SIGNATURES"]
+__all__ = ["FileKind", "detect", "detect_component", "COMPONENT_SIGNATURES"]
 
 # component -> ((naming, keys that must all be present), ...), tried in order after a prefix
 COMPONENT_SIGNATURES = {
@@ -83,6 +83,21 @@ class FileKind:
                                      if self.quant else "none (float tensors)"))
         out += [f"assumed   : {a}" for a in self.assumed]
         return out
+
+
+def detect_component(path, component, files=None, quantised_ok=lambda layer: False):
+    """:func:`detect`, then the checks every loader of a single file makes: the file holds
+    ``component`` (CheckpointError naming what it holds instead) and no quantised tensor
+    h3cy cannot run yet (``quantised_ok(layer)`` lets a loader ignore layers it never reads,
+    like the video VAE's encoder)."""
+    kind = detect(path, files)
+    if kind.component != component:
+        raise checkpoint_error(path, None, f"this file holds the {kind.component}, not the {component}")
+    blocked = sorted(layer for layer in kind.quant_tensors if not quantised_ok(layer))
+    if blocked:
+        raise checkpoint_error(path, blocked[0], f"quantised tensors ({', '.join(sorted(kind.quant))}) are not "
+                               "supported yet; h3cy reads float (F32/BF16/F16) single files")
+    return kind
 
 
 def _quant_format(files, name):

@@ -699,18 +699,8 @@ def _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given=False, s
 def _open_single_file(path, qkv_layout):
     """A transformer in one file (Comfy-Org's repacks, a diffusers state dict saved alone):
     no config.json, so the configuration comes from the tensors' shapes."""
-    from .single_file import detect
-    probe = TensorFiles([path])
-    try:
-        kind = detect(path, probe)
-    finally:
-        probe.close()
-    if kind.component != "transformer":
-        raise checkpoint_error(path, None, f"this file holds the {kind.component}, not the transformer")
-    if kind.quantised:
-        layer, fmt = sorted(kind.quant_tensors.items())[0]
-        raise checkpoint_error(path, layer, f"quantised tensors ({', '.join(sorted(kind.quant))}) are not "
-                               f"supported yet; h3cy reads float (F32/BF16/F16) single files")
+    from .single_file import detect_component
+    kind = detect_component(path, "transformer")
     files = TensorFiles([path], prefix=kind.prefix)
     try:
         cfg = TransformerConfig.from_dict(infer_config(files, kind.naming, path), path)
@@ -731,13 +721,7 @@ def infer_config(files, naming, path="<file>"):
     rel = released_config("transformer")
 
     def shape(dname, oname, ndim=2):
-        n = dname if naming == "diffusers" else oname
-        if not files.has(n):
-            raise checkpoint_error(path, n, "missing tensor (needed to infer the configuration)")
-        s = tuple(files.info(n).shape)
-        if len(s) != ndim or 0 in s:
-            raise checkpoint_error(path, n, f"shape {list(s)}: expected {ndim} non-zero dimensions")
-        return s
+        return files.shape(dname if naming == "diffusers" else oname, ndim)
 
     def count(dprefix, oprefix):
         p = dprefix if naming == "diffusers" else oprefix
