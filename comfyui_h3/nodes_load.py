@@ -202,8 +202,10 @@ class _PipelineCache:
                 return self.pipe
             self._release_locked()
             try:
+                # converted-weight caches go to h3cy's cache folder, never into ComfyUI's
+                # models folders (often shared or read-only)
                 pipe = h3cy.load(model.path, weights=model.weights, streaming=STREAMING[model.streaming],
-                                 threads=model.threads or None, **model.files)
+                                 threads=model.threads or None, cache_dir=h3cy.cache_dir(), **model.files)
             except MemoryError as e:
                 raise MemoryError(f"{e} — not enough memory to load {model!r} in weights={model.weights}: "
                                   "pick weights int4 (about half of int8) or streaming 'on' in H3 Model "

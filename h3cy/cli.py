@@ -332,7 +332,8 @@ def main(argv=None):
     g.add_argument("--seed", type=int, default=42)
     g.add_argument("--weights", default="auto", choices=("auto", "fp32", "bf16", "fp16", "int8", "int4"),
                    help="auto (default): int8 for float files")
-    g.add_argument("--vae-weights", default="fp32", choices=("fp32", "bf16", "fp16", "int8"))
+    g.add_argument("--vae-weights", default="auto", choices=("auto", "fp32", "bf16", "fp16", "int8"),
+                   help="auto (default): fp32 for float files, as released")
     g.add_argument("--threads", type=int, default=None)
     g.add_argument("--streaming", type=_streaming, default="auto", help="auto, on or off")
     g.add_argument("--reuse", type=int, default=1, help="approximation: evaluate every N-th step")

@@ -35,7 +35,7 @@ VAE_WEIGHT_MODES = ("fp32", "bf16", "fp16", "int8")
 AUTO_STREAM_FRACTION = 0.8
 
 
-def load(path=None, weights="auto", streaming="auto", threads=None, cache_dir=None, vae_weights="fp32",
+def load(path=None, weights="auto", streaming="auto", threads=None, cache_dir=None, vae_weights="auto",
          keep_loaded=False, isa=None, attention=None, *, dit=None, text_encoder=None, video_vae=None,
          audio_vae=None, tokenizer=None):
     """Open a MiniMax-H3 model -- a folder, single files per component, or both -- for
@@ -61,7 +61,8 @@ def load(path=None, weights="auto", streaming="auto", threads=None, cache_dir=No
         and the cgroup limit).
     threads : int, optional — default :func:`h3cy.get_num_threads`
     cache_dir : where converted weights (fp16/int8/int4 caches) and encoded prompts go
-    vae_weights : weights mode of the two decoders (fp32 as released, bf16, fp16, int8)
+    vae_weights : weights mode of the two decoders: "auto" (the default; fp32 for float
+        files, as released), fp32, bf16, fp16 or int8
     keep_loaded : keep every component resident between calls (faster repeated calls, more
         memory)
     isa : kernel path override (see :func:`h3cy.ops.active_isa`)
@@ -78,13 +79,16 @@ class Pipeline:
     """A MiniMax-H3 model on disk, ready to generate.  Build it with :func:`h3cy.load`."""
 
     def __init__(self, path=None, weights="auto", streaming="auto", threads=None, cache_dir=None,
-                 vae_weights="fp32", keep_loaded=False, isa=None, attention=None, *, dit=None,
+                 vae_weights="auto", keep_loaded=False, isa=None, attention=None, *, dit=None,
                  text_encoder=None, video_vae=None, audio_vae=None, tokenizer=None):
         weights = ops.resolve_weights(weights, WEIGHT_MODES)     # "auto": the mode it stands for
         ops.attention_bf16(attention, weights)      # a bad value fails now, not after encoding
         self.attention = attention
-        if vae_weights not in VAE_WEIGHT_MODES:
-            raise H3ValueError(f"vae_weights must be one of {VAE_WEIGHT_MODES}, got {vae_weights!r}")
+        try:     # "auto": a float decoder runs fp32, as released
+            vae_weights = ops.resolve_weights(vae_weights, VAE_WEIGHT_MODES, auto="fp32")
+        except H3ValueError:
+            raise H3ValueError(f"vae_weights must be one of {VAE_WEIGHT_MODES} or 'auto', "
+                               f"got {vae_weights!r}") from None
         if streaming not in (True, False, "auto"):
             raise H3ValueError(f"streaming must be True, False or 'auto', got {streaming!r}")
         files = dict(transformer=dit, text_encoder=text_encoder, video_vae=video_vae, audio_vae=audio_vae,

@@ -466,3 +466,18 @@ def test_a_corrupt_file_fails_in_the_loader(nodes, comfy_env, comfy_files, tmp_p
         os.symlink(comfy_files["audio_vae"], p)
     with pytest.raises(ValueError, match="diffusion model: cut_dit.safetensors cannot be used: .*cut_dit"):
         run(nodes["H3cyFilesLoader"], weights="fp32", threads=0, streaming="off", **picks)
+
+
+def test_weight_caches_stay_out_of_comfyui_folders(nodes, comfy_env, demo_root):
+    """int8 caches of a model in ComfyUI's (writable) models folder go to h3cy's cache
+    folder: models folders are often shared or read-only."""
+    import shutil
+    fp = comfy_env["folder_paths"]
+    mine = os.path.join(fp.models_dir, "h3", "writable")
+    shutil.copytree(demo_root, mine)
+    m = load(nodes, weights="int8", model="writable")
+    before = set(os.listdir(h3cy.cache_dir()))
+    run(nodes["H3cyGenerate"], model=m, prompt="a fox in snow", **SMALL)
+    written = [os.path.join(r, n) for r, _, ns in os.walk(mine) for n in ns if ".h3w" in n]
+    assert written == []
+    assert any(n.startswith("h3cy-int8-") for n in set(os.listdir(h3cy.cache_dir())) - before)

@@ -343,8 +343,14 @@ def test_every_component_from_a_single_file(comfy_files):
 def test_weights_auto_is_the_default_and_runs_float_files_int8(comfy_files):
     pipe = h3cy.load(dit=comfy_files["dit"], text_encoder=comfy_files["text_encoder"],
                      video_vae=comfy_files["video_vae"], audio_vae=comfy_files["audio_vae"])
-    assert pipe.weights == "int8"
-    assert h3cy.DiT.from_pretrained(comfy_files["dit"], weights="auto").weights == "int8"
+    assert pipe.weights == "int8" and pipe.vae_weights == "fp32"
+    # every component loader defaults to "auto": int8 for the transformer and the text
+    # encoder, fp32 (as released) for the two decoders
+    assert h3cy.DiT.from_pretrained(comfy_files["dit"]).weights == "int8"
+    assert h3cy.TextEncoder.from_pretrained(comfy_files["text_encoder"]).weights == "int8"
+    assert h3cy.VideoDecoder.from_pretrained(comfy_files["video_vae"]).weights == "fp32"
+    assert h3cy.AudioDecoder.from_pretrained(comfy_files["audio_vae"]).weights == "fp32"
+    assert h3cy.VideoDecoder.from_pretrained(comfy_files["video_vae"], weights="int8").weights == "int8"
     with pytest.raises(h3cy.H3Error, match="or 'auto'"):
         h3cy.DiT.from_pretrained(comfy_files["dit"], weights="int3")
 

@@ -329,7 +329,7 @@ class AudioDecoder:
         self._build(reader, cfg)
 
     @classmethod
-    def from_pretrained(cls, path, weights="fp32", threads=None, isa=None):
+    def from_pretrained(cls, path, weights="auto", threads=None, isa=None):
         """Load an ``audio_vae`` folder: diffusers (``config.json`` +
         ``diffusion_pytorch_model.safetensors``) or the release ``FL2VA/audio_vae``
         (``config.json`` + ``model.safetensors``; tensor names are the same).
@@ -337,7 +337,8 @@ class AudioDecoder:
         Parameters
         ----------
         path : str or os.PathLike — the folder
-        weights : {"fp32", "bf16", "fp16", "int8"} — how the convolution weights are stored
+        weights : {"auto", "fp32", "bf16", "fp16", "int8"} — "auto" (the default): a float
+            file runs fp32, as released — how the convolution weights are stored
             and multiplied (the checkpoint is fp32).  The two tiny projections
             (``dec_in_proj``, ``conv_post``) always stay fp32.
         threads : int, optional — default :func:`h3cy.get_num_threads`
@@ -345,7 +346,7 @@ class AudioDecoder:
 
         Raises CheckpointError for a missing folder/file/tensor or a wrong shape.
         """
-        compute = ops.Compute.resolve(weights, isa, threads, modes=AUDIO_WEIGHT_MODES)
+        compute = ops.Compute.resolve(weights, isa, threads, modes=AUDIO_WEIGHT_MODES, auto="fp32")
         folder = os.fspath(path)
         if os.path.isfile(folder):
             cfg, wpath = None, folder

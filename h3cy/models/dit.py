@@ -205,7 +205,7 @@ class DiT:
     """The MiniMax-H3 transformer on the CPU.  Build with :meth:`from_pretrained`."""
 
     @classmethod
-    def from_pretrained(cls, path, weights="bf16", threads=None, streaming=False, cache_dir=None,
+    def from_pretrained(cls, path, weights="auto", threads=None, streaming=False, cache_dir=None,
                         qkv_layout=None, isa=None, ffn_act_group=None, attention=None):
         """Load a transformer folder: diffusers layout (``transformer/``) or the original
         release (``FL2VA/transformer``, ``Ref2VA/transformer``), memory-mapped.
@@ -213,8 +213,9 @@ class DiT:
         Parameters
         ----------
         path : str or os.PathLike — the folder (any Unicode name)
-        weights : {"bf16", "fp32", "fp16", "int8", "int4"} — bf16 and fp32 use the
-            checkpoint's tensors in place (fp32 widens bf16 ones inside the kernel and
+        weights : {"auto", "bf16", "fp32", "fp16", "int8", "int4"} — "auto" (the default)
+            runs a float checkpoint int8 (:data:`h3cy.ops.AUTO_WEIGHTS`); bf16 and fp32 use
+            the checkpoint's tensors in place (fp32 widens bf16 ones inside the kernel and
             multiplies float32 activations exactly); the others convert once (cached)
         threads : int, optional — default :func:`h3cy.get_num_threads`
         streaming : bool — keep only a few blocks' weights resident: each block is built
@@ -245,7 +246,7 @@ class DiT:
         try:
             files = [os.path.join(ckpt.path, f) if not os.path.isabs(f) else f for f in ckpt.files]
             params = dict(ffn_act_group=ffn_act_group, qkv=ckpt.qkv_layout)
-            with ComponentCache.open(ckpt.path, files, weights, params, cache_dir, compute.isa) as cache:
+            with ComponentCache.open(ckpt.path, files, compute.weights, params, cache_dir, compute.isa) as cache:
                 if streaming:
                     def build_all(pair):   # every block converted once, one at a time
                         src = _CheckpointSource(ckpt)
@@ -509,10 +510,9 @@ class DiT:
         """This transformer in another weights mode (for precision plans): loaded once from
         the same checkpoint (fp16/int8/int4 through their cache files, bf16 mapped in place)
         and kept, so switching back and forth costs no reload."""
+        weights = ops.resolve_weights(weights)
         if weights == self.weights:
             return self
-        if weights not in ops.WEIGHT_MODES:
-            raise H3ValueError(f"weights must be one of {ops.WEIGHT_MODES}, got {weights!r}")
         siblings = self.__dict__.setdefault("_siblings", {self.weights: self})
         if weights not in siblings:
             args = getattr(self, "_load_args", None)

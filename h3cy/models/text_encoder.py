@@ -267,14 +267,15 @@ class TextEncoder:
     :meth:`from_pretrained`; run with :meth:`encode` (token ids) or :func:`h3cy.encode_prompt`."""
 
     @classmethod
-    def from_pretrained(cls, path, weights="bf16", streaming=False, threads=None, isa=None,
+    def from_pretrained(cls, path, weights="auto", streaming=False, threads=None, isa=None,
                         cache_dir=None, output_layer=OUTPUT_LAYER):
         """Open a ``text_encoder/`` folder (config.json + model.safetensors or a sharded index).
 
         Parameters
         ----------
         path : str or os.PathLike
-        weights : {"bf16", "fp32", "fp16", "int8", "int4"}
+        weights : {"auto", "bf16", "fp32", "fp16", "int8", "int4"} — "auto" (the default)
+            runs a float checkpoint int8, as the pipeline does
         streaming : bool — map and build one layer at a time (the next on a reader thread
             while the current one computes) and release its pages after use; same results,
             bit for bit, as resident loading
@@ -302,7 +303,7 @@ class TextEncoder:
         try:
             shards = src.shards
             params = dict(kind="qwen3vl_text", layers=int(output_layer))
-            with ComponentCache.open(folder, shards, weights, params, cache_dir, compute.isa) as cache:
+            with ComponentCache.open(folder, shards, compute.weights, params, cache_dir, compute.isa) as cache:
                 if streaming:
                     def build_all(pair):   # every layer converted once, one at a time
                         tmp = cls(src, compute, int(output_layer), pair, streaming=True)

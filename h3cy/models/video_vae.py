@@ -324,7 +324,7 @@ class VideoDecoder:
     """
 
     @classmethod
-    def from_pretrained(cls, path, weights="fp32", threads=None, isa=None, attention=None):
+    def from_pretrained(cls, path, weights="auto", threads=None, isa=None, attention=None):
         """Load a video VAE folder, memory-mapped; only decoder tensors are read.
 
         Parameters
@@ -335,7 +335,8 @@ class VideoDecoder:
             (``config.json`` with ``source_path``, ``source/config.json``,
             ``source/model.safetensors``; fused per-head-interleaved ``attn.to_qkv`` and
             ``[gate; up]`` ``ff.w1`` are used as stored).
-        weights : {"fp32", "bf16", "fp16", "int8"}
+        weights : {"auto", "fp32", "bf16", "fp16", "int8"} — "auto" (the default): a float
+            file runs fp32, as released
         threads : int, optional — default :func:`h3cy.get_num_threads`
         isa : str, optional — kernel path (default ``H3CY_ISA`` or the best available)
         attention : {None, "auto", "fp32", "bf16"} — products inside the ViT attention, as
@@ -348,7 +349,7 @@ class VideoDecoder:
         CheckpointError — missing/unreadable files, bad config, a missing tensor or one of
             the wrong shape or dtype (the message names it).
         """
-        compute = ops.Compute.resolve(weights, isa, threads, modes=WEIGHT_MODES)
+        compute = ops.Compute.resolve(weights, isa, threads, modes=WEIGHT_MODES, auto="fp32")
         attn_bf16 = ops.attention_bf16(attention, weights)
         conf, files = _open(path)
         try:

@@ -55,17 +55,19 @@ def _best_isa():
     return next(n for n in _BEST_FIRST if isa_supported(n))
 
 
-# What weights="auto" runs: tensors stored quantised will run as stored (their formats are
-# the next step); float files run int8, the fastest mode at about 1 byte per parameter,
-# until a measured per-CPU choice exists.
+# What weights="auto" runs for the transformer and the text encoder: tensors stored quantised
+# will run as stored (their formats are the next step); float files run int8, the fastest
+# mode at about 1 byte per parameter, until a measured per-CPU choice exists.  The decoders
+# pass auto="fp32": their float files run as released (int8 costs visible quality there).
 AUTO_WEIGHTS = "int8"
 
 
-def resolve_weights(weights, modes=WEIGHT_MODES):
-    """The weights mode to run: ``weights`` itself, or for "auto" :data:`AUTO_WEIGHTS`
-    (H3ValueError for anything not in ``modes`` or "auto")."""
+def resolve_weights(weights, modes=WEIGHT_MODES, auto=AUTO_WEIGHTS):
+    """The weights mode to run: ``weights`` itself, or for "auto" ``auto`` (the
+    component's mode for float files; H3ValueError for anything not in ``modes`` or
+    "auto")."""
     if weights == "auto":
-        return AUTO_WEIGHTS if AUTO_WEIGHTS in modes else modes[0]
+        return auto if auto in modes else modes[0]
     if weights not in modes:
         raise H3ValueError(f"weights must be one of {modes} or 'auto', got {weights!r}")
     return weights
@@ -145,11 +147,12 @@ class Compute:
         return self.pool.threads
 
     @classmethod
-    def resolve(cls, weights, isa=None, threads=None, modes=WEIGHT_MODES):
-        """Check ``weights`` against ``modes`` (H3ValueError), pick the path (``isa``, else
+    def resolve(cls, weights, isa=None, threads=None, modes=WEIGHT_MODES, auto=AUTO_WEIGHTS):
+        """Check ``weights`` against ``modes`` ("auto" stands for ``auto``; H3ValueError
+        otherwise), pick the path (``isa``, else
         ``H3CY_ISA``, else the best: UnsupportedCPUError if the CPU lacks it) and make a
         pool of ``threads`` (default :func:`h3cy.get_num_threads`; H3ValueError if bad)."""
-        weights = resolve_weights(weights, modes)
+        weights = resolve_weights(weights, modes, auto)
         if isinstance(threads, ThreadPool):
             pool = threads
         else:
