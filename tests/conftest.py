@@ -1,6 +1,8 @@
 """Shared fixtures.  Kernel tests parametrise over every ISA path this host can run;
 a path the host lacks is skipped with its name (the one accepted reason to skip)."""
+import atexit
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -8,7 +10,9 @@ import pytest
 
 # weight caches of single-file checkpoints (and of read-only folders) go to h3cy's cache
 # folder: the tests' go to a temporary one, never to the user's ~/.cache/h3cy
-os.environ.setdefault("H3CY_CACHE_DIR", tempfile.mkdtemp(prefix="h3cy-test-cache-"))
+if "H3CY_CACHE_DIR" not in os.environ:
+    os.environ["H3CY_CACHE_DIR"] = tempfile.mkdtemp(prefix="h3cy-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["H3CY_CACHE_DIR"], ignore_errors=True)
 
 import h3cy  # noqa: E402  (reads H3CY_CACHE_DIR at import)
 from h3cy import _kernels  # noqa: E402

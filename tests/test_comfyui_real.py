@@ -72,13 +72,23 @@ class Comfy:
         return any(item[1] == prompt_id for item in self.get("/queue")["queue_running"])
 
 
+# where the files loader's four single files go in ComfyUI's own model folders
+FILE_FOLDERS = {"dit": "diffusion_models", "text_encoder": "text_encoders", "video_vae": "vae",
+                "audio_vae": "vae"}
+
+
 @pytest.fixture(scope="module")
-def comfy(tmp_path_factory):
+def comfy(tmp_path_factory, comfy_files):
     import h3cy.demo
     base = tmp_path_factory.mktemp("comfy-base")
     demo = h3cy.demo.build_demo_model(str(tmp_path_factory.mktemp("demo")))
     os.makedirs(base / "models" / "h3")
     os.symlink(demo, base / "models" / "h3" / "h3cy-demo")
+    for role, folder in FILE_FOLDERS.items():     # Comfy-Org-style single files, as downloaded
+        os.makedirs(base / "models" / folder, exist_ok=True)
+        os.symlink(comfy_files[role], base / "models" / folder / os.path.basename(comfy_files[role]))
+    blob = open(comfy_files["dit"], "rb").read()  # a truncated download of the transformer
+    (base / "models" / "diffusion_models" / "cut_dit.safetensors").write_bytes(blob[:-4096])
     os.makedirs(base / "custom_nodes")
     os.symlink(PACK, base / "custom_nodes" / "comfyui_h3")
     port = _free_port()
@@ -183,3 +193,43 @@ def test_interrupt_then_next_run_works(comfy):
     h2 = comfy.wait(pid2)
     assert h2["status"]["status_str"] == "success", h2["status"]
     assert _saved(comfy, h2["outputs"], "images").endswith(".mp4")
+
+
+FILES_WORKFLOW = os.path.join(PACK, "workflows", "h3cy_files_to_video_api.json")
+
+
+def files_prompt(comfy_files, **picks):
+    """The shipped API-format files workflow on the tiny single files (small geometry)."""
+    with open(FILES_WORKFLOW) as f:
+        prompt = json.load(f)
+    for node in prompt.values():
+        if node["class_type"] == "H3cyFilesLoader":
+            node["inputs"].update({r: os.path.basename(comfy_files[r]) for r in FILE_FOLDERS},
+                                  weights="fp32", streaming="off")
+            node["inputs"].update(picks)
+        elif node["class_type"] == "H3cySampler":
+            node["inputs"].update(SMALL)
+    return prompt
+
+
+def test_files_loader_lists_comfyui_folders_and_generates(comfy, comfy_files):
+    """The user's downloads in models/diffusion_models, text_encoders and vae are listed
+    and run as they are."""
+    import av
+    req = comfy.get("/object_info/H3cyFilesLoader")["H3cyFilesLoader"]["input"]["required"]
+    for role in FILE_FOLDERS:
+        assert os.path.basename(comfy_files[role]) in req[role][1]["options"], (role, req[role])
+    h = comfy.wait(comfy.submit(files_prompt(comfy_files)))
+    assert h["status"]["status_str"] == "success", h["status"]
+    with av.open(_saved(comfy, h["outputs"], "images")) as c:
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
+        assert len(frames) == 22 and max(f.std() for f in frames) > 0
+
+
+def test_a_corrupt_file_fails_in_the_files_loader(comfy, comfy_files):
+    """A truncated transformer is reported by the loader node, not by Text Encode."""
+    h = comfy.wait(comfy.submit(files_prompt(comfy_files, dit="cut_dit.safetensors")))
+    errors = [m[1] for m in h["status"]["messages"] if m[0] == "execution_error"]
+    assert h["status"]["status_str"] == "error" and errors, h["status"]
+    assert errors[0]["node_type"] == "H3cyFilesLoader", errors[0]
+    assert "cut_dit.safetensors" in errors[0]["exception_message"], errors[0]

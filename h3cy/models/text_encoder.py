@@ -29,7 +29,7 @@ import numpy as np
 from .. import _kernels
 from ..weights import pages as _pages
 from .. import ops
-from ..weights.files import TensorFiles, find_weights, load_json
+from ..weights.files import TensorFiles, find_weights, load_json, report_once
 from ..weights.linears import make_linear
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
 from .._progress import Ticker
@@ -128,7 +128,7 @@ class TextEncoderSource:
             except BaseException:
                 self._files.close()
                 raise
-            log.info("%s: %s", folder, "; ".join(kind.assumed))
+            report_once(folder, "; ".join(kind.assumed))
         else:
             cfg_path = os.path.join(folder, "config.json")
             self.config = TextConfig(load_json(cfg_path, "config"), cfg_path)

@@ -32,7 +32,7 @@ from ..weights import pages as _pages
 from .. import ops
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
 from ..weights.linears import make_linear
-from ..weights.files import TensorFiles, checkpoint_error, load_json
+from ..weights.files import TensorFiles, checkpoint_error, load_json, report_once
 from ..weights.transformer import weight_files
 from .._progress import Ticker
 from ..errors import H3ValueError
@@ -303,8 +303,8 @@ def _open_single_file(path):
             elif conf.latent_channels != len(getattr(conf, key)):
                 raise checkpoint_error(path, key, f"missing, and the released one has {len(getattr(conf, key))} "
                                        f"channels, not {conf.latent_channels}")
-        log.info("%s: video VAE decoder sizes from the tensor shapes (%d layers, %d heads), the rest from the "
-                 "released configuration", path, conf.num_layers, conf.heads)
+        report_once(path, f"video VAE decoder sizes from the tensor shapes ({conf.num_layers} layers, "
+                          f"{conf.heads} heads), the rest from the released configuration")
     except BaseException:
         files.close()
         raise

@@ -36,6 +36,18 @@ _JSON_CACHE = {}              # real path -> (bytes, parsed object): config and 
 _JSON_LOCK = threading.Lock()
 
 
+_REPORTED = set()   # (path, message) pairs already logged at info level by this process
+
+
+def report_once(path, message):
+    """Log what a load assumed about ``path`` at info level once per process, at debug level
+    after that: a pipeline reopens its components for every generation (and ComfyUI's loader
+    checks them first), and the same line 27 times in one server run is noise."""
+    first = (path, message) not in _REPORTED
+    _REPORTED.add((path, message))
+    (log.info if first else log.debug)("%s: %s", path, message)
+
+
 def load_json(path, what):
     """A component's JSON file (config, index), read with a 64 MB cap; CheckpointError
     naming the file and ``what`` it is when it cannot be read or parsed.

@@ -58,7 +58,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..errors import H3ValueError
-from .files import TensorFiles, checkpoint_error, find_weights, load_json
+from .files import TensorFiles, checkpoint_error, find_weights, load_json, report_once
 
 __all__ = ["TransformerConfig", "TensorEntry", "TransformerCheckpoint", "open_transformer",
            "expected_tensors", "MODALITY_NUM", "KEEP_IN_FP32_MODULES", "weight_files"]
@@ -587,7 +587,6 @@ def open_transformer(path, qkv_layout=None):
         raise
 
 
-_QKV_REPORTED = set()          # folders whose assumed QKV layout was logged (once per process)
 
 
 def _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given=False, single=False):
@@ -625,14 +624,17 @@ def _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given=False, s
     if layout == "original":
         if qkv_layout is None:
             qkv_layout = "interleaved" if index is not None else "stacked"
-            why = "sharded folder with an index (MiniMaxAI release)" if index is not None else "single file"
-            # worth one line per folder per process (a pipeline reloads its transformer for every
-            # generation); a single file's kind decides, so it is not ambiguous there
-            first = folder not in _QKV_REPORTED
-            _QKV_REPORTED.add(folder)
-            (log.info if first and not single else log.debug)(
-                "%s: fused attn.qkv_proj rows assumed %s (%s); pass qkv_layout= to override",
-                folder, qkv_layout, why)
+            if index is not None or single:
+                # the kind decides: sharded with an index = MiniMaxAI's release (interleaved),
+                # one file = Comfy-Org's repacks (stacked); nothing to say at info level
+                log.debug("%s: fused attn.qkv_proj rows %s (%s)", folder, qkv_layout,
+                          "sharded release folder" if index is not None else "single file")
+            else:
+                # one unindexed file in a folder: a repack of either kind, truly ambiguous
+                report_once(folder, "fused attn.qkv_proj rows assumed stacked [q; k; v] (one unindexed "
+                                    "file, as Comfy-Org's repacks); if the output is noise, the file "
+                                    "interleaves them per head: DiT.from_pretrained(qkv_layout="
+                                    "'interleaved')")
         else:
             log.info("%s: fused attn.qkv_proj rows %s (qkv_layout argument)", folder, qkv_layout)
     else:
@@ -704,7 +706,7 @@ def _open_single_file(path, qkv_layout):
     files = TensorFiles([path], prefix=kind.prefix)
     try:
         cfg = TransformerConfig.from_dict(infer_config(files, kind.naming, path), path)
-        log.info("%s: %s", path, "; ".join(kind.assumed))
+        report_once(path, "; ".join(kind.assumed))
         return _build(path, cfg, path, None, files, qkv_layout, single=True)
     except BaseException:
         files.close()
