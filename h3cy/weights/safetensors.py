@@ -36,6 +36,7 @@ import struct
 import numpy as np
 
 from ..errors import CheckpointError
+from . import pages
 
 __all__ = ["DTYPES", "MAX_HEADER_BYTES", "MAX_RANK", "SafetensorsFile", "TensorInfo", "numpy_dtype"]
 
@@ -279,8 +280,12 @@ class SafetensorsFile:
         if info.offset % dt.itemsize:
             log.debug("%s: tensor %r at offset %d is not %d-byte aligned; returning an aligned copy",
                       self.path, name, info.offset, dt.itemsize)
-            arr = arr.copy()
+            src, arr = arr, arr.copy()
             arr.flags.writeable = False
+            # the copy is what the model keeps: drop the mapping's pages it was read from from
+            # this process's resident set, or a misaligned file counts twice (measured: 4.7 GB
+            # RSS for a 3.15 GB file before, bench/single_file_load.py)
+            pages.release([src])
         return arr
 
     # -- lifetime --------------------------------------------------------------------------------
