@@ -135,7 +135,8 @@ def _write_release(a, cfg):
     for i in range(n_shards):
         fname = f"model-{i + 1:05d}-of-{n_shards:05d}.safetensors"
         part = table[i * per:(i + 1) * per]
-        total += _write(os.path.join(tdir, fname), part)
+        _write(os.path.join(tdir, fname), part)
+        total += sum(int(np.prod(shape)) * (4 if dt == "F32" else 2) for _, dt, shape in part)
         weight_map.update({name: fname for name, _, _ in part})
     with open(os.path.join(tdir, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
