@@ -236,3 +236,46 @@ def test_lora_in_the_cython_loop_equals_python_loop(lora_a, monkeypatch):
     base = h3cy.denoise(dit, pe, g, steps=2, seed=1)
     assert not np.array_equal(got[0], base[0])
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+@pytest.fixture(scope="module")
+def pipeline_lora(tiny_pipeline, tmp_path_factory):
+    tp = tiny_pipeline
+    return tp, make_peft_lora(tp.dit.diffusers_fp32, str(tmp_path_factory.mktemp("plora")),
+                              BLOCK_MODULES + ["adaln_proj.linear"], seed=9)
+
+
+@pytest.mark.parametrize("keep_loaded", [False, True])
+def test_pipeline_applies_loras_whenever_it_builds_the_transformer(pipeline_lora, keep_loaded):
+    tp, path = pipeline_lora
+    rng = np.random.default_rng(2)
+    pe = rng.standard_normal((4, tp.dit.config["text_dim"])).astype(np.float32)
+    kw = dict(prompt_embeds=pe, width=64, height=64, frames=22, steps=2, seed=3, output="latent")
+    pipe = h3cy.load(tp.diffusers, weights="fp32", streaming=False, keep_loaded=keep_loaded)
+    base = pipe.generate(**kw).video_latent
+    with_lora = h3cy.load(tp.diffusers, weights="fp32", streaming=False, keep_loaded=keep_loaded,
+                          loras=[(path, 0.6)])
+    want = with_lora.generate(**kw).video_latent
+    assert with_lora.loras == {"pytorch_lora_weights": 0.6}
+    assert rel_l2(want, base) > 1e-3
+    dit = h3cy.DiT.from_pretrained(tp.dit.diffusers_fp32, weights="fp32", threads=None)
+    dit.load_lora(path, strength=0.6)
+    g = h3cy.Geometry(width=64, height=64, frames=22)
+    direct = h3cy.denoise(dit, pe, g, steps=2, seed=3)[0]
+    assert np.array_equal(want, direct)
+    pipe.load_lora(path, strength=0.6)
+    assert np.array_equal(pipe.generate(**kw).video_latent, want)      # built (or kept) with it
+    pipe.set_lora_strength("pytorch_lora_weights", 0.0)
+    assert np.array_equal(pipe.generate(**kw).video_latent, base)
+    pipe.unload_lora("pytorch_lora_weights")
+    assert np.array_equal(pipe.generate(**kw).video_latent, base)
+
+
+def test_pipeline_checks_lora_files_when_added(pipeline_lora, tmp_path):
+    from safetensors.numpy import save_file
+    tp, _ = pipeline_lora
+    save_file({"blocks.7.mlp.fc2.lora_down.weight": np.zeros((2, 48), np.float32),
+               "blocks.7.mlp.fc2.lora_up.weight": np.zeros((32, 2), np.float32)},
+              str(tmp_path / "x.safetensors"))
+    with pytest.raises(CheckpointError, match="blocks.7.mlp.fc2"):
+        h3cy.load(tp.diffusers, weights="fp32", loras=[str(tmp_path / "x.safetensors")])
