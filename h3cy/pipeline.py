@@ -351,7 +351,8 @@ class Pipeline:
     def generate(self, prompt=None, *, prompt_embeds=None, width=512, height=512, frames=None,
                  seconds=None, steps=20, seed=42, noise=None, schedule=None, reuse=1, layers=None,
                  precision=None, on_step=None, on_progress=None, cancel=None, output="video",
-                 on_frames=None, on_audio=None, blocking=True):
+                 on_frames=None, on_audio=None, blocking=True, sampler="euler", shift_video=None,
+                 shift_audio=None):
         """Generate a video with sound.
 
         Parameters
@@ -359,7 +360,8 @@ class Pipeline:
         prompt : str — or give ``prompt_embeds`` ``[L, text_dim]`` float32 instead
         width, height : multiples of 32 (default 512x512)
         frames / seconds : length (default 22 frames = 0.92 s); frames round up to 17n + 5
-        steps, seed, noise, schedule, reuse, layers, precision, on_step : as :func:`h3cy.denoise`
+        steps, seed, noise, schedule, reuse, layers, precision, on_step, sampler, shift_video,
+            shift_audio : as :func:`h3cy.denoise`
         on_progress : callable(done, total, phase) for every phase
         cancel : h3cy.CancelToken — stops any phase within one block; raises Cancelled
         output : "video" (decode) or "latent" (skip the decoders)
@@ -394,7 +396,7 @@ class Pipeline:
             video_latent, audio_latent = self.denoise(
                 prompt_embeds, geometry, steps=steps, seed=seed, schedule=schedule, noise=noise,
                 on_step=on_step, on_progress=on_progress, cancel=cancel, reuse=reuse, layers=layers,
-                precision=precision)
+                precision=precision, sampler=sampler, shift_video=shift_video, shift_audio=shift_audio)
             timings["denoise"] = time.perf_counter() - t0
             if output == "latent":
                 return Result(video_latent=video_latent, audio_latent=audio_latent, geometry=geometry,
