@@ -349,10 +349,10 @@ class Pipeline:
                       timings=timings, peak_rss=peak_rss())
 
     def generate(self, prompt=None, *, prompt_embeds=None, width=512, height=512, frames=None,
-                 seconds=None, steps=20, seed=42, noise=None, schedule=None, reuse=1, layers=None,
+                 seconds=None, steps=None, seed=42, noise=None, schedule=None, reuse=1, layers=None,
                  precision=None, on_step=None, on_progress=None, cancel=None, output="video",
-                 on_frames=None, on_audio=None, blocking=True, sampler="euler", shift_video=None,
-                 shift_audio=None):
+                 on_frames=None, on_audio=None, blocking=True, sampler=None, shift_video=None,
+                 shift_audio=None, preset=None):
         """Generate a video with sound.
 
         Parameters
@@ -361,7 +361,10 @@ class Pipeline:
         width, height : multiples of 32 (default 512x512)
         frames / seconds : length (default 22 frames = 0.92 s); frames round up to 17n + 5
         steps, seed, noise, schedule, reuse, layers, precision, on_step, sampler, shift_video,
-            shift_audio : as :func:`h3cy.denoise`
+            shift_audio : as :func:`h3cy.denoise` (defaults: 20 steps, Euler, shifts 12/3)
+        preset : "quality", "turbo8" or "turbo4" (:mod:`h3cy.presets`) — fills steps, sampler
+            and shifts the call does not give; a turbo preset on a pipeline without a LoRA
+            warns once
         on_progress : callable(done, total, phase) for every phase
         cancel : h3cy.CancelToken — stops any phase within one block; raises Cancelled
         output : "video" (decode) or "latent" (skip the decoders)
@@ -378,6 +381,20 @@ class Pipeline:
         """
         if output not in ("video", "latent"):
             raise H3ValueError(f"output must be 'video' or 'latent', got {output!r}")
+        if preset is not None:
+            from . import presets
+            p = presets.get(preset)
+            if schedule is None and shift_video is None and shift_audio is None:
+                shift_video, shift_audio = p.shift_video, p.shift_audio
+            steps = p.steps if steps is None else steps
+            sampler = p.sampler if sampler is None else sampler
+            if p.turbo and not self._loras and not getattr(self, "_turbo_warned", False):
+                import warnings
+                self._turbo_warned = True
+                warnings.warn(f"preset {preset!r} is meant for a turbo LoRA or a distilled transformer; "
+                              "this pipeline has no LoRA (h3cy.load(loras=...))", RuntimeWarning, stacklevel=2)
+        steps = 20 if steps is None else steps
+        sampler = "euler" if sampler is None else sampler
         if (prompt is None) == (prompt_embeds is None):
             raise H3ValueError("give exactly one of prompt and prompt_embeds")
         if frames is not None and seconds is not None:

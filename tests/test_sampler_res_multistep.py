@@ -119,3 +119,23 @@ def test_euler_default_unchanged_and_bad_arguments(setup):
         h3cy.denoise(dit, pe, g, steps=2, sampler="dpm")
     with pytest.raises(H3ValueError, match="not both"):
         h3cy.denoise(dit, pe, g, steps=2, schedule=h3cy.Schedule.shifted(2), shift_video=6.0)
+
+
+def test_presets_fill_what_the_call_leaves_out(tiny_pipeline, recwarn):
+    import warnings
+    tp = tiny_pipeline
+    pipe = h3cy.load(tp.diffusers, weights="fp32", streaming=False, keep_loaded=True)
+    pe = np.random.default_rng(1).standard_normal((4, tp.dit.config["text_dim"])).astype(np.float32)
+    kw = dict(prompt_embeds=pe, width=64, height=64, frames=22, seed=3, output="latent")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        a = pipe.generate(preset="turbo4", **kw).video_latent
+        pipe.generate(preset="turbo4", steps=1, **kw)
+    assert sum("turbo" in str(x.message) for x in w) == 1            # warned once
+    b = pipe.generate(steps=4, shift_video=6.0, shift_audio=3.0, **kw).video_latent
+    assert np.array_equal(a, b)
+    q = pipe.generate(preset="quality", steps=2, sampler="res_multistep", **kw).video_latent
+    r = pipe.generate(steps=2, sampler="res_multistep", **kw).video_latent
+    assert np.array_equal(q, r)                                      # explicit keywords win
+    with pytest.raises(H3ValueError, match="preset"):
+        pipe.generate(preset="fast", **kw)
