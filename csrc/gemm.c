@@ -47,6 +47,9 @@ typedef struct {
     char *tws;
     size_t tws_bytes;
     int need_scratch;
+    /* the low-rank addend's u = (x . A^T) * scale [M, R] (l->lora), added to each output
+     * tile right after the base product; NULL without one */
+    const float *lora_u;
 } run_ctx;
 
 static size_t float_thread_bytes(const gemm_kernels *kt, int64_t M, int need_scratch) {
@@ -82,11 +85,12 @@ size_t h3_linear_workspace_bytes(const h3_linear *l, int64_t M, int nth,
         size_t Mp = (size_t)H3_ALIGN_UP(M, l->kt->mr);
         size_t nsg = (size_t)(l->Kp / int_segeff(l));
         size_t shared = H3_ALIGN_UP(Mp * (size_t)l->Kp, 64) + 2 * H3_ALIGN_UP(Mp * nsg * 4, 64);
-        return shared + (size_t)nth * (int_qtmp_bytes(l) + int_thread_bytes(l, M, ns));
+            return gemm_lora_workspace_bytes(l, M, nth) + shared +
+               (size_t)nth * (int_qtmp_bytes(l) + int_thread_bytes(l, M, ns));
     }
     size_t shared = M > l->kt->gemv_max_m
                         ? H3_ALIGN_UP((size_t)H3_ALIGN_UP(M, l->kt->mr) * (size_t)l->K * 4, 64) : 0;
-    return shared + (size_t)nth * float_thread_bytes(l->kt, M, ns);
+    return gemm_lora_workspace_bytes(l, M, nth) + shared + (size_t)nth * float_thread_bytes(l->kt, M, ns);
 }
 
 /* A[m, k0 : k0+n] of conv rows into dst: the values an im2col row holds there. */
@@ -325,8 +329,12 @@ static void run_block(run_ctx *c, char *tw, char *scratch, int64_t m0, int64_t m
     float *S = (float *)scratch;
     const int64_t lds = c->kt->nc;
     const int intm = is_int(l->wtype);
-#define MUL(rowstart, target, ld) \
-    (intm ? int_block(c, tw, m0, m1, prow_of(l, rowstart), w, target, ld) : float_block(c, tw, m0, m1, rowstart, w, target, ld))
+#define MUL(rowstart, target, ld)                                                                                   \
+    do {                                                                                                            \
+        if (intm) int_block(c, tw, m0, m1, prow_of(l, rowstart), w, target, ld);                                    \
+        else float_block(c, tw, m0, m1, rowstart, w, target, ld);                                                   \
+        if (c->lora_u) gemm_lora_add(l->lora, c->lora_u, target, ld, m0, m1, rowstart, w);                        \
+    } while (0)
     if (kind == H3_EPI_NONE) {
         MUL(r0, c->y + o0, ldy);
         if (l->bias)
@@ -475,6 +483,7 @@ static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, cons
                            (long long)epi->gate_rows, (long long)M);
         }
     }
+    if (rows && l->lora) return h3_fail(err, H3_EINVAL, "linear_forward: a LoRA on conv rows is not supported");
     h3_status st = h3_isa_check(l->isa, err);
     if (st) return st;
     const int nth = h3_pool_threads(pool);
@@ -491,6 +500,15 @@ static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, cons
     }
     run_ctx c;
     memset(&c, 0, sizeof c);
+    if (l->lora) { /* u first, at the front of the workspace; the base product's arena after it */
+        const size_t lb = gemm_lora_workspace_bytes(l, M, nth), ub = H3_ALIGN_UP((size_t)M * (size_t)l->lora->R * 4, 64);
+        float *u = (float *)ws;
+        st = gemm_lora_u(l, pool, x, M, u, (char *)ws + ub, lb - ub, err);
+        if (st) { h3_free(own); return st; }
+        c.lora_u = u;
+        ws = (char *)ws + lb;
+        ws_bytes -= lb;
+    }
     c.l = l; c.kt = l->kt; c.x = x; c.M = M; c.y = y; c.epi = epi;
     c.ldy = kind == H3_EPI_SWIGLU ? l->H : l->N;
     c.need_scratch = needs_scratch(epi);

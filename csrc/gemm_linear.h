@@ -28,7 +28,31 @@ struct h3_linear {
     const void *part[H3_LINEAR_MAX_PARTS];
     int nparts;
     int64_t part_rows;
+    /* h3_linear_set_lora: a low-rank addend, borrowed (the caller keeps it alive and
+     * detaches it before freeing it); NULL: the plain linear, bit for bit */
+    const h3_lora *lora;
 };
+
+/* A low-rank addend y += ((x . A^T) * scale) . B^T, applied before the bias and the
+ * epilogue (gemm_lora.c builds it, gemm.c runs it). */
+struct h3_lora {
+    int64_t N, K, R;
+    h3_linear *a;          /* [R, K] float32: u = x . A^T, computed by the GEMM driver */
+    float *bt;             /* [R, N]: B^T, so that rank r's column run is contiguous */
+    float *scale;          /* [R]: strength * alpha / rank of the adapter rank r belongs to */
+    int64_t *lo, *hi;      /* [R]: rank r's nonzero output columns lie in [lo[r], hi[r]) */
+};
+
+/* Rows of x per u GEMM call: bounds the packed-A workspace of the u product. */
+#define H3_LORA_CHUNK 256
+/* Workspace bytes the low-rank addend needs on top of the linear's own (0 without one). */
+size_t gemm_lora_workspace_bytes(const h3_linear *l, int64_t M, int nth);
+/* u[M, R] = (x . A^T) * scale, in ws (gemm_lora_workspace_bytes of it at the front). */
+h3_status gemm_lora_u(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *u,
+                      void *ws, size_t ws_bytes, h3_err *err);
+/* target[m, j] += sum_r u[m, r] * bt[r, c0 + j] for rows [m0, m1), columns j < w. */
+void gemm_lora_add(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0,
+                   int64_t m1, int64_t c0, int64_t w);
 
 /* The base of the float rows holding logical row r, and r's index there. */
 static inline const void *rows_at(const h3_linear *l, int64_t r, int64_t *local) {

@@ -37,7 +37,7 @@ AUTO_STREAM_FRACTION = 0.8
 
 def load(path=None, weights="auto", streaming="auto", threads=None, cache_dir=None, vae_weights="auto",
          keep_loaded=False, isa=None, attention=None, *, dit=None, text_encoder=None, video_vae=None,
-         audio_vae=None, tokenizer=None):
+         audio_vae=None, tokenizer=None, loras=()):
     """Open a MiniMax-H3 model -- a folder, single files per component, or both -- for
     generation.
 
@@ -69,10 +69,16 @@ def load(path=None, weights="auto", streaming="auto", threads=None, cache_dir=No
     attention : products inside the transformer's and the video decoder's attention: None
         or "auto" (bf16 pairs for bf16 and int8/int4 weights where the CPU has bf16 dot
         products, float32 otherwise), "fp32" or "bf16" (see :func:`h3cy.ops.attention_bf16`)
+    loras : sequence of ``path`` or ``(path, strength)`` — LoRAs for the transformer (see
+        :meth:`Pipeline.load_lora`), checked now
     """
-    return Pipeline(path, weights=weights, streaming=streaming, threads=threads, cache_dir=cache_dir,
+    pipe = Pipeline(path, weights=weights, streaming=streaming, threads=threads, cache_dir=cache_dir,
                     vae_weights=vae_weights, keep_loaded=keep_loaded, isa=isa, attention=attention, dit=dit,
                     text_encoder=text_encoder, video_vae=video_vae, audio_vae=audio_vae, tokenizer=tokenizer)
+    for item in loras:
+        p, s = (item, 1.0) if isinstance(item, (str, bytes)) or hasattr(item, "__fspath__") else item
+        pipe.load_lora(p, strength=s)
+    return pipe
 
 
 class Pipeline:
@@ -110,7 +116,51 @@ class Pipeline:
         self.keep_loaded = bool(keep_loaded)
         self._loaded = {}
         self._lock = threading.Lock()
+        self._loras = {}          # name -> (path, strength), applied whenever the DiT is built
         self._check_configs()
+
+    # -- LoRAs ----------------------------------------------------------------------------------
+    def load_lora(self, path, strength=1.0, name=None):
+        """Add a LoRA to the transformer (:meth:`h3cy.DiT.load_lora`): the file is checked
+        against the transformer's config now (an unmatched key raises CheckpointError naming
+        it, and nothing is added), and applied every time the pipeline builds the
+        transformer for a phase, and at once to a transformer kept loaded.  Returns its name."""
+        import os
+        from .weights.lora import read_lora
+        if name is None:
+            name = os.path.splitext(os.path.basename(os.fspath(path).rstrip("/")))[0]
+        if name in self._loras:
+            raise H3ValueError(f"a LoRA named {name!r} is loaded already; unload_lora({name!r}) first "
+                               "or pass another name=")
+        read_lora(path, self._transformer_config, "stacked")
+        dit = self._loaded.get("transformer")
+        if dit is not None:
+            dit.load_lora(path, strength=strength, name=name)
+        self._loras[name] = (os.fspath(path), float(strength))
+        return name
+
+    def unload_lora(self, name):
+        """Remove a LoRA added with :meth:`load_lora`."""
+        if name not in self._loras:
+            raise H3ValueError(f"no LoRA named {name!r} is loaded (loaded: {sorted(self._loras)})")
+        del self._loras[name]
+        dit = self._loaded.get("transformer")
+        if dit is not None:
+            dit.unload_lora(name)
+
+    def set_lora_strength(self, name, strength):
+        """Change a LoRA's strength (for the next transformer built, and a kept one now)."""
+        if name not in self._loras:
+            raise H3ValueError(f"no LoRA named {name!r} is loaded (loaded: {sorted(self._loras)})")
+        self._loras[name] = (self._loras[name][0], float(strength))
+        dit = self._loaded.get("transformer")
+        if dit is not None:
+            dit.set_lora_strength(name, strength)
+
+    @property
+    def loras(self):
+        """{name: strength} of the LoRAs added, in order."""
+        return {k: s for k, (_, s) in self._loras.items()}
 
     # -- components ----------------------------------------------------------------------------
     def _check_configs(self):
@@ -141,6 +191,7 @@ class Pipeline:
                 tr = ckpt.config
         else:
             tr = TransformerConfig.from_dict(*config("transformer"))
+        self._transformer_config = tr     # LoRA files are checked against it (load_lora)
         if te.hidden_size != tr.text_dim:
             raise CheckpointError(f"{self.folder.root}: the text encoder's hidden_size "
                                   f"{te.hidden_size} is not the transformer's text_dim {tr.text_dim}")
@@ -167,9 +218,16 @@ class Pipeline:
                 p, weights=self.weights, streaming=self.streaming_for(component), threads=self.threads,
                 isa=self.isa, cache_dir=self.cache_dir)
         if component == "transformer":
-            return model.DiT.from_pretrained(
+            dit = model.DiT.from_pretrained(
                 p, weights=self.weights, streaming=self.streaming_for(component), threads=self.threads,
                 isa=self.isa, cache_dir=self.cache_dir, attention=self.attention)
+            try:
+                for name, (path, strength) in self._loras.items():
+                    dit.load_lora(path, strength=strength, name=name)
+            except BaseException:
+                dit.close()
+                raise
+            return dit
         if component == "video_vae":
             return video_vae.VideoDecoder.from_pretrained(p, weights=self.vae_weights, threads=self.threads,
                                                           isa=self.isa, attention=self.attention)
@@ -295,9 +353,10 @@ class Pipeline:
                       timings=timings, peak_rss=peak_rss())
 
     def generate(self, prompt=None, *, prompt_embeds=None, width=512, height=512, frames=None,
-                 seconds=None, steps=20, seed=42, noise=None, schedule=None, reuse=1, layers=None,
+                 seconds=None, steps=None, seed=42, noise=None, schedule=None, reuse=1, layers=None,
                  precision=None, on_step=None, on_progress=None, cancel=None, output="video",
-                 on_frames=None, on_audio=None, blocking=True):
+                 on_frames=None, on_audio=None, blocking=True, sampler=None, shift_video=None,
+                 shift_audio=None, preset=None):
         """Generate a video with sound.
 
         Parameters
@@ -305,7 +364,11 @@ class Pipeline:
         prompt : str — or give ``prompt_embeds`` ``[L, text_dim]`` float32 instead
         width, height : multiples of 32 (default 512x512)
         frames / seconds : length (default 22 frames = 0.92 s); frames round up to 17n + 5
-        steps, seed, noise, schedule, reuse, layers, precision, on_step : as :func:`h3cy.denoise`
+        steps, seed, noise, schedule, reuse, layers, precision, on_step, sampler, shift_video,
+            shift_audio : as :func:`h3cy.denoise` (defaults: 20 steps, Euler, shifts 12/3)
+        preset : "quality", "turbo8" or "turbo4" (:mod:`h3cy.presets`) — fills steps, sampler
+            and shifts the call does not give; a turbo preset on a pipeline without a LoRA
+            warns once
         on_progress : callable(done, total, phase) for every phase
         cancel : h3cy.CancelToken — stops any phase within one block; raises Cancelled
         output : "video" (decode) or "latent" (skip the decoders)
@@ -322,6 +385,20 @@ class Pipeline:
         """
         if output not in ("video", "latent"):
             raise H3ValueError(f"output must be 'video' or 'latent', got {output!r}")
+        if preset is not None:
+            from . import presets
+            p = presets.get(preset)
+            if schedule is None and shift_video is None and shift_audio is None:
+                shift_video, shift_audio = p.shift_video, p.shift_audio
+            steps = p.steps if steps is None else steps
+            sampler = p.sampler if sampler is None else sampler
+            if p.turbo and not self._loras and not getattr(self, "_turbo_warned", False):
+                import warnings
+                self._turbo_warned = True
+                warnings.warn(f"preset {preset!r} is meant for a turbo LoRA or a distilled transformer; "
+                              "this pipeline has no LoRA (h3cy.load(loras=...))", RuntimeWarning, stacklevel=2)
+        steps = 20 if steps is None else steps
+        sampler = "euler" if sampler is None else sampler
         if (prompt is None) == (prompt_embeds is None):
             raise H3ValueError("give exactly one of prompt and prompt_embeds")
         if frames is not None and seconds is not None:
@@ -340,7 +417,7 @@ class Pipeline:
             video_latent, audio_latent = self.denoise(
                 prompt_embeds, geometry, steps=steps, seed=seed, schedule=schedule, noise=noise,
                 on_step=on_step, on_progress=on_progress, cancel=cancel, reuse=reuse, layers=layers,
-                precision=precision)
+                precision=precision, sampler=sampler, shift_video=shift_video, shift_audio=shift_audio)
             timings["denoise"] = time.perf_counter() - t0
             if output == "latent":
                 return Result(video_latent=video_latent, audio_latent=audio_latent, geometry=geometry,

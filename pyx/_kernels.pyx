@@ -147,6 +147,7 @@ cdef class LinearCore:
     cdef readonly int64_t N, K
     cdef readonly int pair
     cdef readonly object storage   # attached storage (mmap views) kept alive while c uses it
+    cdef readonly object lora      # the LoraCore attached to c, or None
 
     def __cinit__(self, weight=None, int src_dtype=0, bias=None, str weights="fp32",
                   int group_size=0, int act_group=0, int pair=0, str isa="ref",
@@ -186,6 +187,13 @@ cdef class LinearCore:
 
     def __dealloc__(self):
         h3_linear_free(self.c)
+
+    def set_lora(self, LoraCore lora):
+        """Attach a low-rank addend (None detaches: the plain linear, bit for bit).  The
+        core keeps a reference, so the addend outlives its use."""
+        cdef h3_err err
+        check(h3_linear_set_lora(self.c, lora.c if lora is not None else NULL, &err), &err)
+        self.lora = lora
 
     @property
     def weight_bytes(self):
@@ -250,6 +258,36 @@ cdef class LinearCore:
                 rc = h3_linear_forward(self.c, self.pool.c, &x[0, 0], M, &out[0, 0], &epi,
                                        NULL, 0, &err)
         check(rc, &err)
+
+
+cdef class LoraCore:
+    """Owns an h3_lora: y += ((x . A^T) * scale) . B^T, run inside the linear's GEMM.
+    a (R, K), b (N, R), scale (R,) float32 (copied)."""
+    cdef h3_lora *c
+    cdef readonly int64_t R, N, K
+
+    def __cinit__(self, const float[:, ::1] a, const float[:, ::1] b, const float[::1] scale,
+                  str isa="ref"):
+        cdef h3_err err
+        cdef h3_status rc
+        if b.shape[1] != a.shape[0] or scale.shape[0] != a.shape[0]:
+            raise H3ValueError(f"LoRA shapes disagree: A ({a.shape[0]}, {a.shape[1]}), "
+                               f"B ({b.shape[0]}, {b.shape[1]}), scale ({scale.shape[0]},)")
+        self.R, self.N, self.K = a.shape[0], b.shape[0], a.shape[1]
+        cdef h3_isa path = isa_id(isa)
+        with nogil:
+            rc = h3_lora_create(&a[0, 0], &b[0, 0], &scale[0], self.R, self.N, self.K, path,
+                                &self.c, &err)
+        check(rc, &err)
+
+    def __dealloc__(self):
+        h3_lora_free(self.c)
+
+    def set_scale(self, const float[::1] scale):
+        cdef h3_err err
+        if scale.shape[0] != self.R:
+            raise H3ValueError(f"scale must have {self.R} values, got {scale.shape[0]}")
+        check(h3_lora_set_scale(self.c, &scale[0], &err), &err)
 
 
 def linear_attach(dict layout, w, scales, bias, str isa, ThreadPool pool):

@@ -69,6 +69,13 @@ cdef extern from "h3.h" nogil:
     int h3_linear_int_panel_width(h3_isa isa)
     h3_isa h3_linear_isa(const h3_linear *lin)
     h3_status h3_linear_dequant(const h3_linear *lin, float *out, h3_err *err)
+    ctypedef struct h3_lora:
+        pass
+    h3_status h3_lora_create(const float *a, const float *b, const float *scale, int64_t R,
+                             int64_t N, int64_t K, h3_isa isa, h3_lora **out, h3_err *err)
+    void h3_lora_free(h3_lora *lora)
+    h3_status h3_lora_set_scale(h3_lora *lora, const float *scale, h3_err *err)
+    h3_status h3_linear_set_lora(h3_linear *lin, const h3_lora *lora, h3_err *err)
     enum:
         H3_EPI_NONE
         H3_EPI_SWIGLU

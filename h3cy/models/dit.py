@@ -114,6 +114,7 @@ class _Block:
         if adaln:
             self.adaln = dit._adaln_linear(src, prefix + "adaln_proj.linear")
         if not main:
+            dit._lora_block(self, prefix)
             return
         self.norm1 = _f32(src.get(prefix + "norm1.weight"))
         self.norm2 = _f32(src.get(prefix + "norm2.weight"))
@@ -128,6 +129,11 @@ class _Block:
         self.core = _kernels.DitBlockCore(
             self.qkv.core, int(self.qkv_layout == "interleaved"), self.out.core, self.up.core,
             self.down.core, self.norm1, self.norm2, self.norm_q, self.norm_k, dit._pool)
+        dit._lora_block(self, prefix)
+
+    # the block's linears under the names LoRA targets use (h3cy.weights.lora)
+    LORA_NAMES = (("attn.qkv", "qkv"), ("attn.to_out.0", "out"), ("ff.gate_value", "up"),
+                  ("ff.net.2", "down"), ("adaln_proj.linear", "adaln"))
 
     def storage(self):
         """The mapped arrays this block's attached linears read (for page advice)."""
@@ -329,6 +335,8 @@ class DiT:
         self.refiner_norm = _f32(source.get("token_refiner.final_norm.weight"))
         self.streaming = bool(streaming)
         self._source = source
+        # how the fused QKV rows are ordered ("interleaved" | "stacked"): LoRAs map onto it
+        self.qkv_layout = source.qkv("transformer_blocks.0.attn.")[1]
         if self.streaming:
             # blocks are built when needed (the next one on a reader thread while the
             # current one computes) and dropped after use: a few blocks resident at a time
@@ -378,6 +386,148 @@ class DiT:
 
     def _linear_f32(self, w, b):
         return ops.Linear(_f32(w), bias=_f32(b), weights="fp32", isa=self.isa, threads=self._pool)
+
+    # ---- LoRA ----------------------------------------------------------------------------
+    # top-level linears under the names LoRA targets use (h3cy.weights.lora)
+    _LORA_TOP = {"proj_in": "proj_in", "audio_proj_in": "audio_proj_in",
+                 "context_embedder": "context_embedder", "time_embedder.linear_1": "time_1",
+                 "time_embedder.linear_2": "time_2", "norm_out.linear": "norm_out_linear",
+                 "proj_out": "proj_out", "audio_proj_out": "audio_proj_out"}
+
+    @staticmethod
+    def _lora_time_path(target):
+        """Whether a linear feeds the AdaLN tables (which are precomputed per timestep)."""
+        return target.endswith("adaln_proj.linear") or target == "norm_out.linear" or \
+            target.startswith("time_embedder.")
+
+    def load_lora(self, path, strength=1.0, name=None):
+        """Apply a LoRA file at run time: each adapted linear computes
+        ``y = x W^T + strength * scale * (x A^T) B^T`` inside its GEMM (before its bias and
+        fused epilogue), in the C block cores, the Cython loop and the Python path alike.
+        The base weights are not changed or copied (they stay int8/int4/bf16, mapped and
+        shareable); the pairs are kept in float32.
+
+        Parameters
+        ----------
+        path : str or os.PathLike — a ``.safetensors`` LoRA (or a folder holding one): PEFT /
+            diffusers ``lora_A``/``lora_B`` or kohya/ComfyUI ``lora_down``/``lora_up``/``alpha``
+            keys on diffusers, original (Comfy) or kohya-underscore names
+            (:mod:`h3cy.weights.lora`)
+        strength : float — the multiplier (0 leaves the model's results bit for bit)
+        name : str, optional — how to refer to it later (default: the file's stem)
+
+        Returns the name.  A key that matches nothing raises :class:`h3cy.CheckpointError`
+        naming it, and nothing is applied.  A LoRA on the AdaLN projections, the final
+        layer's modulation or the time embedder recomputes the AdaLN tables; it is refused
+        on the curve (pruned) form, whose file lacks the time embedding those act on, and
+        after :meth:`release_adaln`.
+        """
+        from ..weights.lora import read_lora
+        if name is None:
+            name = os.path.splitext(os.path.basename(os.fspath(path).rstrip("/")))[0]
+        loras = self.__dict__.setdefault("_loras", {})
+        if name in loras:
+            raise H3ValueError(f"a LoRA named {name!r} is loaded already; unload_lora({name!r}) first "
+                               "or pass another name=")
+        modules = read_lora(path, self.config, self.qkv_layout)
+        time_path = sorted({m.target for m in modules if self._lora_time_path(m.target)})
+        if time_path and self.adaln_curve is not None:
+            raise H3ValueError(
+                f"LoRA {name!r} adapts {', '.join(time_path)}, but this transformer is the curve "
+                "form (pruned AdaLN: adaln_t_table): its file lacks the time embedding those "
+                "weights act on, so the LoRA cannot be applied; use the full (unpruned) base")
+        if time_path and self._adaln_released:
+            raise H3Error(f"LoRA {name!r} adapts the AdaLN projections, whose weights were "
+                          "released (release_adaln); load LoRAs before releasing them")
+        loras[name] = {"modules": modules, "strength": float(strength), "path": os.fspath(path)}
+        self._lora_changed()
+        return name
+
+    def unload_lora(self, name):
+        """Remove a LoRA: with none left, every linear is the plain base again, bit for bit."""
+        loras = self.__dict__.get("_loras", {})
+        if name not in loras:
+            raise H3ValueError(f"no LoRA named {name!r} is loaded (loaded: {sorted(loras)})")
+        del loras[name]
+        self._lora_changed()
+
+    def set_lora_strength(self, name, strength):
+        """Change a loaded LoRA's strength (0 switches it off without unloading it)."""
+        loras = self.__dict__.get("_loras", {})
+        if name not in loras:
+            raise H3ValueError(f"no LoRA named {name!r} is loaded (loaded: {sorted(loras)})")
+        loras[name]["strength"] = float(strength)
+        self._lora_changed()
+
+    @property
+    def loras(self):
+        """The loaded LoRAs: {name: strength}, in load order."""
+        return {k: v["strength"] for k, v in self.__dict__.get("_loras", {}).items()}
+
+    def _lora_changed(self):
+        """Rebuild the low-rank addend of every adapted linear (several LoRAs on one linear
+        are one addend with their ranks side by side) and attach them; linears no active
+        LoRA reaches are detached (plain base).  AdaLN tables are recomputed when the time
+        path changed.  Siblings made by with_weights follow."""
+        old = self.__dict__.get("_lora_cores", {})
+        pieces = {}
+        for entry in self.__dict__.get("_loras", {}).values():
+            if entry["strength"] == 0.0:
+                continue
+            for m in entry["modules"]:
+                pieces.setdefault(m.target, []).append((m, entry["strength"] * m.scale))
+        cores = {}
+        for target, ps in pieces.items():
+            lin = self._lora_linear(target)
+            isa = lin.core.isa if lin is not None else self.isa
+            a = np.ascontiguousarray(np.concatenate([m.a for m, _ in ps]), np.float32)
+            b = np.ascontiguousarray(np.concatenate([m.b for m, _ in ps], axis=1), np.float32)
+            sc = np.concatenate([np.full(m.a.shape[0], s, np.float32) for m, s in ps])
+            cores[target] = _kernels.LoraCore(a, b, sc, isa=isa)
+        self._lora_cores = cores
+        for target in set(old) | set(cores):
+            lin = self._lora_linear(target)
+            if lin is not None:
+                lin.core.set_lora(cores.get(target))
+        for blk in (self.__dict__.get("_attached") or [[]])[0]:
+            self._lora_block(blk, blk.prefix)
+        if any(self._lora_time_path(t) for t in set(old) | set(cores)):
+            self._tables = {}
+        for other in self.__dict__.get("_siblings", {}).values():
+            if other is not self:
+                other._loras = {k: dict(v) for k, v in self._loras.items()}
+                other._lora_changed_local()
+
+    def _lora_changed_local(self):
+        sib = self.__dict__.pop("_siblings", None)
+        try:
+            self._lora_changed()
+        finally:
+            if sib is not None:
+                self._siblings = sib
+
+    def _lora_linear(self, target):
+        """The ops.Linear a LoRA target names, or None (a streaming block not built now)."""
+        if target in self._LORA_TOP:
+            return getattr(self, self._LORA_TOP[target])
+        for prefix, blocks in (("transformer_blocks.", self.blocks),
+                               ("token_refiner.refiner_blocks.", self.refiner)):
+            if target.startswith(prefix):
+                idx, rest = target[len(prefix):].split(".", 1)
+                blk = blocks[int(idx)]
+                if blk is None:
+                    return None
+                return getattr(blk, dict(_Block.LORA_NAMES)[rest], None)
+        raise H3ValueError(f"unknown LoRA target {target!r}")
+
+    def _lora_block(self, blk, prefix):
+        """Attach the current addends to a block's linears (blocks built later: streaming)."""
+        blk.prefix = prefix
+        cores = self.__dict__.get("_lora_cores") or {}
+        for suffix, attr in _Block.LORA_NAMES:
+            lin = getattr(blk, attr, None)
+            if lin is not None and (cores or lin.core.lora is not None):
+                lin.core.set_lora(cores.get(prefix + suffix))
 
     # ---- small helpers -----------------------------------------------------------------
     def _r(self, x):
@@ -519,8 +669,11 @@ class DiT:
             if args is None:
                 raise H3ValueError("with_weights() needs a DiT made by DiT.from_pretrained")
             other = DiT.from_pretrained(weights=weights, **args)
-            other._siblings = siblings
             siblings[weights] = other
+            if self.__dict__.get("_loras"):
+                other._loras = {k: dict(v) for k, v in self._loras.items()}
+                other._lora_changed()
+            other._siblings = siblings
         return siblings[weights]
 
     def _build_stream_block(self, b):

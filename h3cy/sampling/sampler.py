@@ -26,6 +26,7 @@ from .. import _progress
 from .._progress import Ticker
 from ..errors import Busy, H3ValueError
 from .layout import Geometry, Layout, pack_audio, patchify, unpack_audio, unpatchify
+from .res_multistep import SAMPLERS, ResMultistep
 from .schedule import Schedule, clean_estimate, euler_blend
 
 STOP = type("Stop", (), {"__repr__": lambda self: "h3cy.STOP"})()
@@ -146,7 +147,7 @@ def _precision_plan(plan, n, default):
 
 def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None, noise=None,
             on_step=None, on_progress=None, cancel=None, reuse=1, layers=None, precision=None,
-            blocking=True):
+            blocking=True, sampler="euler", shift_video=None, shift_audio=None):
     """Run the sampler; returns ``(video_latent (C, T, h, w), audio_latent (2, 32, A))`` float32.
 
     Parameters
@@ -174,6 +175,12 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
     blocking : bool — one generation per DiT at a time: wait for a running one (True) or
         raise :class:`Busy` (False)
 
+    sampler : "euler" (diffusers' Euler, per modality on its own grid: today's bits) or
+        "res_multistep" (ComfyUI's RES second-order multistep on the video grid, the audio
+        carried as ComfyUI's ModelSamplingAV carries it: :mod:`h3cy.sampling.res_multistep`)
+    shift_video, shift_audio : float, optional — the schedule's shifts (default 12 and 3;
+        the FastH3 models use 10/3, the turbo LoRAs 6/3); an error together with ``schedule``
+
     A per-latent-frame schedule (``video_sigmas`` of shape (steps+1, T)) steps each latent
     frame with its own sigma column; text rows take latent frame 0's timestep.
     """
@@ -187,7 +194,15 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
         pe = pe[0]
     if pe.ndim != 2 or pe.shape[1] != cfg["text_dim"] or pe.shape[0] < 1:
         raise H3ValueError(f"prompt_embeds must be (L, {cfg['text_dim']}), got {np.shape(prompt_embeds)}")
-    sched = schedule if schedule is not None else Schedule.shifted(steps)
+    if sampler not in SAMPLERS:
+        raise H3ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+    if schedule is not None and (shift_video is not None or shift_audio is not None):
+        raise H3ValueError("give shift_video/shift_audio or schedule=, not both (an explicit "
+                           "schedule has its shifts built in)")
+    if schedule is None:
+        schedule = Schedule.shifted(steps, video_shift=12.0 if shift_video is None else shift_video,
+                                    audio_shift=3.0 if shift_audio is None else shift_audio)
+    sched = schedule
     n = sched.steps
     per_frame = sched.video_sigmas.ndim == 2
     if per_frame and sched.video_sigmas.shape[1] != g.T:
@@ -200,6 +215,11 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
                                f"({video.shape}, {audio.shape})")
     else:
         video, audio = initial_noise(g, seed, C, Ca)
+    if sampler == "res_multistep":
+        # runs at step ends in either loop: the loop's Euler result is replaced in place by
+        # the res_multistep step (from the latents before it and the clean estimates)
+        res = ResMultistep(sched.video_sigmas, sched.audio_sigmas, video, audio)
+        on_step = _res_hook(res, on_step)
     lay = Layout(g, pe.shape[0])
     sv, sa = sched.video_sigmas, sched.audio_sigmas
     tvs, tas = Schedule.timesteps(sv), Schedule.timesteps(sa)
@@ -290,6 +310,17 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
     finally:
         lock.release()
     return video, audio
+
+
+def _res_hook(res, user_hook):
+    """The step hook that turns the loops' Euler steps into res_multistep steps, then calls
+    the user's hook (which sees the res_multistep latents)."""
+    def hook(state):
+        res.update(state.step, state.video_latent, state.audio_latent, state.video_x0, state.audio_x0)
+        if user_hook is not None:
+            return user_hook(state)
+        return None
+    return hook
 
 
 def _cython_loop_usable(dit):
