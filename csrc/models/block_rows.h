@@ -80,7 +80,7 @@ static inline block_ws block_ws_plan(int64_t S_, int hidden, int heads, int head
     t = h3_linear_workspace_bytes(up, S_, nth, NULL); lw = H3_MAX(lw, t);
     t = h3_linear_workspace_bytes(down, S_, nth, residual); lw = H3_MAX(lw, t);
     p.lin = off; off += al(lw);
-    h3_attn_args aa = {S_, heads, heads, head_dim, (int64_t)I, (int64_t)I, (int64_t)I, (int64_t)I, 1.0f, 0};
+    h3_attn_args aa = {S_, heads, heads, head_dim, (int64_t)I, (int64_t)I, (int64_t)I, (int64_t)I, 1.0f, 0, 0};  // workspace size only: bf16_inputs does not change it
     p.attn = off; off += al(h3_attn_workspace_bytes(&aa, nth));
     p.total = off;
     return p;
