@@ -309,3 +309,17 @@ def build_demo_model(cache_dir=None, force=False):
         shutil.rmtree(root)
     os.replace(tmp, root)
     return root
+
+
+def resolve_model(model, cache_dir=None):
+    """``model`` as ``h3cy.load`` takes it, with ``"demo"`` standing for the demo model (built
+    here on first use) -- unless a file or folder named ``demo`` exists, which wins.  Several
+    processes on one machine (Ray actors) may ask at once: the build runs under a lock."""
+    if model != "demo" or os.path.exists(model):
+        return model
+    import fcntl
+    root = _cache_root(cache_dir)
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, f"demo-model-v{DEMO_VERSION}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return build_demo_model(cache_dir)
