@@ -433,7 +433,7 @@ def run(jobs, model, outdir, *, ray=None, workers=None, cores_per_actor=None, sh
                 **{k: load_kw.get(k) for k in ("weights", "vae_weights", "attention")}}
     manifest = Manifest(outdir)
     emit = on_event or (lambda ev: None)
-    todo, results = [], {}
+    todo, results, invalid = [], {}, []
     for job in job_list:
         if job.error is None:
             job.hash = _job_hash(job.params, settings)
@@ -448,9 +448,11 @@ def run(jobs, model, outdir, *, ray=None, workers=None, cores_per_actor=None, sh
                    "started": None, "finished": _now()}
             manifest.add(rec)
             results[job.id] = rec
+            invalid.append(rec)
     emit({"event": "start", "jobs": len(job_list), "to_run": len(todo),
-          "skipped": sum(r["status"] == "done" for r in results.values()),
-          "invalid": sum(j.error is not None for j in job_list)})
+          "skipped": sum(r["status"] == "done" for r in results.values()), "invalid": len(invalid)})
+    for rec in invalid:
+        emit({"event": "job_end", **rec})
     for job in todo:            # a previous run's leftovers (a killed process cannot clean up)
         _remove_partials(outdir, job.id)
     stop = _Stop(cancel)

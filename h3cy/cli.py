@@ -9,6 +9,9 @@
     h3cy info MODEL                              layout, components, memory per weights mode
     h3cy info FILE.safetensors                   what a single file holds, its inferred config, memory
     h3cy convert MODEL --weights int8            build the weight caches ahead of time
+    h3cy batch JOBS.jsonl -m MODEL -o OUTDIR     many jobs, here or on Ray [--ray ADDRESS --workers N
+                  --cores-per-actor C --return-outputs --retries N --latents --json]
+    (-m demo, in generate, info and batch: the built-in demo model)
     h3cy selfcheck [--threads N] [--isa NAME] [--size M,N,K]
 
 Errors in what the user gave (a bad path, an illegal size) print one line and exit with 2;
@@ -133,6 +136,7 @@ def generate(args):
 
     import h3cy
     from . import media
+    args.model = _model_arg(args.model, args.cache_dir)
     pipe = h3cy.load(args.model, weights=args.weights, streaming=args.streaming, threads=args.threads,
                      cache_dir=args.cache_dir, vae_weights=args.vae_weights, isa=args.isa,
                      attention=args.attention, dit=args.dit, text_encoder=args.text_encoder,
@@ -219,6 +223,7 @@ def info_file(path):
 def info(args):
     from ._memory import available_memory, fmt_bytes
     from .weights.model_folder import COMPONENTS, find_model
+    args.model = _model_arg(args.model)
     if os.path.isfile(args.model):
         return info_file(args.model)
     mf = find_model(args.model)
@@ -305,6 +310,134 @@ def demo(args):
     return generate(args)
 
 
+def _model_arg(model, cache_dir=None):
+    """``-m demo``: the built-in demo model (built once), unless a path named demo exists."""
+    if model != "demo":
+        return model
+    from .demo import resolve_model
+    return resolve_model(model, cache_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# batch: many jobs, here or on a Ray cluster
+# ---------------------------------------------------------------------------------------------
+class _BatchProgress:
+    """The batch's events -> one tqdm bar over the jobs whose postfix shows each running
+    job's phase and step, or (``--json``) one JSON line per event on stdout."""
+
+    def __init__(self, json_lines=False, quiet=False):
+        self.json_lines, self.quiet = json_lines, quiet
+        self.bar = None
+        self.running = {}          # id -> "phase done/total"
+        self._last_json = {}       # id -> (phase, time) of the last progress line printed
+        self._last_draw = 0.0
+
+    def __call__(self, ev):
+        if self.json_lines:
+            self._json(ev)
+        elif not self.quiet:
+            self._tqdm(ev)
+
+    def _json(self, ev):
+        import json
+        if ev["event"] == "progress":       # at most two lines a second per job, and each phase change
+            last = self._last_json.get(ev["id"])
+            now = time.monotonic()
+            if last is not None and last[0] == ev["phase"] and now - last[1] < 0.5 and ev["done"] < ev["total"]:
+                return
+            self._last_json[ev["id"]] = (ev["phase"], now)
+        print(json.dumps({k: v for k, v in ev.items() if k != "actor"}), flush=True)
+
+    def _tqdm(self, ev):
+        from tqdm import tqdm
+        kind = ev["event"]
+        if kind == "start":
+            if ev["skipped"] or ev["invalid"]:
+                print(f"{ev['jobs']} jobs: {ev['skipped']} done before (skipped), {ev['invalid']} invalid, "
+                      f"{ev['to_run']} to run", file=sys.stderr)
+            self.bar = tqdm(total=ev["to_run"], desc="jobs", unit="clip", dynamic_ncols=True)
+        elif kind == "job_start":
+            self.running[ev["id"]] = "start"
+        elif kind == "progress":
+            self.running[ev["id"]] = f"{ev['phase']} {ev['done']}/{ev['total']}"
+        elif kind == "retry":
+            self.bar.write(f"job {ev['id']}: its worker died ({ev['reason']}); retrying (attempt {ev['attempt']})")
+        elif kind == "job_end":
+            self.running.pop(ev["id"], None)
+            if ev["status"] == "failed":
+                (self.bar.write if self.bar else print)(f"job {ev['id']} failed: {ev['error']}")
+            if self.bar is not None and ev.get("attempts"):
+                self.bar.update(1)
+        elif kind == "end":
+            self.close()
+            return
+        if self.bar is not None:
+            now = time.monotonic()
+            fresh = kind != "progress" or now - self._last_draw >= 0.2
+            if fresh:
+                self._last_draw = now
+            self.bar.set_postfix_str(" | ".join(f"{k}: {v}" for k, v in list(self.running.items())[:4]),
+                                     refresh=fresh)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def batch(args):
+    """``h3cy batch JOBS.jsonl -m MODEL -o OUTDIR``: exit 0 when every job is done, 1 when
+    some failed (the manifest says why), 130 on Ctrl-C."""
+    from . import batch as batch_mod
+    if not os.path.isfile(args.jobs):
+        raise FileNotFoundError(f"jobs file not found: {args.jobs}")
+    progress = _BatchProgress(json_lines=args.json, quiet=args.quiet)
+    load_kw = dict(weights=args.weights, vae_weights=args.vae_weights, streaming=args.streaming,
+                   threads=args.threads, cache_dir=args.cache_dir, keep_loaded=args.keep_loaded,
+                   attention=args.attention)
+    try:
+        manifest = batch_mod.run(args.jobs, args.model, args.output, ray=args.ray, workers=args.workers,
+                                 cores_per_actor=args.cores_per_actor, shared_outdir=not args.return_outputs,
+                                 retries=args.retries, latents=args.latents, on_event=progress, **load_kw)
+    except KeyboardInterrupt:
+        progress.close()
+        print(f"\nh3cy: interrupted; the running jobs were cancelled, finished outputs are kept in {args.output}/ "
+              "and a rerun of this command runs the rest", file=sys.stderr)
+        return 130
+    finally:
+        progress.close()
+    failed = [r for r in manifest if r["status"] != "done"]
+    if not args.json:
+        print(f"{len(manifest) - len(failed)} of {len(manifest)} jobs done -> {args.output}/ "
+              f"(manifest: {os.path.join(args.output, batch_mod.MANIFEST)})")
+    return 1 if failed else 0
+
+
+def _add_batch_parser(sub):
+    b = sub.add_parser("batch", help="many generations from a JSONL file, here or on a Ray cluster")
+    b.add_argument("jobs", help="JSONL: one JSON object of generate's keywords per line, optional id")
+    b.add_argument("-m", "--model", required=True, help="model folder, or demo (the built-in demo model)")
+    b.add_argument("-o", "--output", required=True, help="output folder: <id>.mp4 and manifest.jsonl")
+    b.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="run on Ray: auto, ray://host:port, or local (start a local Ray instance)")
+    b.add_argument("--workers", type=int, default=None, help="Ray actors (default: one per node; local: 1)")
+    b.add_argument("--cores-per-actor", type=int, default=None, help="one Ray actor per this many cores of each node")
+    b.add_argument("--return-outputs", action="store_true",
+                   help="OUTDIR is not shared storage: actors send the files back and the driver writes them")
+    b.add_argument("--retries", type=int, default=2, help="reruns of a job whose actor died (default 2)")
+    b.add_argument("--latents", action="store_true", help="also write <id>.npz with the latents")
+    b.add_argument("--weights", default="auto", choices=("auto", "fp32", "bf16", "fp16", "int8", "int4"))
+    b.add_argument("--vae-weights", default="auto", choices=("auto", "fp32", "bf16", "fp16", "int8"))
+    b.add_argument("--streaming", type=_streaming, default="auto", help="auto, on or off")
+    b.add_argument("--keep-loaded", action="store_true",
+                   help="keep every component resident between jobs (faster, needs all of them in memory)")
+    b.add_argument("--threads", type=int, default=None, help="threads per worker (default: its cores)")
+    b.add_argument("--cache-dir", default=None)
+    b.add_argument("--attention", default=None, choices=("auto", "fp32", "bf16"))
+    b.add_argument("--json", action="store_true", help="JSON progress lines on stdout instead of the bar")
+    b.add_argument("-q", "--quiet", action="store_true")
+
+
 def main(argv=None):
     from .errors import Cancelled, H3Error
     p = argparse.ArgumentParser(prog="h3cy", description="MiniMax-H3 (text to video with sound) on the CPU")
@@ -363,8 +496,11 @@ def main(argv=None):
     d.add_argument("--isa", default=None)
     d.add_argument("-q", "--quiet", action="store_true")
 
+    _add_batch_parser(sub)
+
     args = p.parse_args(argv)
-    cmds = {"selfcheck": selfcheck, "generate": generate, "info": info, "convert": convert, "demo": demo}
+    cmds = {"selfcheck": selfcheck, "generate": generate, "info": info, "convert": convert, "demo": demo,
+            "batch": batch}
     try:
         return cmds[args.cmd](args)
     except KeyboardInterrupt:
