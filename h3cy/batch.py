@@ -517,7 +517,8 @@ def _run_local(todo, model, outdir, load_kw, latents, stop, emit, finish):
     try:
         for job in todo:
             if stop.stopping:
-                break
+                finish(job, {"status": "cancelled", "error": "cancelled before it started"}, 0)
+                continue
             emit({"event": "job_start", "id": job.id, "node": worker.node, "attempt": 1})
             out = worker.run(job.id, job.params, outdir, latents=latents, cancel=stop.token,
                              on_progress=lambda i, ph, d, t: emit({"event": "progress", "id": i, "phase": ph,
@@ -587,7 +588,7 @@ def _run_ray(todo, model, outdir, load_kw, latents, stop, emit, finish, *, ray, 
         kw = dict(include_dashboard=False, log_to_driver=False, **ray_init)
         if ray == "local":
             kw.setdefault("num_cpus", len(os.sched_getaffinity(0)))
-            ray_mod.init(**kw)
+            ray_mod.init(address="local", **kw)       # a new instance, never a running cluster
             workers = 1 if workers is None and cores_per_actor is None else workers
         else:
             ray_mod.init(address=ray, **kw)
