@@ -112,7 +112,9 @@ def gate_ranked_blocks(dit, timesteps, layers):
     active = [True] * n
     if skip == 0:
         return active
-    tabs = [dit.adaln_tables(t) for t in np.unique(np.asarray(timesteps, np.float32))]
+    distinct = np.unique(np.asarray(timesteps, np.float32))
+    dit.prepare_timesteps(distinct)          # one pass over the blocks for all of them
+    tabs = [dit.adaln_tables(t) for t in distinct]
     scores = []
     for b in range(2, n - 1):
         total = sum(np.abs(tab[0][b][2]).sum(dtype=np.float64) + np.abs(tab[0][b][5]).sum(dtype=np.float64)
