@@ -18,6 +18,30 @@
 #define H3_ARM64 0
 #endif
 
+/* A kernel family's table for a path (AMX takes AVX-512's: h3_isa_vector): the per-ISA
+ * tables are named with H3_ON_X86 / H3_ON_ARM64, which are NULL in a build for the other
+ * architecture, where those tables do not exist; a path without a table gives NULL. */
+#if H3_X86
+#define H3_ON_X86(p) (p)
+#else
+#define H3_ON_X86(p) NULL
+#endif
+#if H3_ARM64
+#define H3_ON_ARM64(p) (p)
+#else
+#define H3_ON_ARM64(p) NULL
+#endif
+static inline const void *h3_isa_table(h3_isa isa, const void *ref, const void *avx2, const void *avx512,
+                                       const void *neon) {
+    switch (h3_isa_vector(isa)) {
+    case H3_ISA_REF: return ref;
+    case H3_ISA_AVX2: return avx2;
+    case H3_ISA_AVX512: return avx512;
+    case H3_ISA_NEON: return neon;
+    default: return NULL;
+    }
+}
+
 #define H3_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define H3_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define H3_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
