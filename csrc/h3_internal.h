@@ -97,14 +97,26 @@ uint16_t h3_f32_to_f16(float f);
 /* x rounded to the nearest bf16 (ties to even), returned widened: one bf16 op's output */
 static inline float h3_round_to_bf16(float x) { return h3_bf16_to_f32(h3_f32_to_bf16(x)); }
 
-/* 1 / sqrt(mean(x^2) + eps) of one row, the scalar RMSNorms' (elem_ref.c, qwen_elem.c):
- * the sum of squares accumulated in double is the exact value rounded once, which
- * torch's vectorised float reduction lands within a few ulp of. */
-static inline float h3_rms_inv_ref(const float *x, int64_t n, float eps) {
-    double acc = 0.0;
-    for (int64_t j = 0; j < n; j++) acc += (double)x[j] * (double)x[j];
-    float ms = (float)(acc / (double)n);
-    return 1.0f / sqrtf(ms + eps);
+/* The scalar RMSNorm over rows of n (elem_ref.c; qwen_elem.c with bf16), x, out: [rows, n]:
+ *   inv = 1 / sqrt(mean(x^2) + eps), the sum of squares accumulated in double (the exact
+ *   value rounded once, which torch's vectorised float reduction lands within a few ulp of);
+ *   float32 (torch):        out = x * inv * w       (w NULL: no weight);
+ *   bf16 (transformers):    out = bf16(w * bf16(x * inv))   (w required). */
+static inline void h3_rmsnorm_rows_ref(const float *x, const float *w, float *out, int64_t rows, int64_t n,
+                                       float eps, const int bf16) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *orow = out + r * n;
+        double acc = 0.0;
+        for (int64_t j = 0; j < n; j++) acc += (double)xr[j] * (double)xr[j];
+        float ms = (float)(acc / (double)n);
+        float inv = 1.0f / sqrtf(ms + eps);
+        for (int64_t j = 0; j < n; j++) {
+            float v = xr[j] * inv;
+            if (bf16) orow[j] = h3_round_to_bf16(w[j] * h3_round_to_bf16(v));
+            else orow[j] = w ? v * w[j] : v;
+        }
+    }
 }
 
 /* Optional instructions a path's kernels use when present (cpu.c: every CPU feature check
