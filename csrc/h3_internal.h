@@ -64,10 +64,11 @@ void *h3_alloc(size_t bytes);
  * H3CY_HUGEPAGES=0) calls h3_alloc instead.  Free with h3_free. */
 void *h3_alloc_large(size_t bytes);
 void h3_free(void *p);
-/* A call's workspace: the caller's *ws (at least need bytes and 64-byte aligned, else
- * H3_EINVAL), or, when *ws is NULL, need bytes allocated here (H3_ENOMEM), also put in
- * *own for h3_free after the call (*own is NULL otherwise).  who names the call. */
-h3_status h3_workspace(void **ws, size_t ws_bytes, size_t need, void **own, const char *who, h3_err *err);
+/* A call's workspace: the caller's *ws of *ws_bytes (at least need bytes and 64-byte
+ * aligned, else H3_EINVAL), or, when *ws is NULL, need bytes allocated here (H3_ENOMEM;
+ * *ws_bytes becomes need), also put in *own for h3_free after the call (*own is NULL
+ * otherwise).  who names the call. */
+h3_status h3_workspace(void **ws, size_t *ws_bytes, size_t need, void **own, const char *who, h3_err *err);
 
 /* Workspace carving: take `bytes` (rounded up to 64) from a bump pointer. */
 typedef struct { char *base; size_t used, cap; } h3_arena;
