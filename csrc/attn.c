@@ -14,16 +14,9 @@
 /* The kernel table a path runs.  AMX has no attention of its own: AVX-512 is a subset
  * of it and the score/value products are f32 (AMX tiles are bf16/int8 only). */
 static const attn_kernels *attn_table(h3_isa isa) {
-    switch (h3_isa_vector(isa)) {
-#if H3_X86
-    case H3_ISA_AVX2: return &attn_kernels_avx2;
-    case H3_ISA_AVX512: return &attn_kernels_avx512;
-#endif
-#if H3_ARM64
-    case H3_ISA_NEON: return &attn_kernels_neon;
-#endif
-    default: return &attn_kernels_ref;
-    }
+    const attn_kernels *t = h3_isa_table(isa, &attn_kernels_ref, H3_ON_X86(&attn_kernels_avx2),
+                                         H3_ON_X86(&attn_kernels_avx512), H3_ON_ARM64(&attn_kernels_neon));
+    return t ? t : &attn_kernels_ref;
 }
 
 #if H3_X86

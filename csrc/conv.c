@@ -177,9 +177,8 @@ h3_status h3_conv1d(const h3_linear *lin, const float *x, int64_t T, int64_t Cin
     const int nth = h3_pool_threads(pool);
     const size_t need = h3_conv1d_workspace_bytes(lin, T_out, nth, flags);
     void *own;
-    h3_status st = h3_workspace(&ws, ws_bytes, need, &own, "conv1d", err);
+    h3_status st = h3_workspace(&ws, &ws_bytes, need, &own, "conv1d", err);
     if (st) return st;
-    if (own) ws_bytes = need;
     conv_plan p = plan_conv(lin, T_out, nth);
     conv_job *c = h3_alloc(sizeof *c);
     if (!c) { h3_free(own); return h3_fail(err, H3_ENOMEM, "conv1d: out of memory"); }
@@ -282,9 +281,8 @@ h3_status h3_conv_transpose1d(const h3_linear *lin, const float *x, int64_t T, i
     /* the workspace is sized by the input length T */
     const size_t need = h3_conv_transpose1d_workspace_bytes(lin, T, stride, nth);
     void *own;
-    h3_status st = h3_workspace(&ws, ws_bytes, need, &own, "conv_transpose1d", err);
+    h3_status st = h3_workspace(&ws, &ws_bytes, need, &own, "conv_transpose1d", err);
     if (st) return st;
-    if (own) ws_bytes = need;
     const int64_t R = H3_MIN(T, ct_chunk(lin));
     const size_t zb = col_bytes(R, h3_linear_n(lin));
     memset(y, 0, (size_t)(T_out * Cout) * 4);

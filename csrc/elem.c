@@ -13,17 +13,8 @@
 #define MIN_PER_THREAD 8192 /* floats: ~2 us of streaming, a few pool hand-offs */
 
 static const h3_elem_kernels *elem_table(h3_isa isa) {
-    switch (h3_isa_vector(isa)) {
-    case H3_ISA_REF: return &h3_elem_ref;
-#if H3_X86
-    case H3_ISA_AVX2: return &h3_elem_avx2;
-    case H3_ISA_AVX512: return &h3_elem_avx512;
-#endif
-#if H3_ARM64
-    case H3_ISA_NEON: return &h3_elem_neon;
-#endif
-    default: return NULL;
-    }
+    return h3_isa_table(isa, &h3_elem_ref, H3_ON_X86(&h3_elem_avx2), H3_ON_X86(&h3_elem_avx512),
+                        H3_ON_ARM64(&h3_elem_neon));
 }
 
 static h3_status get_table(const char *op, h3_isa isa, const h3_elem_kernels **k, h3_err *err) {
@@ -136,6 +127,14 @@ static void report(h3_isa *ran, const h3_elem_kernels *k) {
     if (ran) *ran = k->isa;
 }
 
+/* A validated call's end: run its job (nothing when it has no units), say the path. */
+static h3_status finish(elem_job *j, h3_pool *pool, int64_t elems_per_unit, int allow_threads,
+                        h3_isa *ran) {
+    if (j->units > 0) run_job(j, pool, elems_per_unit, allow_threads);
+    report(ran, j->k);
+    return H3_OK;
+}
+
 /* ---- public entries -------------------------------------------------------------- */
 h3_status h3_rmsnorm(const float *x, const float *w, float *out, int64_t rows, int64_t n,
                      float eps, h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err) {
@@ -152,13 +151,9 @@ h3_status h3_rmsnorm(const float *x, const float *w, float *out, int64_t rows, i
     if (out != x && overlap(out, bytes, x, bytes))
         return h3_fail(err, H3_EINVAL, "rmsnorm: out overlaps x without being x");
     if (overlap(out, bytes, w, (size_t)n * 4)) return h3_fail(err, H3_EINVAL, "rmsnorm: out overlaps w");
-    if (rows > 0) {
-        elem_job j = {.k = k, .op = OP_RMS, .units = rows, .align = 1, .x = x, .w = w,
-                      .out = out, .n = n, .eps = eps};
-        run_job(&j, pool, n, 1);
-    }
-    report(ran, k);
-    return H3_OK;
+    elem_job j = {.k = k, .op = OP_RMS, .units = rows, .align = 1, .x = x, .w = w,
+                  .out = out, .n = n, .eps = eps};
+    return finish(&j, pool, n, 1, ran);
 }
 
 h3_status h3_rope(float *x, const float *cos, const float *sin, int64_t rows, int heads,
@@ -178,14 +173,10 @@ h3_status h3_rope(float *x, const float *cos, const float *sin, int64_t rows, in
     size_t xb = (size_t)(rows * heads * head_dim) * 4, tb = (size_t)(rows * (rot_dim / 2)) * 4;
     if (overlap(x, xb, cos, tb) || overlap(x, xb, sin, tb))
         return h3_fail(err, H3_EINVAL, "rope: x (written in place) overlaps cos or sin");
-    if (rows > 0) {
-        elem_job j = {.k = k, .op = OP_ROPE, .units = rows * heads, .align = 1, .xm = x,
-                      .cos = cos, .sin = sin, .heads = heads, .head_dim = head_dim,
-                      .rot_dim = rot_dim};
-        run_job(&j, pool, rot_dim, 1);
-    }
-    report(ran, k);
-    return H3_OK;
+    elem_job j = {.k = k, .op = OP_ROPE, .units = rows * heads, .align = 1, .xm = x,
+                  .cos = cos, .sin = sin, .heads = heads, .head_dim = head_dim,
+                  .rot_dim = rot_dim};
+    return finish(&j, pool, rot_dim, 1, ran);
 }
 
 h3_status h3_activation(const float *x, float *out, int64_t n, int act, h3_pool *pool,
@@ -199,12 +190,8 @@ h3_status h3_activation(const float *x, float *out, int64_t n, int act, h3_pool 
     if (n > 0 && (!x || !out)) return h3_fail(err, H3_EINVAL, "activation: x or out is NULL");
     if (out != x && overlap(out, (size_t)n * 4, x, (size_t)n * 4))
         return h3_fail(err, H3_EINVAL, "activation: out overlaps x without being x");
-    if (n > 0) {
-        elem_job j = {.k = k, .op = OP_ACT, .units = n, .align = 16, .x = x, .out = out, .act = act};
-        run_job(&j, pool, 1, 1);
-    }
-    report(ran, k);
-    return H3_OK;
+    elem_job j = {.k = k, .op = OP_ACT, .units = n, .align = 16, .x = x, .out = out, .act = act};
+    return finish(&j, pool, 1, 1, ran);
 }
 
 h3_status h3_swiglu(const float *x, float *out, int64_t rows, int64_t h, h3_pool *pool,
@@ -219,13 +206,9 @@ h3_status h3_swiglu(const float *x, float *out, int64_t rows, int64_t h, h3_pool
     int in_place = (const float *)out == x;
     if (!in_place && overlap(out, (size_t)(rows * h) * 4, x, (size_t)(rows * 2 * h) * 4))
         return h3_fail(err, H3_EINVAL, "swiglu: out overlaps x without being x");
-    if (rows > 0) {
-        elem_job j = {.k = k, .op = OP_SWIGLU, .units = rows, .align = 1, .x = x, .out = out, .h = h};
-        /* in place, row r's output lands on rows < r of x: only a single upward walk is safe */
-        run_job(&j, pool, 3 * h, !in_place);
-    }
-    report(ran, k);
-    return H3_OK;
+    elem_job j = {.k = k, .op = OP_SWIGLU, .units = rows, .align = 1, .x = x, .out = out, .h = h};
+    /* in place, row r's output lands on rows < r of x: only a single upward walk is safe */
+    return finish(&j, pool, 3 * h, !in_place, ran);
 }
 
 h3_status h3_adaln_modulate(const float *x, const float *scale, const float *shift,
@@ -255,13 +238,9 @@ h3_status h3_adaln_modulate(const float *x, const float *scale, const float *shi
                 return h3_fail(err, H3_EINVAL,
                                "adaln_modulate: row_table[%lld] = %d is out of range [0, %lld)",
                                (long long)i, (int)row_table[i], (long long)table_rows);
-    if (rows > 0) {
-        elem_job j = {.k = k, .op = OP_ADALN, .units = rows, .align = 1, .x = x, .scale = scale,
-                      .shift = shift, .row_table = row_table, .out = out, .n = n};
-        run_job(&j, pool, n, 1);
-    }
-    report(ran, k);
-    return H3_OK;
+    elem_job j = {.k = k, .op = OP_ADALN, .units = rows, .align = 1, .x = x, .scale = scale,
+                  .shift = shift, .row_table = row_table, .out = out, .n = n};
+    return finish(&j, pool, n, 1, ran);
 }
 
 static int dt_ok(int dt) { return dt == H3_DT_F32 || dt == H3_DT_BF16 || dt == H3_DT_F16; }

@@ -6,20 +6,10 @@
 
 #include <math.h>
 
-/* torch: v = x.pow(2).mean(-1); x * rsqrt(v + eps) * w, all float32.  The sum of
- * squares is accumulated in double: torch's vectorised/pairwise float reduction lands
- * within a few ulp of the exact value, and the double sum is the exact value rounded. */
+/* torch: v = x.pow(2).mean(-1); x * rsqrt(v + eps) * w, all float32 (h3_internal.h). */
 static void rmsnorm_ref(const float *x, const float *w, float *out, int64_t rows, int64_t n,
                         float eps) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
-        float *orow = out + r * n;
-        float inv = h3_rms_inv_ref(xr, n, eps);
-        for (int64_t j = 0; j < n; j++) {
-            float v = xr[j] * inv;
-            orow[j] = w ? v * w[j] : v;
-        }
-    }
+    h3_rmsnorm_rows_ref(x, w, out, rows, n, eps, 0);
 }
 
 /* torch: x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1); the negation is

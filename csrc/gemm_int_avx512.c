@@ -55,6 +55,26 @@ static inline __attribute__((always_inline)) __m512i dot4(const int I4, const in
     return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(a), ws), ones));
 }
 
+/* One segment's float epilogue of one tile row, in the reference's order:
+ *   f = fma((float)dot, sa * sw, f), f starting at 0 in the first segment;
+ * f stays in the row's L1 tile fb ([32] floats) until the last segment, which writes the
+ * C row when it is one of the tile's mr rows (in_tile). */
+static inline __attribute__((always_inline)) void
+seg_epilogue_row(__m512i acc0, __m512i acc1, float sa_i, __m512 sw0, __m512 sw1, float *fb,
+                 int first, int last, int in_tile, float *crow, int nr, int accumulate) {
+    __m512 sav = _mm512_set1_ps(sa_i);
+    __m512 f0 = first ? _mm512_setzero_ps() : _mm512_load_ps(fb);
+    __m512 f1 = first ? _mm512_setzero_ps() : _mm512_load_ps(fb + 16);
+    f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc0), _mm512_mul_ps(sav, sw0), f0);
+    f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc1), _mm512_mul_ps(sav, sw1), f1);
+    if (!last) {
+        _mm512_store_ps(fb, f0);
+        _mm512_store_ps(fb + 16, f1);
+    } else if (in_tile) {
+        store_row(crow, f0, f1, nr, accumulate);
+    }
+}
+
 /* RB rows starting at the panel's row r0 (ap, sa, asum already offset by r0).
  * I4: 0 int8 weights, 1 int4 nibbles as packed, 2 int4 widened to the int8 layout (bytes
  * q_w + 8, gemm_widen_i4): loaded as int8, multiplied as int4. */
@@ -144,19 +164,9 @@ int_rows(const int I4, const int VNNI, const int RB, int MR, int nseg, int seg_q
         const __m512 sw0 = _mm512_loadu_ps(sw + s * sw_stride), sw1 = _mm512_loadu_ps(sw + s * sw_stride + 16);
         const int last = s == nseg - 1;
 #pragma GCC unroll 16
-        for (int i = 0; i < RB; i++) {
-            __m512 sav = _mm512_set1_ps(sa[s * MR + i]);
-            __m512 f0 = s ? _mm512_load_ps(fbuf + i * 32) : _mm512_setzero_ps();
-            __m512 f1 = s ? _mm512_load_ps(fbuf + i * 32 + 16) : _mm512_setzero_ps();
-            f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][0]), _mm512_mul_ps(sav, sw0), f0);
-            f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][1]), _mm512_mul_ps(sav, sw1), f1);
-            if (!last) {
-                _mm512_store_ps(fbuf + i * 32, f0);
-                _mm512_store_ps(fbuf + i * 32 + 16, f1);
-            } else if (i < mr) {
-                store_row(c + i * ldc, f0, f1, nr, accumulate);
-            }
-        }
+        for (int i = 0; i < RB; i++)
+            seg_epilogue_row(acc[i][0], acc[i][1], sa[s * MR + i], sw0, sw1, fbuf + i * 32, s == 0, last,
+                             i < mr, c + i * ldc, nr, accumulate);
     }
 }
 
@@ -288,19 +298,9 @@ seg_rows7_i4(int MR, int seg_q, const int8_t *a, const uint8_t *bdec, const floa
     quads7(acc, MR, seg_q, a, bdec);
     const __m512 sw0 = _mm512_loadu_ps(sw_s), sw1 = _mm512_loadu_ps(sw_s + 16);
 #pragma GCC unroll 7
-    for (int i = 0; i < 7; i++) {
-        __m512 sav = _mm512_set1_ps(sa_s[i]);
-        __m512 f0 = first ? _mm512_setzero_ps() : _mm512_load_ps(fbuf + i * 32);
-        __m512 f1 = first ? _mm512_setzero_ps() : _mm512_load_ps(fbuf + i * 32 + 16);
-        f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][0]), _mm512_mul_ps(sav, sw0), f0);
-        f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][1]), _mm512_mul_ps(sav, sw1), f1);
-        if (!last) {
-            _mm512_store_ps(fbuf + i * 32, f0);
-            _mm512_store_ps(fbuf + i * 32 + 16, f1);
-        } else if (i < mr) {
-            store_row(c + i * ldc, f0, f1, nr, accumulate);
-        }
-    }
+    for (int i = 0; i < 7; i++)
+        seg_epilogue_row(acc[i][0], acc[i][1], sa_s[i], sw0, sw1, fbuf + i * 32, first, last, i < mr,
+                         c + i * ldc, nr, accumulate);
 }
 
 static void ukr_i4_vnni_big(GEMM_UKR_INT_PARAMS) {
@@ -333,22 +333,11 @@ static void ukr_i4_vnni_sel(GEMM_UKR_INT_PARAMS) {
 }
 
 /* Entry points: NR must be 32 and MR a multiple of 7; anything else is the reference's. */
-void gemm_ukr_i8_avx512vnni(GEMM_UKR_INT_PARAMS) {
-    if (NR_ != NR || MR % 7) gemm_ukr_i8_ref(GEMM_UKR_INT_ARGS);
-    else ukr_i8_vnni_rb(GEMM_UKR_INT_ARGS);
-}
-void gemm_ukr_i4_avx512vnni(GEMM_UKR_INT_PARAMS) {
-    if (NR_ != NR || MR % 7) gemm_ukr_i4_ref(GEMM_UKR_INT_ARGS);
-    else ukr_i4_vnni_sel(GEMM_UKR_INT_ARGS);
-}
-void gemm_ukr_i8_avx512bw(GEMM_UKR_INT_PARAMS) {
-    if (NR_ != NR || MR % 7) gemm_ukr_i8_ref(GEMM_UKR_INT_ARGS);
-    else ukr_i8_bw_rb(GEMM_UKR_INT_ARGS);
-}
-void gemm_ukr_i4_avx512bw(GEMM_UKR_INT_PARAMS) {
-    if (NR_ != NR || MR % 7) gemm_ukr_i4_ref(GEMM_UKR_INT_ARGS);
-    else ukr_i4_bw_rb(GEMM_UKR_INT_ARGS);
-}
+static int tile_ok(int MR, int NR_) { return NR_ == NR && MR % 7 == 0; }
+void gemm_ukr_i8_avx512vnni(GEMM_UKR_INT_PARAMS) { (tile_ok(MR, NR_) ? ukr_i8_vnni_rb : gemm_ukr_i8_ref)(GEMM_UKR_INT_ARGS); }
+void gemm_ukr_i4_avx512vnni(GEMM_UKR_INT_PARAMS) { (tile_ok(MR, NR_) ? ukr_i4_vnni_sel : gemm_ukr_i4_ref)(GEMM_UKR_INT_ARGS); }
+void gemm_ukr_i8_avx512bw(GEMM_UKR_INT_PARAMS) { (tile_ok(MR, NR_) ? ukr_i8_bw_rb : gemm_ukr_i8_ref)(GEMM_UKR_INT_ARGS); }
+void gemm_ukr_i4_avx512bw(GEMM_UKR_INT_PARAMS) { (tile_ok(MR, NR_) ? ukr_i4_bw_rb : gemm_ukr_i4_ref)(GEMM_UKR_INT_ARGS); }
 /* Widened int4 (ukr_i4w, the driver's large-M path): only in the tables above, whose
  * MR (14) and NR (32) the row blocks are written for. */
 void gemm_ukr_i4w_avx512vnni(GEMM_UKR_INT_PARAMS) { ukr_i4w_vnni_7(GEMM_UKR_INT_ARGS); }

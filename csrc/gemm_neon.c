@@ -30,6 +30,24 @@
 #define MR 8
 #define NR 12
 
+/* The tile's valid mr x nr corner to C, written or added. */
+static inline void store_tile(float32x4_t acc[MR][3], float *c, int64_t ldc, int mr, int nr, int accumulate) {
+    for (int i = 0; i < mr; i++) {
+        float *ci = c + i * ldc;
+        if (nr == NR) {
+            for (int j = 0; j < 3; j++) {
+                float32x4_t v = acc[i][j];
+                if (accumulate) v = vaddq_f32(vld1q_f32(ci + 4 * j), v);
+                vst1q_f32(ci + 4 * j, v);
+            }
+        } else {
+            float row[NR];
+            for (int j = 0; j < 3; j++) vst1q_f32(row + 4 * j, acc[i][j]);
+            for (int j = 0; j < nr; j++) ci[j] = accumulate ? ci[j] + row[j] : row[j];
+        }
+    }
+}
+
 /* ------------------------------------------------------------ f32 micro-kernel */
 
 static void ukr_f32_neon(int mr_, int nr_, int64_t kc, const float *ap, const float *bp,
@@ -54,22 +72,7 @@ static void ukr_f32_neon(int mr_, int nr_, int64_t kc, const float *ap, const fl
     }
     float32x4_t t[MR][3] = {{c00, c01, c02}, {c10, c11, c12}, {c20, c21, c22}, {c30, c31, c32},
                             {c40, c41, c42}, {c50, c51, c52}, {c60, c61, c62}, {c70, c71, c72}};
-    for (int i = 0; i < mr; i++) {
-        float *ci = c + i * ldc;
-        if (nr == NR) {
-            for (int j = 0; j < 3; j++) {
-                float32x4_t v = t[i][j];
-                if (accumulate) v = vaddq_f32(vld1q_f32(ci + 4 * j), v);
-                vst1q_f32(ci + 4 * j, v);
-            }
-        } else {
-            float row[NR];
-            vst1q_f32(row, t[i][0]);
-            vst1q_f32(row + 4, t[i][1]);
-            vst1q_f32(row + 8, t[i][2]);
-            for (int j = 0; j < nr; j++) ci[j] = accumulate ? ci[j] + row[j] : row[j];
-        }
-    }
+    store_tile(t, c, ldc, mr, nr, accumulate);
 }
 
 /* ------------------------------------------------------------ weight widening */
@@ -174,24 +177,6 @@ static inline void fold_segment(float32x4_t acc[3], const int32x4_t dot[3], floa
     const float32x4_t sav = vdupq_n_f32(sa);
     for (int j = 0; j < 3; j++)
         acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(dot[j]), vmulq_f32(sav, vld1q_f32(sw + 4 * j)));
-}
-
-/* The tile's valid mr x nr corner to C, written or added. */
-static inline void store_tile(float32x4_t acc[MR][3], float *c, int64_t ldc, int mr, int nr, int accumulate) {
-    for (int i = 0; i < mr; i++) {
-        float *ci = c + i * ldc;
-        if (nr == NR) {
-            for (int j = 0; j < 3; j++) {
-                float32x4_t v = acc[i][j];
-                if (accumulate) v = vaddq_f32(vld1q_f32(ci + 4 * j), v);
-                vst1q_f32(ci + 4 * j, v);
-            }
-        } else {
-            float row[NR];
-            for (int j = 0; j < 3; j++) vst1q_f32(row + 4 * j, acc[i][j]);
-            for (int j = 0; j < nr; j++) ci[j] = accumulate ? ci[j] + row[j] : row[j];
-        }
-    }
 }
 
 /* One k-quad for 4 rows: a holds the 4 rows' 4 int8 each; b0..b2 the 12 columns' 4
@@ -306,39 +291,39 @@ static void ukr_int_dot(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
 static int has_dotprod(void) { return 0; }
 #endif
 
-/* The weight scales are read 12 wide: for I8 (sw_stride 0) that is the panel's own 12
- * channels, for I4 a [NR] row per segment, so no read past the packed scales. */
-static void ukr_i8_neon(int mr_, int nr_, int nseg, int seg_q, const int8_t *ap,
-                        const uint8_t *bp, const float *sa, const int32_t *asum, const float *sw,
-                        int64_t sw_stride, float *c, int64_t ldc, int mr, int nr, int accumulate) {
-    (void)asum;
-    if (mr_ != MR || nr_ != NR) { /* not this table's layout: cannot happen via the driver */
-        gemm_ukr_i8_ref(mr_, nr_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
+/* The int8 (is_i4 0) and int4 (1) tiles: SDOT where the CPU has it, else SMULL; a layout
+ * not this table's (cannot happen via the driver) or an odd int4 segment (segments always
+ * hold whole byte rows) goes to the reference.  The weight scales are read 12 wide: for I8
+ * (sw_stride 0) that is the panel's own 12 channels, for I4 a [NR] row per segment, so no
+ * read past the packed scales. */
+static inline __attribute__((always_inline)) void
+ukr_int_tile(const int is_i4, int mr_, int nr_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+             const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride, float *c, int64_t ldc,
+             int mr, int nr, int accumulate) {
+    if (mr_ != MR || nr_ != NR || (is_i4 && (seg_q & 1))) {
+        (is_i4 ? gemm_ukr_i4_ref : gemm_ukr_i8_ref)(mr_, nr_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c,
+                                                    ldc, mr, nr, accumulate);
         return;
     }
 #if H3_HAVE_DOTPROD_KERNEL
     if (has_dotprod()) {
-        ukr_int_dot(0, nseg, seg_q, ap, bp, sa, sw, sw_stride, c, ldc, mr, nr, accumulate);
+        ukr_int_dot(is_i4, nseg, seg_q, ap, bp, sa, sw, sw_stride, c, ldc, mr, nr, accumulate);
         return;
     }
 #endif
-    ukr_int_neon(0, nseg, seg_q, ap, bp, sa, sw, sw_stride, c, ldc, mr, nr, accumulate);
+    ukr_int_neon(is_i4, nseg, seg_q, ap, bp, sa, sw, sw_stride, c, ldc, mr, nr, accumulate);
 }
 
-static void ukr_i4_neon(int mr_, int nr_, int nseg, int seg_q, const int8_t *ap,
-                        const uint8_t *bp, const float *sa, const int32_t *asum, const float *sw,
-                        int64_t sw_stride, float *c, int64_t ldc, int mr, int nr, int accumulate) {
-    if (mr_ != MR || nr_ != NR || (seg_q & 1)) { /* segments always hold whole byte rows */
-        gemm_ukr_i4_ref(mr_, nr_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
-        return;
-    }
-#if H3_HAVE_DOTPROD_KERNEL
-    if (has_dotprod()) {
-        ukr_int_dot(1, nseg, seg_q, ap, bp, sa, sw, sw_stride, c, ldc, mr, nr, accumulate);
-        return;
-    }
-#endif
-    ukr_int_neon(1, nseg, seg_q, ap, bp, sa, sw, sw_stride, c, ldc, mr, nr, accumulate);
+static void ukr_i8_neon(int mr_, int nr_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                        const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                        float *c, int64_t ldc, int mr, int nr, int accumulate) {
+    ukr_int_tile(0, mr_, nr_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
+}
+
+static void ukr_i4_neon(int mr_, int nr_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                        const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                        float *c, int64_t ldc, int mr, int nr, int accumulate) {
+    ukr_int_tile(1, mr_, nr_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
 }
 
 _Static_assert(NR % 4 == 0 && MR % 4 == 0, "NEON kernels work in 4-lane groups");

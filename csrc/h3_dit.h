@@ -4,23 +4,20 @@
 #define H3_DIT_H
 
 #include "h3.h"
+#include "h3_block.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The weights of one block (borrowed; the caller keeps them alive).
- *   qkv  : [3*inner, hidden]; rows stacked [q; k; v] or, with qkv_interleaved, per head
- *          [q_h; k_h; v_h] (the original release's fused layout)
- *   out  : [hidden, inner];  up: pair=1 linear, rows [gate; value] of [2*ffn, hidden];
- *   down : [hidden, ffn];    norm1, norm2: [hidden];  norm_q, norm_k: [head_dim] */
+/* The weights of one block (borrowed; the caller keeps them alive): base (h3_block.h:
+ * qkv, out, up, down, norm1, norm2) and norm_q, norm_k: [head_dim]. */
 typedef struct {
-    const h3_linear *qkv, *out, *up, *down;
-    int qkv_interleaved;
-    const float *norm1, *norm2, *norm_q, *norm_k;
+    h3_block_weights base;
+    const float *norm_q, *norm_k;
 } h3_dit_block;
 
-/* One call's geometry and modulation.
+/* One call's geometry (shape, h3_block.h) and modulation.
  *   h: [S, hidden] residual stream, updated in place.
  *   Modulation tables (transformer blocks; all NULL for refiner blocks): [table_rows,
  *   hidden] each, row r of packed row i = rows[i]; scale tables hold (1 + scale).
@@ -30,8 +27,7 @@ typedef struct {
  *     where the CPU has bf16 dot products (h3_attn_args.bf16_inputs); implied by round_bf16.
  *     The int8/int4 models set it by default (a quantised mode's choice of speed). */
 typedef struct {
-    int64_t S;
-    int hidden, heads, head_dim, ffn, rot_dim;
+    h3_block_shape shape;
     float eps, qk_eps;
     int round_bf16;
     const int32_t *rows;

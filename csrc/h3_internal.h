@@ -18,6 +18,30 @@
 #define H3_ARM64 0
 #endif
 
+/* A kernel family's table for a path (AMX takes AVX-512's: h3_isa_vector): the per-ISA
+ * tables are named with H3_ON_X86 / H3_ON_ARM64, which are NULL in a build for the other
+ * architecture, where those tables do not exist; a path without a table gives NULL. */
+#if H3_X86
+#define H3_ON_X86(p) (p)
+#else
+#define H3_ON_X86(p) NULL
+#endif
+#if H3_ARM64
+#define H3_ON_ARM64(p) (p)
+#else
+#define H3_ON_ARM64(p) NULL
+#endif
+static inline const void *h3_isa_table(h3_isa isa, const void *ref, const void *avx2, const void *avx512,
+                                       const void *neon) {
+    switch (h3_isa_vector(isa)) {
+    case H3_ISA_REF: return ref;
+    case H3_ISA_AVX2: return avx2;
+    case H3_ISA_AVX512: return avx512;
+    case H3_ISA_NEON: return neon;
+    default: return NULL;
+    }
+}
+
 #define H3_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define H3_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define H3_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
@@ -40,10 +64,11 @@ void *h3_alloc(size_t bytes);
  * H3CY_HUGEPAGES=0) calls h3_alloc instead.  Free with h3_free. */
 void *h3_alloc_large(size_t bytes);
 void h3_free(void *p);
-/* A call's workspace: the caller's *ws (at least need bytes and 64-byte aligned, else
- * H3_EINVAL), or, when *ws is NULL, need bytes allocated here (H3_ENOMEM), also put in
- * *own for h3_free after the call (*own is NULL otherwise).  who names the call. */
-h3_status h3_workspace(void **ws, size_t ws_bytes, size_t need, void **own, const char *who, h3_err *err);
+/* A call's workspace: the caller's *ws of *ws_bytes (at least need bytes and 64-byte
+ * aligned, else H3_EINVAL), or, when *ws is NULL, need bytes allocated here (H3_ENOMEM;
+ * *ws_bytes becomes need), also put in *own for h3_free after the call (*own is NULL
+ * otherwise).  who names the call. */
+h3_status h3_workspace(void **ws, size_t *ws_bytes, size_t need, void **own, const char *who, h3_err *err);
 
 /* Workspace carving: take `bytes` (rounded up to 64) from a bump pointer. */
 typedef struct { char *base; size_t used, cap; } h3_arena;
@@ -73,14 +98,26 @@ uint16_t h3_f32_to_f16(float f);
 /* x rounded to the nearest bf16 (ties to even), returned widened: one bf16 op's output */
 static inline float h3_round_to_bf16(float x) { return h3_bf16_to_f32(h3_f32_to_bf16(x)); }
 
-/* 1 / sqrt(mean(x^2) + eps) of one row, the scalar RMSNorms' (elem_ref.c, qwen_elem.c):
- * the sum of squares accumulated in double is the exact value rounded once, which
- * torch's vectorised float reduction lands within a few ulp of. */
-static inline float h3_rms_inv_ref(const float *x, int64_t n, float eps) {
-    double acc = 0.0;
-    for (int64_t j = 0; j < n; j++) acc += (double)x[j] * (double)x[j];
-    float ms = (float)(acc / (double)n);
-    return 1.0f / sqrtf(ms + eps);
+/* The scalar RMSNorm over rows of n (elem_ref.c; qwen_elem.c with bf16), x, out: [rows, n]:
+ *   inv = 1 / sqrt(mean(x^2) + eps), the sum of squares accumulated in double (the exact
+ *   value rounded once, which torch's vectorised float reduction lands within a few ulp of);
+ *   float32 (torch):        out = x * inv * w       (w NULL: no weight);
+ *   bf16 (transformers):    out = bf16(w * bf16(x * inv))   (w required). */
+static inline void h3_rmsnorm_rows_ref(const float *x, const float *w, float *out, int64_t rows, int64_t n,
+                                       float eps, const int bf16) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *orow = out + r * n;
+        double acc = 0.0;
+        for (int64_t j = 0; j < n; j++) acc += (double)xr[j] * (double)xr[j];
+        float ms = (float)(acc / (double)n);
+        float inv = 1.0f / sqrtf(ms + eps);
+        for (int64_t j = 0; j < n; j++) {
+            float v = xr[j] * inv;
+            if (bf16) orow[j] = h3_round_to_bf16(w[j] * h3_round_to_bf16(v));
+            else orow[j] = w ? v * w[j] : v;
+        }
+    }
 }
 
 /* Optional instructions a path's kernels use when present (cpu.c: every CPU feature check

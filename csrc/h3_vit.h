@@ -5,6 +5,7 @@
 #define H3_VIT_H
 
 #include "h3.h"
+#include "h3_block.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,18 +21,16 @@ h3_status h3_layernorm(const float *x, const float *w, const float *b, float *ou
                        int64_t rows, int64_t n, float eps, h3_pool *pool, h3_isa isa,
                        h3_err *err);
 
-/* The weights of one ViT decoder block (borrowed; the caller keeps them alive).
- *   qkv  : [3*inner, hidden] rows [q; k; v], or per head [q_h; k_h; v_h] with
- *          qkv_interleaved (the original release's fused attn.to_qkv)
- *   out  : [hidden, inner];  up: pair=1 linear, rows [gate; up] of [2*ffn, hidden]
- *   down : [hidden, ffn];    norm1, norm2, scale1, scale2: [hidden] float32 */
+/* The weights of one ViT decoder block (borrowed; the caller keeps them alive): base
+ * (h3_block.h: qkv, out, up rows [gate; up], down, norm1, norm2) and scale1, scale2:
+ * [hidden] float32. */
 typedef struct {
-    const h3_linear *qkv, *out, *up, *down;
-    int qkv_interleaved;
-    const float *norm1, *norm2, *scale1, *scale2;
+    h3_block_weights base;
+    const float *scale1, *scale2;
 } h3_vit_block;
 
-/* h: [S, hidden] residual stream (float32), updated in place.
+/* shape: the call's geometry (h3_block.h); h: [S, hidden] residual stream (float32),
+ * updated in place.
  * cos, sin: [S, rot_dim/2] RoPE tables (channel i and i + rot_dim/2 share angle i).
  * eps: RMSNorm eps of norm1/norm2 and of the weightless per-head q/k norms.
  * round_bf16: reproduce diffusers' decoder loaded in bfloat16 (spec §6.2 "Dtypes"):
@@ -40,8 +39,7 @@ typedef struct {
  * stay float32 (bf16 * fp32 parameter promotes).
  * attn_bf16: bf16 products in the attention where the CPU has them (as h3_dit_block_args). */
 typedef struct {
-    int64_t S;
-    int hidden, heads, head_dim, ffn, rot_dim;
+    h3_block_shape shape;
     float eps;
     int round_bf16;
     const float *cos, *sin;

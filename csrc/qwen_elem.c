@@ -9,16 +9,11 @@
 #define rb h3_round_to_bf16
 
 /* ---- scalar reference ----------------------------------------------------------- */
-/* transformers: xf = float32(x); xf * rsqrt(mean(xf^2) + eps) -> bf16; w * that -> bf16.
- * The sum of squares is accumulated in double (the exact value, rounded once). */
+/* transformers: xf = float32(x); xf * rsqrt(mean(xf^2) + eps) -> bf16; w * that -> bf16
+ * (h3_internal.h). */
 static void rms_bf16_ref(const float *x, const float *w, float *out, int64_t rows, int64_t n,
                          float eps) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
-        float *o = out + r * n;
-        float inv = h3_rms_inv_ref(xr, n, eps);
-        for (int64_t j = 0; j < n; j++) o[j] = rb(w[j] * rb(xr[j] * inv));
-    }
+    h3_rmsnorm_rows_ref(x, w, out, rows, n, eps, 1);
 }
 
 /* torch bf16: q*cos -> bf16, rotate_half(q)*sin -> bf16, sum -> bf16; the negation in

@@ -10,17 +10,8 @@
 #include <stdlib.h>
 
 static const h3_snake_kernels *snake_table(h3_isa isa) {
-    switch (h3_isa_vector(isa)) {
-    case H3_ISA_REF: return &h3_snake_ref;
-#if H3_X86
-    case H3_ISA_AVX2: return &h3_snake_avx2;
-    case H3_ISA_AVX512: return &h3_snake_avx512;
-#endif
-#if H3_ARM64
-    case H3_ISA_NEON: return &h3_snake_neon;
-#endif
-    default: return NULL;
-    }
+    return h3_isa_table(isa, &h3_snake_ref, H3_ON_X86(&h3_snake_avx2), H3_ON_X86(&h3_snake_avx512),
+                        H3_ON_ARM64(&h3_snake_neon));
 }
 
 typedef struct {

@@ -40,14 +40,16 @@ void *h3_alloc_large(size_t bytes) {
 
 void h3_free(void *p) { free(p); }
 
-h3_status h3_workspace(void **ws, size_t ws_bytes, size_t need, void **own, const char *who, h3_err *err) {
+h3_status h3_workspace(void **ws, size_t *ws_bytes, size_t need, void **own, const char *who, h3_err *err) {
     *own = NULL;
     if (*ws) {
-        if (ws_bytes < need || ((uintptr_t)*ws & 63))
+        if (*ws_bytes < need || ((uintptr_t)*ws & 63))
             return h3_fail(err, H3_EINVAL, "%s: workspace must be 64-byte aligned and >= %zu bytes (got %zu)", who,
-                           need, ws_bytes);
+                           need, *ws_bytes);
         return H3_OK;
     }
     *own = *ws = h3_alloc(need);
-    return *ws ? H3_OK : h3_fail(err, H3_ENOMEM, "%s: cannot allocate %zu bytes of workspace", who, need);
+    if (!*ws) return h3_fail(err, H3_ENOMEM, "%s: cannot allocate %zu bytes of workspace", who, need);
+    *ws_bytes = need;
+    return H3_OK;
 }

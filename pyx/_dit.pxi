@@ -33,13 +33,13 @@ cdef class DitBlockCore:
         self.head_dim = norm_q.shape[0]
         if qkv.N != 3 * self.inner or qkv.K != self.hidden or up.N != 2 * self.ffn or not up.pair:
             raise H3ValueError("block weights do not fit together (qkv/out/up/down shapes)")
-        self.w.qkv = qkv.c
-        self.w.out = out.c
-        self.w.up = up.c
-        self.w.down = down.c
-        self.w.qkv_interleaved = interleaved
-        self.w.norm1 = _fptr(norm1, "norm1", self.hidden)
-        self.w.norm2 = _fptr(norm2, "norm2", self.hidden)
+        self.w.base.qkv = qkv.c
+        self.w.base.out = out.c
+        self.w.base.up = up.c
+        self.w.base.down = down.c
+        self.w.base.qkv_interleaved = interleaved
+        self.w.base.norm1 = _fptr(norm1, "norm1", self.hidden)
+        self.w.base.norm2 = _fptr(norm2, "norm2", self.hidden)
         self.w.norm_q = _fptr(norm_q, "norm_q", self.head_dim)
         self.w.norm_k = _fptr(norm_k, "norm_k", self.head_dim)
         self._refs = (qkv, out, up, down, norm1, norm2, norm_q, norm_k)
@@ -49,8 +49,8 @@ cdef class DitBlockCore:
     def workspace_bytes(self, int64_t S, int heads, int rot_dim):
         cdef h3_dit_block_args a
         memset(&a, 0, sizeof(a))
-        a.S = S; a.hidden = self.hidden; a.heads = heads; a.head_dim = self.head_dim
-        a.ffn = self.ffn; a.rot_dim = rot_dim
+        a.shape.S = S; a.shape.hidden = self.hidden; a.shape.heads = heads
+        a.shape.head_dim = self.head_dim; a.shape.ffn = self.ffn; a.shape.rot_dim = rot_dim
         return h3_dit_block_workspace_bytes(&self.w, &a, self.pool.threads)
 
     def forward(self, float[:, ::1] h, int heads, int rot_dim, float eps, float qk_eps,
@@ -76,8 +76,9 @@ cdef class DitBlockCore:
         memset(&a, 0, sizeof(a))
         if h.shape[1] != self.hidden:
             raise H3ValueError(f"h has {h.shape[1]} columns, expected {self.hidden}")
-        a.S = S; a.hidden = self.hidden; a.heads = heads; a.head_dim = self.head_dim
-        a.ffn = self.ffn; a.rot_dim = rot_dim; a.eps = eps; a.qk_eps = qk_eps
+        a.shape.S = S; a.shape.hidden = self.hidden; a.shape.heads = heads
+        a.shape.head_dim = self.head_dim; a.shape.ffn = self.ffn; a.shape.rot_dim = rot_dim
+        a.eps = eps; a.qk_eps = qk_eps
         a.round_bf16 = round_bf16
         a.attn_bf16 = attn_bf16
         cdef cnp.ndarray rarr

@@ -434,8 +434,8 @@ cdef class DenoiseLoop:
         memcpy(h, self.x_txt, L * Hd * sizeof(float))
         # the transformer blocks; AdaLN rows = tidx*3 + tag into the step's U tables
         memset(&a, 0, sizeof(a))
-        a.S = S; a.hidden = <int>Hd; a.heads = self.heads; a.rot_dim = self.rot_dim
-        a.head_dim = self.head_dim; a.ffn = self.ffn
+        a.shape.S = S; a.shape.hidden = <int>Hd; a.shape.heads = self.heads
+        a.shape.rot_dim = self.rot_dim; a.shape.head_dim = self.head_dim; a.shape.ffn = self.ffn
         a.eps = self.eps; a.qk_eps = self.qk_eps; a.round_bf16 = self.round_bf16
         a.attn_bf16 = self.attn_bf16
         a.rows = self.rows + <int64_t>i * S

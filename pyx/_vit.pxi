@@ -36,13 +36,13 @@ cdef class VitBlockCore:
         if qkv.N != 3 * self.inner or qkv.K != self.hidden or up.N != 2 * self.ffn or not up.pair \
                 or up.K != self.hidden or down.N != self.hidden:
             raise H3ValueError("ViT block weights do not fit together (qkv/out/up/down shapes)")
-        self.w.qkv = qkv.c
-        self.w.out = out.c
-        self.w.up = up.c
-        self.w.down = down.c
-        self.w.qkv_interleaved = interleaved
-        self.w.norm1 = _fptr(norm1, "norm1", self.hidden)
-        self.w.norm2 = _fptr(norm2, "norm2", self.hidden)
+        self.w.base.qkv = qkv.c
+        self.w.base.out = out.c
+        self.w.base.up = up.c
+        self.w.base.down = down.c
+        self.w.base.qkv_interleaved = interleaved
+        self.w.base.norm1 = _fptr(norm1, "norm1", self.hidden)
+        self.w.base.norm2 = _fptr(norm2, "norm2", self.hidden)
         self.w.scale1 = _fptr(scale1, "scale1", self.hidden)
         self.w.scale2 = _fptr(scale2, "scale2", self.hidden)
         self._refs = (qkv, out, up, down, norm1, norm2, scale1, scale2)
@@ -52,8 +52,9 @@ cdef class VitBlockCore:
     def workspace_bytes(self, int64_t S, int heads, int rot_dim, int round_bf16):
         cdef h3_vit_block_args a
         memset(&a, 0, sizeof(a))
-        a.S = S; a.hidden = self.hidden; a.heads = heads; a.head_dim = self.inner // heads
-        a.ffn = self.ffn; a.rot_dim = rot_dim; a.round_bf16 = round_bf16
+        a.shape.S = S; a.shape.hidden = self.hidden; a.shape.heads = heads
+        a.shape.head_dim = self.inner // heads; a.shape.ffn = self.ffn; a.shape.rot_dim = rot_dim
+        a.round_bf16 = round_bf16
         return h3_vit_block_workspace_bytes(&self.w, &a, self.pool.threads)
 
     def forward(self, float[:, ::1] h, int heads, int rot_dim, float eps, int round_bf16,
@@ -76,8 +77,9 @@ cdef class VitBlockCore:
         if heads < 1 or self.inner % heads:
             raise H3ValueError(f"heads={heads} does not divide inner={self.inner}")
         memset(&a, 0, sizeof(a))
-        a.S = S; a.hidden = self.hidden; a.heads = heads; a.head_dim = self.inner // heads
-        a.ffn = self.ffn; a.rot_dim = rot_dim; a.eps = eps; a.round_bf16 = round_bf16
+        a.shape.S = S; a.shape.hidden = self.hidden; a.shape.heads = heads
+        a.shape.head_dim = self.inner // heads; a.shape.ffn = self.ffn; a.shape.rot_dim = rot_dim
+        a.eps = eps; a.round_bf16 = round_bf16
         a.attn_bf16 = attn_bf16
         a.cos = _fptr(cos, "cos", S * (rot_dim // 2))
         a.sin = _fptr(sin, "sin", S * (rot_dim // 2))

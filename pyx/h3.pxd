@@ -126,11 +126,8 @@ cdef extern from "h3.h" nogil:
                                 int64_t rows, int64_t n, h3_pool *pool, h3_isa isa,
                                 h3_isa *ran, h3_err *err)
 
-cdef extern from "h3_dit.h" nogil:
-    enum:
-        H3_DIT_STAGES
-    const char *const h3_dit_stage_names[]
-    ctypedef struct h3_dit_block:
+cdef extern from "h3_block.h" nogil:
+    ctypedef struct h3_block_weights:
         const h3_linear *qkv
         const h3_linear *out
         const h3_linear *up
@@ -138,15 +135,24 @@ cdef extern from "h3_dit.h" nogil:
         int qkv_interleaved
         const float *norm1
         const float *norm2
-        const float *norm_q
-        const float *norm_k
-    ctypedef struct h3_dit_block_args:
+    ctypedef struct h3_block_shape:
         int64_t S
         int hidden
         int heads
         int head_dim
         int ffn
         int rot_dim
+
+cdef extern from "h3_dit.h" nogil:
+    enum:
+        H3_DIT_STAGES
+    const char *const h3_dit_stage_names[]
+    ctypedef struct h3_dit_block:
+        h3_block_weights base
+        const float *norm_q
+        const float *norm_k
+    ctypedef struct h3_dit_block_args:
+        h3_block_shape shape
         float eps
         float qk_eps
         int round_bf16
@@ -239,22 +245,11 @@ cdef extern from "h3_vit.h" nogil:
                            int64_t rows, int64_t n, float eps, h3_pool *pool, h3_isa isa,
                            h3_err *err)
     ctypedef struct h3_vit_block:
-        const h3_linear *qkv
-        const h3_linear *out
-        const h3_linear *up
-        const h3_linear *down
-        int qkv_interleaved
-        const float *norm1
-        const float *norm2
+        h3_block_weights base
         const float *scale1
         const float *scale2
     ctypedef struct h3_vit_block_args:
-        int64_t S
-        int hidden
-        int heads
-        int head_dim
-        int ffn
-        int rot_dim
+        h3_block_shape shape
         float eps
         int round_bf16
         int attn_bf16

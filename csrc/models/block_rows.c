@@ -94,9 +94,13 @@ h3_status h3_round_bf16(float *x, int64_t n, h3_pool *pool, h3_err *err) {
     return H3_OK;
 }
 
-h3_status block_check_linears(const char *who, int64_t S, int Hd, int H, int D, int F, const h3_linear *qkv,
-                              const h3_linear *out, const h3_linear *up, const h3_linear *down,
-                              h3_err *err) {
+h3_status block_check(const char *who, const h3_block_shape *sh, const h3_block_weights *bw, const float *cos,
+                      const float *sin, h3_err *err) {
+    const int64_t S = sh->S;
+    const int Hd = sh->hidden, H = sh->heads, D = sh->head_dim, F = sh->ffn, rot_dim = sh->rot_dim;
+    const h3_linear *qkv = bw->qkv, *out = bw->out, *up = bw->up, *down = bw->down;
+    if (!qkv || !out || !up || !down || !bw->norm1 || !bw->norm2)
+        return h3_fail(err, H3_EINVAL, "%s: a linear or norm weight is missing", who);
     const int64_t I = (int64_t)H * D;
     if (S < 0 || Hd < 1 || H < 1 || D < 1 || F < 1)
         return h3_fail(err, H3_EINVAL, "%s: bad geometry S=%lld hidden=%d heads=%d head_dim=%d ffn=%d", who,
@@ -106,10 +110,12 @@ h3_status block_check_linears(const char *who, int64_t S, int Hd, int H, int D, 
         h3_linear_n(down) != Hd || h3_linear_k(down) != F)
         return h3_fail(err, H3_EINVAL, "%s: weight shapes do not match hidden=%d inner=%lld ffn=%d", who,
                        Hd, (long long)I, F);
+    if (cos && (!sin || rot_dim < 2 || rot_dim > D || rot_dim % 2))
+        return h3_fail(err, H3_EINVAL, "%s: RoPE needs sin and rot_dim (%d) even in [2, %d]", who, rot_dim, D);
     return H3_OK;
 }
 
-block_bufs block_carve(const block_ws *p, void *ws) {
+static block_bufs block_carve(const block_ws *p, void *ws) {
     char *base = (char *)ws;
     block_bufs b;
     b.n = (float *)(base + p->n); b.qkv = (float *)(base + p->qkv); b.q = (float *)(base + p->q);
@@ -118,6 +124,22 @@ block_bufs block_carve(const block_ws *p, void *ws) {
     b.lin = base + p->lin; b.attn = base + p->attn;
     b.lin_bytes = p->attn - p->lin; b.attn_bytes = p->total - p->attn;
     return b;
+}
+
+h3_status block_workspace(block_ws p, void *ws, size_t ws_bytes, void **own, block_bufs *b, const char *who,
+                          h3_err *err) {
+    h3_status st = h3_workspace(&ws, &ws_bytes, p.total, own, who, err);
+    if (!st) *b = block_carve(&p, ws);
+    return st;
+}
+
+h3_status block_attention(const block_bufs *b, int64_t S, int H, int D, int round, int bf16, h3_pool *pool,
+                          h3_isa isa, h3_err *err) {
+    const int64_t I = (int64_t)H * D;
+    h3_attn_args aa = {S, H, H, D, I, I, I, I, 1.0f / sqrtf((float)D), 0, bf16};
+    h3_status st = h3_attention(&aa, b->q, b->k, b->v, b->o, pool, b->attn, b->attn_bytes, isa, err);
+    if (!st && round) st = h3_round_bf16(b->o, S * I, pool, err);
+    return st;
 }
 
 #define TRY(call) do { h3_status st_ = (call); if (st_) return st_; } while (0)

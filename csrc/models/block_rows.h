@@ -56,12 +56,12 @@ void block_ew_run(h3_pool *pool, const block_ew *c);
  * up projection is sized for both the SwiGLU epilogue and none. */
 typedef struct { size_t n, qkv, q, k, v, o, br, ff, act, lin, attn, total; } block_ws;
 
-static inline block_ws block_ws_plan(int64_t S_, int hidden, int heads, int head_dim, int ffn,
-                                     int with_ff, const h3_linear *qkv, const h3_linear *out,
-                                     const h3_linear *up, const h3_linear *down,
+static inline block_ws block_ws_plan(const h3_block_shape *sh, int with_ff, const h3_block_weights *bw,
                                      const h3_epilogue *residual, int nth) {
     block_ws p;
-    const size_t S = (size_t)S_, Hd = (size_t)hidden, I = (size_t)heads * head_dim, F = (size_t)ffn;
+    const int64_t S_ = sh->S;
+    const int heads = sh->heads, head_dim = sh->head_dim;
+    const size_t S = (size_t)S_, Hd = (size_t)sh->hidden, I = (size_t)heads * head_dim, F = (size_t)sh->ffn;
     size_t off = 0;
     p.n = off; off += al(S * Hd * 4);
     p.qkv = off; off += al(S * 3 * I * 4);
@@ -74,11 +74,11 @@ static inline block_ws block_ws_plan(int64_t S_, int hidden, int heads, int head
     p.act = off; off += al(S * F * 4);
     h3_epilogue e_sw = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
     size_t lw = 0, t;
-    t = h3_linear_workspace_bytes(qkv, S_, nth, NULL); lw = H3_MAX(lw, t);
-    t = h3_linear_workspace_bytes(out, S_, nth, residual); lw = H3_MAX(lw, t);
-    t = h3_linear_workspace_bytes(up, S_, nth, &e_sw); lw = H3_MAX(lw, t);
-    t = h3_linear_workspace_bytes(up, S_, nth, NULL); lw = H3_MAX(lw, t);
-    t = h3_linear_workspace_bytes(down, S_, nth, residual); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(bw->qkv, S_, nth, NULL); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(bw->out, S_, nth, residual); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(bw->up, S_, nth, &e_sw); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(bw->up, S_, nth, NULL); lw = H3_MAX(lw, t);
+    t = h3_linear_workspace_bytes(bw->down, S_, nth, residual); lw = H3_MAX(lw, t);
     p.lin = off; off += al(lw);
     h3_attn_args aa = {S_, heads, heads, head_dim, (int64_t)I, (int64_t)I, (int64_t)I, (int64_t)I, 1.0f, 0, 0};  // workspace size only: bf16_inputs does not change it
     p.attn = off; off += al(h3_attn_workspace_bytes(&aa, nth));
@@ -86,12 +86,12 @@ static inline block_ws block_ws_plan(int64_t S_, int hidden, int heads, int head
     return p;
 }
 
-/* A block's four linears against its geometry (S >= 0, every size >= 1): qkv [3I, hidden],
- * out [hidden, I], up [2 ffn, hidden], down [hidden, ffn], I = heads * head_dim.  who
- * names the block in the message. */
-h3_status block_check_linears(const char *who, int64_t S, int hidden, int heads, int head_dim, int ffn,
-                              const h3_linear *qkv, const h3_linear *out, const h3_linear *up,
-                              const h3_linear *down, h3_err *err);
+/* The checks a DiT and a ViT block share: the weights in bw present, the geometry (S >= 0,
+ * every size >= 1), the linears shaped qkv [3I, hidden], out [hidden, I], up [2 ffn,
+ * hidden], down [hidden, ffn] (I = heads * head_dim), and, when cos is given, sin with it
+ * and rot_dim even in [2, head_dim].  who names the block in the message. */
+h3_status block_check(const char *who, const h3_block_shape *sh, const h3_block_weights *bw, const float *cos,
+                      const float *sin, h3_err *err);
 
 /* The workspace plan's pieces at their addresses in ws. */
 typedef struct {
@@ -99,7 +99,16 @@ typedef struct {
     void *lin, *attn;           /* the linears' and the attention's workspaces */
     size_t lin_bytes, attn_bytes;
 } block_bufs;
-block_bufs block_carve(const block_ws *p, void *ws);
+/* The call's workspace for plan p (the caller's ws, or allocated into *own, which the
+ * caller frees after the call; h3_workspace), carved into *b. */
+h3_status block_workspace(block_ws p, void *ws, size_t ws_bytes, void **own, block_bufs *b, const char *who,
+                          h3_err *err);
+
+/* attention(q, k, v) -> o (all [S, I], non-causal, scale 1/sqrt(head_dim)) in the
+ * workspace's buffers; bf16 products where the CPU has them with bf16 (h3_attn_args), and
+ * o rounded to bf16 in bf16 mode (round). */
+h3_status block_attention(const block_bufs *b, int64_t S, int heads, int head_dim, int round, int bf16,
+                          h3_pool *pool, h3_isa isa, h3_err *err);
 
 /* From the fused QKV rows to attention-ready q, k, v [S, I]: split (per-head interleaved
  * or stacked), per-head RMSNorm of q and k (norm_q/norm_k: weights, or NULL for none),

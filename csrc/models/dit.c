@@ -20,13 +20,12 @@
  * output, and the out/down projections run the residual epilogue) */
 static block_ws plan(const h3_dit_block *w, const h3_dit_block_args *a, int nth) {
     h3_epilogue e_res = {H3_EPI_RESID, NULL, NULL, NULL, 0};
-    return block_ws_plan(a->S, a->hidden, a->heads, a->head_dim, a->ffn, 1, w->qkv, w->out, w->up, w->down,
-                         &e_res, nth);
+    return block_ws_plan(&a->shape, 1, &w->base, &e_res, nth);
 }
 
 size_t h3_dit_block_workspace_bytes(const h3_dit_block *w, const h3_dit_block_args *a,
                                     int n_threads) {
-    if (!w || !a || a->S < 0) return 0;
+    if (!w || !a || a->shape.S < 0) return 0;
     return plan(w, a, n_threads < 1 ? 1 : n_threads).total;
 }
 
@@ -36,8 +35,8 @@ size_t h3_dit_block_workspace_bytes(const h3_dit_block *w, const h3_dit_block_ar
 static h3_status norm_modulate(const float *h, const float *w, const float *s1p,
                                const float *shift, const h3_dit_block_args *a, float *n,
                                h3_pool *pool, h3_isa eisa, h3_err *err) {
-    const int64_t S = a->S;
-    const int Hd = a->hidden;
+    const int64_t S = a->shape.S;
+    const int Hd = a->shape.hidden;
     h3_status st = h3_rmsnorm(h, w, n, S, Hd, a->eps, pool, eisa, NULL, err);
     if (!st && a->round_bf16) st = h3_round_bf16(n, S * Hd, pool, err);
     if (!st && s1p) {
@@ -56,8 +55,8 @@ static h3_status norm_modulate(const float *h, const float *w, const float *s1p,
 static h3_status gated_residual(const h3_linear *lin, const float *x, const float *gate,
                                 const h3_dit_block_args *a, float *h, float *br, h3_pool *pool,
                                 void *lws, size_t lws_b, h3_err *err) {
-    const int64_t S = a->S;
-    const int Hd = a->hidden;
+    const int64_t S = a->shape.S;
+    const int Hd = a->shape.hidden;
     h3_status st;
     if (a->round_bf16 || !gate) {
         st = h3_linear_forward(lin, pool, x, S, br, NULL, lws, lws_b, err);
@@ -82,30 +81,25 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
                                h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
                                h3_err *err) {
     if (!w || !a || !h) return h3_fail(err, H3_EINVAL, "dit_block: NULL argument");
-    if (!w->qkv || !w->out || !w->up || !w->down || !w->norm1 || !w->norm2 || !w->norm_q || !w->norm_k)
-        return h3_fail(err, H3_EINVAL, "dit_block: a weight is missing");
-    const int64_t S = a->S;
-    const int Hd = a->hidden, H = a->heads, D = a->head_dim, F = a->ffn;
-    const int64_t I = (int64_t)H * D;
-    h3_status st = block_check_linears("dit_block", S, Hd, H, D, F, w->qkv, w->out, w->up, w->down, err);
+    h3_status st = block_check("dit_block", &a->shape, &w->base, a->cos, a->sin, err);
     if (st) return st;
+    if (!w->norm_q || !w->norm_k) return h3_fail(err, H3_EINVAL, "dit_block: norm_q or norm_k is missing");
     const int mod = a->scale1p_msa != NULL;
     if (mod && (!a->shift_msa || !a->gate_msa || !a->shift_mlp || !a->scale1p_mlp || !a->gate_mlp || !a->rows))
         return h3_fail(err, H3_EINVAL, "dit_block: modulation tables are incomplete");
     if (mod)
-        for (int64_t i = 0; i < S; i++)
+        for (int64_t i = 0; i < a->shape.S; i++)
             if (a->rows[i] < 0 || a->rows[i] >= a->table_rows)
                 return h3_fail(err, H3_EINVAL, "dit_block: rows[%lld] = %d outside [0, %lld)",
                                (long long)i, a->rows[i], (long long)a->table_rows);
-    if (a->cos && (a->rot_dim < 2 || a->rot_dim > D || a->rot_dim % 2 || !a->sin))
-        return h3_fail(err, H3_EINVAL, "dit_block: rot_dim %d must be even and in [2, %d]", a->rot_dim, D);
-    if (S == 0) return H3_OK;
-    const int nth = h3_pool_threads(pool);
-    block_ws p = plan(w, a, nth);
+    if (a->shape.S == 0) return H3_OK;
     void *own;
-    st = h3_workspace(&ws, ws_bytes, p.total, &own, "dit_block", err);
+    block_bufs b;
+    st = block_workspace(plan(w, a, h3_pool_threads(pool)), ws, ws_bytes, &own, &b, "dit_block", err);
     if (st) return st;
-    const block_bufs b = block_carve(&p, ws);
+    const int64_t S = a->shape.S;
+    const int H = a->shape.heads, D = a->shape.head_dim, F = a->shape.ffn;
+    const int64_t I = (int64_t)H * D;
     const int R = a->round_bf16;
     /* stage timing (profiling only): STAGE(i) adds the time since the last mark to stage i */
     double mark = a->stage_seconds ? h3_monotonic() : 0.0;
@@ -120,27 +114,25 @@ h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a
 
     /* ---- attention half ---- */
     h3_isa eisa = h3_isa_vector(isa);
-    TRY(norm_modulate(h, w->norm1, mod ? a->scale1p_msa : NULL, a->shift_msa, a, b.n, pool, eisa, err));
+    TRY(norm_modulate(h, w->base.norm1, mod ? a->scale1p_msa : NULL, a->shift_msa, a, b.n, pool, eisa, err));
     STAGE(0);
-    TRY(h3_linear_forward(w->qkv, pool, b.n, S, b.qkv, NULL, b.lin, b.lin_bytes, err));
+    TRY(h3_linear_forward(w->base.qkv, pool, b.n, S, b.qkv, NULL, b.lin, b.lin_bytes, err));
     if (R) TRY(h3_round_bf16(b.qkv, S * 3 * I, pool, err));
     STAGE(1);
-    TRY(block_qk_prep(b.qkv, b.q, b.k, b.v, S, H, D, w->qkv_interleaved, w->norm_q, w->norm_k, a->qk_eps, R,
-                      a->cos, a->sin, a->rot_dim, pool, eisa, err));
+    TRY(block_qk_prep(b.qkv, b.q, b.k, b.v, S, H, D, w->base.qkv_interleaved, w->norm_q, w->norm_k, a->qk_eps, R,
+                      a->cos, a->sin, a->shape.rot_dim, pool, eisa, err));
     STAGE(2);
-    h3_attn_args aa = {S, H, H, D, I, I, I, I, 1.0f / sqrtf((float)D), 0, R || a->attn_bf16};
-    TRY(h3_attention(&aa, b.q, b.k, b.v, b.o, pool, b.attn, b.attn_bytes, isa, err));
-    if (R) TRY(h3_round_bf16(b.o, S * I, pool, err));
+    TRY(block_attention(&b, S, H, D, R, R || a->attn_bf16, pool, isa, err));
     STAGE(3);
-    TRY(gated_residual(w->out, b.o, mod ? a->gate_msa : NULL, a, h, b.br, pool, b.lin, b.lin_bytes, err));
+    TRY(gated_residual(w->base.out, b.o, mod ? a->gate_msa : NULL, a, h, b.br, pool, b.lin, b.lin_bytes, err));
     STAGE(4);
 
     /* ---- feed-forward half ---- */
-    TRY(norm_modulate(h, w->norm2, mod ? a->scale1p_mlp : NULL, a->shift_mlp, a, b.n, pool, eisa, err));
+    TRY(norm_modulate(h, w->base.norm2, mod ? a->scale1p_mlp : NULL, a->shift_mlp, a, b.n, pool, eisa, err));
     STAGE(5);
-    TRY(block_swiglu_up(w->up, b.n, S, F, R, b.ff, b.act, pool, b.lin, b.lin_bytes, err));
+    TRY(block_swiglu_up(w->base.up, b.n, S, F, R, b.ff, b.act, pool, b.lin, b.lin_bytes, err));
     STAGE(6);
-    TRY(gated_residual(w->down, b.act, mod ? a->gate_mlp : NULL, a, h, b.br, pool, b.lin, b.lin_bytes, err));
+    TRY(gated_residual(w->base.down, b.act, mod ? a->gate_mlp : NULL, a, h, b.br, pool, b.lin, b.lin_bytes, err));
     STAGE(7);
 #undef STAGE
 fail:

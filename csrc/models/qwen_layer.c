@@ -43,7 +43,7 @@ static qplan plan(const h3_qwen_layer *w, const h3_qwen_layer_args *a, int nth) 
     if (w->gate_up) { t = h3_linear_workspace_bytes(w->gate_up, a->S, nth, &e_sw); lw = H3_MAX(lw, t); }
     p.lin = off; off += al(lw);
     h3_attn_args aa = {a->S, a->heads, a->kv_heads, a->head_dim, (int64_t)Iq, (int64_t)Ik,
-                       (int64_t)Ik, (int64_t)Iq, 1.0f, 1};
+                       (int64_t)Ik, (int64_t)Iq, 1.0f, 1, 0};
     size_t aw = h3_attn_workspace_bytes(&aa, nth), aw2 = h3_attention_bf16p_workspace_bytes(&aa, nth);
     p.attn = off; off += al(H3_MAX(aw, aw2));
     p.total = off;
@@ -100,7 +100,7 @@ h3_status h3_qwen_layer_forward(const h3_qwen_layer *w, const h3_qwen_layer_args
     const int nth = h3_pool_threads(pool);
     qplan p = plan(w, a, nth);
     void *own;
-    st = h3_workspace(&ws, ws_bytes, p.total, &own, "qwen_layer", err);
+    st = h3_workspace(&ws, &ws_bytes, p.total, &own, "qwen_layer", err);
     if (st) return st;
     char *base = (char *)ws;
     float *y = (float *)(base + p.y), *q = (float *)(base + p.q), *k = (float *)(base + p.k),
@@ -135,7 +135,7 @@ h3_status h3_qwen_layer_forward(const h3_qwen_layer *w, const h3_qwen_layer_args
         TRY(h3_rope(q, a->cos, a->sin, S, H, D, D, pool, eisa, NULL, err));
         TRY(h3_rope(k, a->cos, a->sin, S, Hk, D, D, pool, eisa, NULL, err));
     }
-    h3_attn_args aa = {S, H, Hk, D, Iq, Ik, Ik, Iq, 1.0f / sqrtf((float)D), 1};
+    h3_attn_args aa = {S, H, Hk, D, Iq, Ik, Ik, Iq, 1.0f / sqrtf((float)D), 1, 0};
     if (R) TRY(h3_attention_bf16p(&aa, q, k, v, o, pool, aws, aws_b, eisa, err));
     else TRY(h3_attention(&aa, q, k, v, o, pool, aws, aws_b, isa, err));
     if (R) {

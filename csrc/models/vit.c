@@ -67,13 +67,12 @@ h3_status h3_layernorm(const float *x, const float *w, const float *b, float *ou
 /* the workspace (block_rows.h's layout) */
 static block_ws plan(const h3_vit_block *w, const h3_vit_block_args *a, int nth) {
     /* ff holds the up projection's output only in bf16 mode (rounded before SwiGLU) */
-    return block_ws_plan(a->S, a->hidden, a->heads, a->head_dim, a->ffn, a->round_bf16, w->qkv, w->out, w->up,
-                         w->down, NULL, nth);
+    return block_ws_plan(&a->shape, a->round_bf16, &w->base, NULL, nth);
 }
 
 size_t h3_vit_block_workspace_bytes(const h3_vit_block *w, const h3_vit_block_args *a,
                                     int n_threads) {
-    if (!w || !a || a->S < 0 || !w->qkv || !w->out || !w->up || !w->down) return 0;
+    if (!w || !a || a->shape.S < 0 || !w->base.qkv || !w->base.out || !w->base.up || !w->base.down) return 0;
     return plan(w, a, n_threads < 1 ? 1 : n_threads).total;
 }
 
@@ -83,12 +82,12 @@ size_t h3_vit_block_workspace_bytes(const h3_vit_block *w, const h3_vit_block_ar
 static h3_status scaled_residual(const h3_linear *lin, const float *x, const float *scale,
                                  const h3_vit_block_args *a, float *h, float *br,
                                  h3_pool *pool, void *lws, size_t lws_b, h3_err *err) {
-    h3_status st = h3_linear_forward(lin, pool, x, a->S, br, NULL, lws, lws_b, err);
-    if (!st && a->round_bf16) st = h3_round_bf16(br, a->S * a->hidden, pool, err);
+    h3_status st = h3_linear_forward(lin, pool, x, a->shape.S, br, NULL, lws, lws_b, err);
+    if (!st && a->round_bf16) st = h3_round_bf16(br, a->shape.S * a->shape.hidden, pool, err);
     if (!st) {
         block_ew c;
         memset(&c, 0, sizeof c);
-        c.op = EW_SCALE_ADD; c.rows = a->S; c.n = a->hidden; c.x = h; c.a = br; c.s = scale;
+        c.op = EW_SCALE_ADD; c.rows = a->shape.S; c.n = a->shape.hidden; c.x = h; c.a = br; c.s = scale;
         block_ew_run(pool, &c);
     }
     return st;
@@ -98,46 +97,38 @@ h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a
                                h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
                                h3_err *err) {
     if (!w || !a || !h) return h3_fail(err, H3_EINVAL, "vit_block: NULL argument");
-    if (!w->qkv || !w->out || !w->up || !w->down || !w->norm1 || !w->norm2 || !w->scale1 || !w->scale2)
-        return h3_fail(err, H3_EINVAL, "vit_block: a weight is missing");
-    const int64_t S = a->S;
-    const int Hd = a->hidden, H = a->heads, D = a->head_dim, F = a->ffn;
-    const int64_t I = (int64_t)H * D;
-    h3_status st = block_check_linears("vit_block", S, Hd, H, D, F, w->qkv, w->out, w->up, w->down, err);
+    if (!a->cos) return h3_fail(err, H3_EINVAL, "vit_block: RoPE tables missing");
+    h3_status st = block_check("vit_block", &a->shape, &w->base, a->cos, a->sin, err);
     if (st) return st;
-    if (!a->cos || !a->sin || a->rot_dim < 2 || a->rot_dim > D || a->rot_dim % 2)
-        return h3_fail(err, H3_EINVAL, "vit_block: RoPE tables missing or rot_dim %d not even in [2, %d]",
-                       a->rot_dim, D);
+    if (!w->scale1 || !w->scale2) return h3_fail(err, H3_EINVAL, "vit_block: scale1 or scale2 is missing");
     st = h3_isa_check(isa, err);
-    if (st) return st;
-    if (S == 0) return H3_OK;
-    const int nth = h3_pool_threads(pool);
-    block_ws p = plan(w, a, nth);
+    if (st || a->shape.S == 0) return st;
     void *own;
-    st = h3_workspace(&ws, ws_bytes, p.total, &own, "vit_block", err);
+    block_bufs b;
+    st = block_workspace(plan(w, a, h3_pool_threads(pool)), ws, ws_bytes, &own, &b, "vit_block", err);
     if (st) return st;
-    const block_bufs b = block_carve(&p, ws);
+    const int64_t S = a->shape.S;
+    const int Hd = a->shape.hidden, H = a->shape.heads, D = a->shape.head_dim, F = a->shape.ffn;
+    const int64_t I = (int64_t)H * D;
     const int R = a->round_bf16;
     const h3_isa eisa = h3_isa_vector(isa);
 
     /* ---- attention half ---- */
-    TRY(h3_rmsnorm(h, w->norm1, b.n, S, Hd, a->eps, pool, eisa, NULL, err));
+    TRY(h3_rmsnorm(h, w->base.norm1, b.n, S, Hd, a->eps, pool, eisa, NULL, err));
     if (R) TRY(h3_round_bf16(b.n, S * Hd, pool, err));
-    TRY(h3_linear_forward(w->qkv, pool, b.n, S, b.qkv, NULL, b.lin, b.lin_bytes, err));
+    TRY(h3_linear_forward(w->base.qkv, pool, b.n, S, b.qkv, NULL, b.lin, b.lin_bytes, err));
     if (R) TRY(h3_round_bf16(b.qkv, S * 3 * I, pool, err));
     /* q/k norms (no weight) in float32 whatever the compute dtype, then cast back */
-    TRY(block_qk_prep(b.qkv, b.q, b.k, b.v, S, H, D, w->qkv_interleaved, NULL, NULL, a->eps, R, a->cos, a->sin,
-                      a->rot_dim, pool, eisa, err));
-    h3_attn_args aa = {S, H, H, D, I, I, I, I, 1.0f / sqrtf((float)D), 0, R || a->attn_bf16};
-    TRY(h3_attention(&aa, b.q, b.k, b.v, b.o, pool, b.attn, b.attn_bytes, isa, err));
-    if (R) TRY(h3_round_bf16(b.o, S * I, pool, err));
-    TRY(scaled_residual(w->out, b.o, w->scale1, a, h, b.br, pool, b.lin, b.lin_bytes, err));
+    TRY(block_qk_prep(b.qkv, b.q, b.k, b.v, S, H, D, w->base.qkv_interleaved, NULL, NULL, a->eps, R, a->cos, a->sin,
+                      a->shape.rot_dim, pool, eisa, err));
+    TRY(block_attention(&b, S, H, D, R, R || a->attn_bf16, pool, isa, err));
+    TRY(scaled_residual(w->base.out, b.o, w->scale1, a, h, b.br, pool, b.lin, b.lin_bytes, err));
 
     /* ---- feed-forward half ---- */
-    TRY(h3_rmsnorm(h, w->norm2, b.n, S, Hd, a->eps, pool, eisa, NULL, err));
+    TRY(h3_rmsnorm(h, w->base.norm2, b.n, S, Hd, a->eps, pool, eisa, NULL, err));
     if (R) TRY(h3_round_bf16(b.n, S * Hd, pool, err));
-    TRY(block_swiglu_up(w->up, b.n, S, F, R, b.ff, b.act, pool, b.lin, b.lin_bytes, err));
-    TRY(scaled_residual(w->down, b.act, w->scale2, a, h, b.br, pool, b.lin, b.lin_bytes, err));
+    TRY(block_swiglu_up(w->base.up, b.n, S, F, R, b.ff, b.act, pool, b.lin, b.lin_bytes, err));
+    TRY(scaled_residual(w->base.down, b.act, w->scale2, a, h, b.br, pool, b.lin, b.lin_bytes, err));
 fail:
     h3_free(own);
     return st;
