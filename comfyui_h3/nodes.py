@@ -1,4 +1,4 @@
-"""The six nodes, described once; ``__init__`` turns these descriptions into ComfyUI's v3
+"""The seven nodes, described once; ``__init__`` turns these descriptions into ComfyUI's v3
 schema classes (or, on a ComfyUI without ``comfy_api.latest``, classic node classes).
 
 Input tuple: ``(name, type, options)``; types are ComfyUI's (INT, FLOAT, STRING, COMBO,
@@ -27,6 +27,13 @@ SIZE_INPUTS = [
     ("layers", "INT", {"default": 0, "min": 0, "max": 1000,
                        "tooltip": "Speed-up: run only this many transformer blocks, ranked by their gates "
                                   "(0 = all)."}),
+    ("sampler", "COMBO", {"options": list(nodes_sample.SAMPLERS), "default": "euler",
+                          "tooltip": "euler: diffusers' sampler (h3cy's default); res_multistep: the "
+                                     "second-order sampler ComfyUI's own MiniMax-H3 templates use."}),
+    ("preset", "COMBO", {"options": list(nodes_sample.PRESETS), "default": "none",
+                         "tooltip": "none: use steps and sampler above. quality: 20 steps, Euler, shifts 12/3; "
+                                    "turbo8 / turbo4: 8 / 4 steps, Euler, shifts 6/3, for a turbo LoRA "
+                                    "('H3 LoRA'). A preset replaces the steps and sampler widgets."}),
 ]
 PROMPT_IN = ("prompt", "STRING", {"multiline": True, "default": "",
                                   "tooltip": "What to generate: the scene, the camera, and the sound."})
@@ -69,6 +76,15 @@ NODES = [
      "description": "Opens MiniMax-H3 from the single files ComfyUI's templates download (diffusion model, "
                     "text encoder, video VAE, audio VAE), as they are: no conversion, memory-mapped.",
      "inputs": _files_loader_inputs, "outputs": [("H3_MODEL", "model")], "fn": nodes_load.load_files},
+    {"node_id": "H3cyLoRA", "display_name": "H3 LoRA (h3cy)",
+     "description": "Adds a LoRA from models/loras to an H3_MODEL (PEFT or kohya/ComfyUI keys, e.g. the turbo "
+                    "LoRAs). The base weights are shared, not copied; chain several nodes to stack LoRAs.",
+     "inputs": lambda: [MODEL_IN,
+                        ("lora", "COMBO", {"options": nodes_load.lora_options(),
+                                           "tooltip": "A LoRA .safetensors from ComfyUI's models/loras/."}),
+                        ("strength", "FLOAT", {"default": 1.0, "min": -10.0, "max": 10.0, "step": 0.01,
+                                               "tooltip": "Multiplies the LoRA's update (0 = off)."})],
+     "outputs": [("H3_MODEL", "model")], "fn": nodes_load.apply_lora},
     {"node_id": "H3cyTextEncode", "display_name": "H3 Text Encode (h3cy)",
      "description": "Encodes a prompt with MiniMax-H3's text encoder (cached on disk per prompt).",
      "inputs": lambda: [MODEL_IN, PROMPT_IN], "outputs": [("H3_CONDITIONING", "conditioning")],

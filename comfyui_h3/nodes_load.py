@@ -154,70 +154,119 @@ def resolve(model):
 
 
 class H3Model:
-    """What flows along an ``H3_MODEL`` link: the settings of one loaded pipeline.
+    """What flows along an ``H3_MODEL`` link: the settings of one loaded pipeline, and the
+    LoRAs on it.
 
     ``pipeline()`` returns the cached h3cy pipeline, reopening it when another model was
-    loaded since (the cache holds one); ``lock`` serialises generations on this model.
+    loaded since (the cache holds one) and re-patching its LoRAs to this handle's;
+    ``lock`` serialises generations on the base pipeline (shared by every LoRA set on it).
+    A handle is never changed: :meth:`with_lora` returns a new one.
     """
 
-    def __init__(self, path, weights, threads, streaming, files=None):
+    def __init__(self, path, weights, threads, streaming, files=None, loras=()):
         self.path, self.weights, self.threads, self.streaming = path, weights, threads, streaming
         self.files = files or {}       # component -> single file (H3 Model Loader from files)
+        self.loras = tuple(loras)      # ((realpath, strength), ...) in the order applied
 
     @property
-    def key(self):
+    def base_key(self):
+        """What the cached pipeline is opened from (LoRAs aside)."""
         where = (os.path.realpath(self.path) if self.path else None,
                  tuple(sorted((c, os.path.realpath(p)) for c, p in self.files.items())))
         return (where, self.weights, self.threads, self.streaming)
+
+    @property
+    def key(self):
+        return self.base_key + (self.loras,)
+
+    def with_lora(self, path, strength):
+        """A handle on the same base with one more LoRA (stacked after this one's)."""
+        return H3Model(self.path, self.weights, self.threads, self.streaming, dict(self.files),
+                       self.loras + ((os.path.realpath(path), float(strength)),))
 
     def pipeline(self):
         return _CACHE.get(self)
 
     @property
     def lock(self):
-        return _CACHE.lock_for(self.key)
+        return _CACHE.lock_for(self.base_key)
 
     def __repr__(self):
         what = self.path or ", ".join(os.path.basename(p) for p in self.files.values())
-        return f"<H3_MODEL {what} weights={self.weights} streaming={self.streaming}>"
+        extra = "".join(f" +{os.path.basename(p)}@{s:g}" for p, s in self.loras)
+        return f"<H3_MODEL {what} weights={self.weights} streaming={self.streaming}{extra}>"
 
 
 class _PipelineCache:
-    """One loaded pipeline at a time, keyed by (path, weights, threads, streaming)."""
+    """One loaded pipeline at a time, keyed by (path, weights, threads, streaming); the
+    LoRAs of the handle asking are patched onto it (the base weights stay shared: a LoRA is
+    a run-time side product in h3cy, never a copy of the transformer)."""
 
     def __init__(self):
         self._mutex = threading.Lock()
         self.key, self.pipe = None, None
+        self.loras = ()                # ((path, strength), ...) now on self.pipe
         self._locks = {}
         self.loads = 0                 # how many times a pipeline was opened (tests read it)
+        self.patches = 0               # how many times the LoRA set was rebuilt (tests read it)
 
     def lock_for(self, key):
         with self._mutex:
             return self._locks.setdefault(key, threading.Lock())
 
+    def _patch_locked(self, loras):
+        """Make the pipeline's LoRAs ``loras``: only the strengths when the files are the
+        same, else unload all and load these; a file that fails leaves no LoRA on."""
+        if loras == self.loras:
+            return
+        pipe = self.pipe
+        names = [f"{i}:{os.path.basename(p)}" for i, (p, _) in enumerate(loras)]
+        if [p for p, _ in loras] == [p for p, _ in self.loras]:
+            for name, (_, s) in zip(names, loras):
+                pipe.set_lora_strength(name, s)
+            self.loras = loras
+            return
+        for name in list(pipe.loras):
+            pipe.unload_lora(name)
+        self.loras = ()
+        self.patches += 1
+        try:
+            for name, (p, s) in zip(names, loras):
+                pipe.load_lora(p, strength=s, name=name)
+        except BaseException:
+            for name in list(pipe.loras):
+                pipe.unload_lora(name)
+            raise
+        self.loras = loras
+
     def get(self, model):
-        h3cy = _h3.require()
         with self._mutex:
-            if self.pipe is not None and self.key == model.key:
-                return self.pipe
-            self._release_locked()
-            try:
-                # converted-weight caches go to h3cy's cache folder, never into ComfyUI's
-                # models folders (often shared or read-only)
-                pipe = h3cy.load(model.path, weights=model.weights, streaming=STREAMING[model.streaming],
-                                 threads=model.threads or None, cache_dir=h3cy.cache_dir(), **model.files)
-            except MemoryError as e:
-                raise MemoryError(f"{e} — not enough memory to load {model!r} in weights={model.weights}: "
-                                  "pick weights int4 (about half of int8) or streaming 'on' in H3 Model "
-                                  "Loader") from e
-            self.key, self.pipe = model.key, pipe
-            self.loads += 1
+            pipe = self._open_locked(model)
+            self._patch_locked(model.loras)
             return pipe
+
+    def _open_locked(self, model):
+        h3cy = _h3.require()
+        if self.pipe is not None and self.key == model.base_key:
+            return self.pipe
+        self._release_locked()
+        try:
+            # converted-weight caches go to h3cy's cache folder, never into ComfyUI's
+            # models folders (often shared or read-only)
+            pipe = h3cy.load(model.path, weights=model.weights, streaming=STREAMING[model.streaming],
+                             threads=model.threads or None, cache_dir=h3cy.cache_dir(), **model.files)
+        except MemoryError as e:
+            raise MemoryError(f"{e} — not enough memory to load {model!r} in weights={model.weights}: "
+                              "pick weights int4 (about half of int8) or streaming 'on' in H3 Model "
+                              "Loader") from e
+        self.key, self.pipe = model.base_key, pipe
+        self.loads += 1
+        return pipe
 
     def _release_locked(self):
         if self.pipe is not None:
             self.pipe.release()
-        self.key, self.pipe = None, None
+        self.key, self.pipe, self.loras = None, None, ()
 
     def release(self):
         with self._mutex:
@@ -296,4 +345,41 @@ def load_files(dit, text_encoder, video_vae, audio_vae, weights="auto", threads=
     files = {role: check_file(role, name) for role, name in picked.items()}
     handle = H3Model(None, weights, int(threads), streaming, files=files)
     handle.pipeline()
+    return (handle,)
+
+
+# -- H3 LoRA: a LoRA from ComfyUI's models/loras on an H3_MODEL -------------------------------
+LORA_FOLDER = "loras"
+
+
+def _no_lora():
+    return f"(no .safetensors in models/{LORA_FOLDER}/)"
+
+
+def lora_options():
+    """The .safetensors files ComfyUI lists under ``models/loras`` (and extra_model_paths)."""
+    try:
+        names = [n for n in folder_paths.get_filename_list(LORA_FOLDER) if n.lower().endswith(FILE_SUFFIXES)]
+    except KeyError:
+        names = []
+    return names or [_no_lora()]
+
+
+def apply_lora(model, lora, strength=1.0):
+    """H3 LoRA's execute: a new H3_MODEL with this LoRA stacked on ``model``'s.  The file is
+    checked against the transformer now (an unmatched key fails in this node, naming it);
+    the base pipeline is shared, not copied."""
+    _h3.require()
+    if not isinstance(model, H3Model):
+        raise TypeError(f"expected an H3_MODEL from 'H3 Model Loader', got {type(model).__name__}")
+    if lora == _no_lora():
+        raise FileNotFoundError(f"no LoRA to pick: put the LoRA file (.safetensors) in ComfyUI's "
+                                f"models/{LORA_FOLDER}/ and refresh (press R)")
+    path = folder_paths.get_full_path(LORA_FOLDER, lora)
+    if path is None:
+        raise FileNotFoundError(f"LoRA {lora!r} is not in ComfyUI's {LORA_FOLDER} folders; refresh the page "
+                                "and pick another")
+    handle = model.with_lora(path, strength)
+    with handle.lock:
+        handle.pipeline()          # patch now: a LoRA that does not fit is reported by this node
     return (handle,)

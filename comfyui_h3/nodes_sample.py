@@ -45,12 +45,28 @@ def encode(model, prompt):
     return (H3Conditioning(prompt, embeds, model.key),)
 
 
-def _sampler_kwargs(width, height, frames, seconds, steps, seed, reuse, layers):
-    return dict(width=int(width), height=int(height), steps=int(steps), seed=int(seed), reuse=int(reuse),
-                layers=int(layers) if layers else None, **_length(frames, seconds))
+SAMPLERS = ["euler", "res_multistep"]
+PRESETS = ["none", "quality", "turbo8", "turbo4"]
 
 
-def sample(model, conditioning, width, height, frames, seconds, steps, seed, reuse=1, layers=0):
+def _sampler_kwargs(width, height, frames, seconds, steps, seed, reuse, layers, sampler="euler", preset="none"):
+    """h3cy.generate's keywords.  A preset other than "none" sets the steps, the sampler and
+    the shifts (h3cy.presets), in place of the steps and sampler widgets."""
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {PRESETS}, got {preset!r}")
+    kw = dict(width=int(width), height=int(height), seed=int(seed), reuse=int(reuse),
+              layers=int(layers) if layers else None, **_length(frames, seconds))
+    if preset == "none":
+        kw.update(steps=int(steps), sampler=sampler)
+    else:
+        kw.update(preset=preset)
+    return kw
+
+
+def sample(model, conditioning, width, height, frames, seconds, steps, seed, reuse=1, layers=0, sampler="euler",
+           preset="none"):
     _h3.require()
     model = _expect_model(model)
     if not isinstance(conditioning, H3Conditioning):
@@ -61,7 +77,7 @@ def sample(model, conditioning, width, height, frames, seconds, steps, seed, reu
         res = run_interruptible(
             pipe.generate, prompt_embeds=np.array(conditioning.embeds, np.float32, copy=True),
             output="latent", on_progress=prog, cancel=InterruptToken(),
-            **_sampler_kwargs(width, height, frames, seconds, steps, seed, reuse, layers))
+            **_sampler_kwargs(width, height, frames, seconds, steps, seed, reuse, layers, sampler, preset))
     return (latent_from_result(res.video_latent, res.audio_latent, res.geometry),)
 
 
@@ -69,12 +85,14 @@ def _outputs(res):
     return image_from_frames(res.frames), audio_from_result(res.audio_for_video(), res.sample_rate)
 
 
-def generate(model, prompt, width, height, frames, seconds, steps, seed, reuse=1, layers=0):
+def generate(model, prompt, width, height, frames, seconds, steps, seed, reuse=1, layers=0, sampler="euler",
+             preset="none"):
     _h3.require()
     model = _expect_model(model)
     prog = PhaseProgress(["encode", "denoise", *DECODE_PHASES])
     with model.lock:
         pipe = model.pipeline()
         res = run_interruptible(pipe.generate, prompt, output="video", on_progress=prog, cancel=InterruptToken(),
-                                **_sampler_kwargs(width, height, frames, seconds, steps, seed, reuse, layers))
+                                **_sampler_kwargs(width, height, frames, seconds, steps, seed, reuse, layers,
+                                                  sampler, preset))
     return _outputs(res)

@@ -329,11 +329,12 @@ static void run_block(run_ctx *c, char *tw, char *scratch, int64_t m0, int64_t m
     float *S = (float *)scratch;
     const int64_t lds = c->kt->nc;
     const int intm = is_int(l->wtype);
+    const gemm_lora_add_fn lora_add = c->kt->lora_add ? c->kt->lora_add : gemm_lora_add_ref;
 #define MUL(rowstart, target, ld)                                                                                   \
     do {                                                                                                            \
         if (intm) int_block(c, tw, m0, m1, prow_of(l, rowstart), w, target, ld);                                    \
         else float_block(c, tw, m0, m1, rowstart, w, target, ld);                                                   \
-        if (c->lora_u) gemm_lora_add(l->lora, c->lora_u, target, ld, m0, m1, rowstart, w);                        \
+        if (c->lora_u) lora_add(l->lora, c->lora_u, target, ld, m0, m1, rowstart, w);                             \
     } while (0)
     if (kind == H3_EPI_NONE) {
         MUL(r0, c->y + o0, ldy);

@@ -302,5 +302,5 @@ const gemm_kernels gemm_kernels_avx2 = {
     .gemv_max_m = 4,
     .ukr_f32 = ukr_f32_avx2, .unpack = unpack_avx2, .gemv = gemv_avx2,
     .ukr_i8 = ukr_i8_avx2, .ukr_i4 = ukr_i4_avx2, .quant_row = quant_row_avx2,
-    .swiglu_row = gemm_swiglu_row_avx2,
+    .swiglu_row = gemm_swiglu_row_avx2, .lora_add = gemm_lora_add_avx2,
 };

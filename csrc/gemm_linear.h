@@ -41,6 +41,14 @@ struct h3_lora {
     float *bt;             /* [R, N]: B^T, so that rank r's column run is contiguous */
     float *scale;          /* [R]: strength * alpha / rank of the adapter rank r belongs to */
     int64_t *lo, *hi;      /* [R]: rank r's nonzero output columns lie in [lo[r], hi[r]) */
+    /* The same runs as column segments for the SIMD tile adds: segment s is the columns
+     * [seg_at[s], seg_at[s+1]), in which exactly the ranks seg_rank[seg_off[s] ..
+     * seg_off[s+1]) (ascending) have their nonzero run (nseg >= 1, seg_at[0] = 0,
+     * seg_at[nseg] = N). */
+    int64_t nseg;
+    int64_t *seg_at;       /* [nseg + 1] */
+    int64_t *seg_off;      /* [nseg + 1] */
+    int64_t *seg_rank;     /* [seg_off[nseg]] */
 };
 
 /* Rows of x per u GEMM call: bounds the packed-A workspace of the u product. */
@@ -50,9 +58,9 @@ size_t gemm_lora_workspace_bytes(const h3_linear *l, int64_t M, int nth);
 /* u[M, R] = (x . A^T) * scale, in ws (gemm_lora_workspace_bytes of it at the front). */
 h3_status gemm_lora_u(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *u,
                       void *ws, size_t ws_bytes, h3_err *err);
-/* target[m, j] += sum_r u[m, r] * bt[r, c0 + j] for rows [m0, m1), columns j < w. */
-void gemm_lora_add(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0,
-                   int64_t m1, int64_t c0, int64_t w);
+/* The tile add target[m, j] += sum_r u[m, r] * bt[r, c0 + j] is the table's lora_add
+ * (gemm_lora_add_fn in gemm_impl.h; the reference in gemm_lora.c, SIMD in
+ * gemm_lora_body.inc). */
 
 /* The base of the float rows holding logical row r, and r's index there. */
 static inline const void *rows_at(const h3_linear *l, int64_t r, int64_t *local) {

@@ -9,6 +9,7 @@
  * count. */
 #include "gemm_linear.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void h3_lora_free(h3_lora *lo) {
@@ -18,7 +19,53 @@ void h3_lora_free(h3_lora *lo) {
     h3_free(lo->scale);
     h3_free(lo->lo);
     h3_free(lo->hi);
+    h3_free(lo->seg_at);
+    h3_free(lo->seg_off);
+    h3_free(lo->seg_rank);
     h3_free(lo);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* seg_*: the column boundaries of every rank's nonzero run, sorted and unique, and per
+ * segment the ranks whose run covers it (a run covers a segment whole, since every run's
+ * ends are boundaries). */
+static h3_status build_segments(h3_lora *lo, h3_err *err) {
+    const int64_t R = lo->R, N = lo->N;
+    int64_t *at = h3_alloc((size_t)(2 * R + 2) * 8);
+    if (!at) return h3_fail(err, H3_ENOMEM, "lora_create: out of memory (segments)");
+    int64_t n = 0;
+    at[n++] = 0;
+    at[n++] = N;
+    for (int64_t r = 0; r < R; r++)
+        if (lo->lo[r] < lo->hi[r]) {
+            at[n++] = lo->lo[r];
+            at[n++] = lo->hi[r];
+        }
+    qsort(at, (size_t)n, 8, cmp_i64);
+    int64_t u = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (u == 0 || at[i] != at[u - 1]) at[u++] = at[i];
+    const int64_t nseg = u - 1;
+    int64_t total = 0;
+    for (int64_t s = 0; s < nseg; s++)
+        for (int64_t r = 0; r < R; r++) total += lo->lo[r] <= at[s] && at[s + 1] <= lo->hi[r];
+    lo->seg_at = at;
+    lo->nseg = nseg;
+    lo->seg_off = h3_alloc((size_t)(nseg + 1) * 8);
+    lo->seg_rank = h3_alloc((size_t)(total ? total : 1) * 8);
+    if (!lo->seg_off || !lo->seg_rank) return h3_fail(err, H3_ENOMEM, "lora_create: out of memory (segments)");
+    int64_t k = 0;
+    for (int64_t s = 0; s < nseg; s++) {
+        lo->seg_off[s] = k;
+        for (int64_t r = 0; r < R; r++)
+            if (lo->lo[r] <= at[s] && at[s + 1] <= lo->hi[r]) lo->seg_rank[k++] = r;
+    }
+    lo->seg_off[nseg] = k;
+    return H3_OK;
 }
 
 h3_status h3_lora_create(const float *a, const float *b, const float *scale, int64_t R, int64_t N,
@@ -61,6 +108,8 @@ h3_status h3_lora_create(const float *a, const float *b, const float *scale, int
         lo->lo[r] = first;
         lo->hi[r] = last + 1;   /* an all-zero rank: the empty range [N, 0) */
     }
+    st = build_segments(lo, err);
+    if (st) goto fail;
     st = h3_lora_set_scale(lo, scale, err);
     if (st) goto fail;
     *out = lo;
@@ -107,7 +156,9 @@ h3_status gemm_lora_u(const h3_linear *l, h3_pool *pool, const float *x, int64_t
     return H3_OK;
 }
 
-void gemm_lora_add(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0,
+/* The reference tile add (the spec the SIMD versions in gemm_lora_body.inc match bit for
+ * bit): rank by rank, each row's product added over the rank's nonzero run. */
+void gemm_lora_add_ref(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0,
                    int64_t m1, int64_t c0, int64_t w) {
     const int64_t R = lo->R, N = lo->N;
     for (int64_t r = 0; r < R; r++) {

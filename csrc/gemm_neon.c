@@ -333,6 +333,6 @@ const gemm_kernels gemm_kernels_neon = {
     .gemv_max_m = 4,
     .ukr_f32 = ukr_f32_neon, .unpack = unpack_neon, .gemv = gemv_neon,
     .ukr_i8 = ukr_i8_neon, .ukr_i4 = ukr_i4_neon,
-    .swiglu_row = gemm_swiglu_row_neon,
+    .swiglu_row = gemm_swiglu_row_neon, .lora_add = gemm_lora_add_neon,
 };
 #endif

@@ -3,7 +3,7 @@
     h3cy demo [-o demo.mp4]                      the whole pipeline on a tiny random model
     h3cy generate -m MODEL -p PROMPT -o out.mp4  [--width --height --frames|--seconds --steps
                   --seed --weights --vae-weights --threads --streaming --reuse --layers
-                  --frames-dir --latent-out]
+                  --frames-dir --latent-out --lora FILE[:STRENGTH] --preset --sampler --shift V,A]
     h3cy generate --dit F --text-encoder F --video-vae D --audio-vae D -p PROMPT -o out.mp4
                                                  single files (ComfyUI's) per component
     h3cy info MODEL                              layout, components, memory per weights mode
@@ -129,6 +129,67 @@ def _streaming(text):
     raise argparse.ArgumentTypeError("streaming must be auto, on or off")
 
 
+def _lora_arg(text):
+    """``FILE[:STRENGTH]`` -> (path, strength).  The strength is the part after the last
+    colon when that part is a number; a path that itself holds a colon is taken whole when
+    it exists."""
+    from .errors import H3ValueError
+    path, sep, tail = text.rpartition(":")
+    if not sep or (os.path.exists(text) and not _is_number(tail)):
+        path, strength = text, 1.0
+    else:
+        try:
+            strength = float(tail)
+        except ValueError:
+            raise H3ValueError(f"--lora {text!r}: the strength after ':' must be a number, got {tail!r} "
+                               "(FILE[:STRENGTH])") from None
+        if not np.isfinite(strength):
+            raise H3ValueError(f"--lora {text!r}: the strength must be finite, got {tail!r}")
+    if not path:
+        raise H3ValueError(f"--lora {text!r}: no file before ':' (FILE[:STRENGTH])")
+    if not os.path.exists(path):
+        raise H3ValueError(f"--lora: no such file: {path}")
+    return path, strength
+
+
+def _is_number(text):
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _shift_arg(text):
+    """``V,A`` -> (shift_video, shift_audio), both positive and finite."""
+    from .errors import H3ValueError
+    try:
+        v, a = (float(x) for x in text.split(","))
+    except ValueError:
+        raise H3ValueError(f"--shift must be V,A (two numbers: the video and audio shifts, e.g. 6,3), "
+                           f"got {text!r}") from None
+    if not (np.isfinite(v) and np.isfinite(a) and v > 0 and a > 0):
+        raise H3ValueError(f"--shift values must be positive, got {text!r}")
+    return v, a
+
+
+def _sampling_args(args):
+    """The few-step options, checked before any model is opened: (loras, keywords for
+    Pipeline.generate).  Explicit --steps/--sampler/--shift win over --preset."""
+    from . import presets
+    from .errors import H3ValueError
+    from .sampling.res_multistep import SAMPLERS
+    loras = [_lora_arg(t) for t in (args.lora or [])]
+    if args.preset is not None:
+        presets.get(args.preset)          # H3ValueError listing the presets
+    if args.sampler is not None and args.sampler not in SAMPLERS:
+        raise H3ValueError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {args.sampler!r}")
+    kw = dict(preset=args.preset, sampler=args.sampler, steps=args.steps)
+    if args.shift is not None:
+        kw["shift_video"], kw["shift_audio"] = _shift_arg(args.shift)
+    return loras, kw
+
+
 def generate(args):
     """Generate, streaming the decoded clips straight into the MP4 (and the PNG folder), so
     a long video never sits in memory; files appear under their names only when complete."""
@@ -136,11 +197,13 @@ def generate(args):
 
     import h3cy
     from . import media
+    loras, sampling = _sampling_args(args)           # bad values fail before any model is built
     args.model = _model_arg(args.model, args.cache_dir)
     pipe = h3cy.load(args.model, weights=args.weights, streaming=args.streaming, threads=args.threads,
                      cache_dir=args.cache_dir, vae_weights=args.vae_weights, isa=args.isa,
                      attention=args.attention, dit=args.dit, text_encoder=args.text_encoder,
-                     video_vae=args.video_vae, audio_vae=args.audio_vae, tokenizer=args.tokenizer)
+                     video_vae=args.video_vae, audio_vae=args.audio_vae, tokenizer=args.tokenizer,
+                     loras=loras)
     g = (h3cy.Geometry.from_seconds(args.seconds, args.width, args.height) if args.seconds is not None
          else h3cy.Geometry(args.width, args.height, 22 if args.frames is None else args.frames))
     decode = args.output is not None or args.frames_dir is not None
@@ -162,9 +225,9 @@ def generate(args):
     bars = _PhaseBars(not args.quiet)
     t0 = time.perf_counter()
     try:
-        res = pipe.generate(args.prompt, width=g.width, height=g.height, frames=g.frames, steps=args.steps,
-                            seed=args.seed, reuse=args.reuse, layers=args.layers, on_progress=bars,
-                            output="video" if decode else "latent", on_frames=on_frames, on_audio=on_audio)
+        res = pipe.generate(args.prompt, width=g.width, height=g.height, frames=g.frames, seed=args.seed, reuse=args.reuse, layers=args.layers, on_progress=bars,
+                            output="video" if decode else "latent", on_frames=on_frames, on_audio=on_audio,
+                            **sampling)
         bars.close()
         if "mp4" in sinks:
             sinks.pop("mp4").close()
@@ -305,6 +368,7 @@ def demo(args):
     args.frames, args.seconds, args.steps, args.seed = 39, None, 10, 42
     args.reuse, args.layers, args.frames_dir, args.latent_out = 1, None, None, None
     args.attention = None
+    args.lora, args.preset, args.sampler, args.shift = None, None, None, None
     args.dit = args.text_encoder = args.video_vae = args.audio_vae = args.tokenizer = None
     print(f"prompt: {args.prompt!r}")
     return generate(args)
@@ -461,7 +525,8 @@ def main(argv=None):
     length = g.add_mutually_exclusive_group()
     length.add_argument("--frames", type=int, default=None, help="frames (rounded up to 17n+5; default 22)")
     length.add_argument("--seconds", type=float, default=None)
-    g.add_argument("--steps", type=int, default=20)
+    g.add_argument("--steps", type=int, default=None,
+                   help="denoiser evaluations (default 20, or the preset's)")
     g.add_argument("--seed", type=int, default=42)
     g.add_argument("--weights", default="auto", choices=("auto", "fp32", "bf16", "fp16", "int8", "int4"),
                    help="auto (default): int8 for float files")
@@ -477,6 +542,16 @@ def main(argv=None):
     g.add_argument("--isa", default=None)
     g.add_argument("--attention", default=None, choices=("auto", "fp32", "bf16"),
                    help="attention products (default auto: bf16 for bf16/int8/int4 weights where the CPU has them)")
+    g.add_argument("--lora", action="append", default=None, metavar="FILE[:STRENGTH]",
+                   help="a LoRA for the transformer (.safetensors, PEFT or kohya/ComfyUI keys), strength "
+                   "1 unless given; repeat for several")
+    g.add_argument("--preset", default=None, metavar="NAME",
+                   help="quality, turbo8 or turbo4 (h3cy.presets): steps, sampler and shifts the "
+                   "command line does not give")
+    g.add_argument("--sampler", default=None, metavar="NAME",
+                   help="euler (default; diffusers' bits) or res_multistep (ComfyUI's)")
+    g.add_argument("--shift", default=None, metavar="V,A",
+                   help="the schedule's video and audio shifts (default 12,3)")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
     i = sub.add_parser("info", help="layout, components and memory needs of a model folder, or what a single file holds")

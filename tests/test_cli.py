@@ -105,3 +105,74 @@ def test_illegal_size_is_a_clear_error(tiny_pipeline, tmp_path):
     r = _run("generate", "-m", tiny_pipeline.diffusers, "-p", "x", "-o", str(tmp_path / "o.mp4"),
              "--width", "100", "--weights", "fp32")
     assert r.returncode == 2 and "nearest legal" in r.stderr
+
+
+# -- few-step options: --lora, --preset, --sampler, --shift ------------------------------------
+@pytest.fixture(scope="module")
+def cli_lora(tiny_pipeline, tmp_path_factory):
+    from test_dit_lora import BLOCK_MODULES, make_peft_lora
+    return make_peft_lora(tiny_pipeline.dit.diffusers_fp32, str(tmp_path_factory.mktemp("cli_lora")),
+                          BLOCK_MODULES, seed=5)
+
+
+def test_lora_preset_sampler_shift_equal_the_library(tiny_pipeline, cli_lora, tmp_path):
+    import numpy as np
+
+    import h3cy
+    lat = tmp_path / "lat.npz"
+    r = _run("generate", "-m", tiny_pipeline.diffusers, "-p", "A red fox", "--width", "64", "--height", "64",
+             "--weights", "fp32", "--attention", "fp32", "--cache-dir", str(tmp_path / "c"), "-q",
+             "--lora", f"{cli_lora}:0.6", "--preset", "turbo4", "--sampler", "res_multistep",
+             "--shift", "5,2.5", "--latent-out", str(lat))
+    assert r.returncode == 0, r.stderr
+    got = np.load(lat)
+    pipe = h3cy.load(tiny_pipeline.diffusers, weights="fp32", attention="fp32", cache_dir=str(tmp_path / "c"),
+                     loras=[(cli_lora, 0.6)])
+    kw = dict(width=64, height=64, seed=42, output="latent")
+    want = pipe.generate("A red fox", preset="turbo4", sampler="res_multistep", shift_video=5.0,
+                         shift_audio=2.5, **kw)
+    assert np.array_equal(got["video_latent"], want.video_latent)
+    assert np.array_equal(got["audio_latent"], want.audio_latent)
+    # and every option counts: without the LoRA, or with Euler, or the preset's shifts, it differs
+    pipe.unload_lora("pytorch_lora_weights")
+    with pytest.warns(RuntimeWarning, match="no LoRA"):
+        base = pipe.generate("A red fox", preset="turbo4", sampler="res_multistep", shift_video=5.0,
+                             shift_audio=2.5, **kw)
+    assert not np.array_equal(base.video_latent, want.video_latent)
+
+
+def test_two_loras_stack_on_the_command_line(tiny_pipeline, cli_lora, tmp_path):
+    import shutil
+
+    import numpy as np
+    other = tmp_path / "other.safetensors"
+    shutil.copy(cli_lora, other)
+    common = ["generate", "-m", tiny_pipeline.diffusers, "-p", "x", "--width", "64", "--height", "64",
+              "--weights", "fp32", "--attention", "fp32", "--cache-dir", str(tmp_path / "c"), "-q",
+              "--steps", "1"]
+    # the same LoRA twice at 0.3 each is the LoRA once at 0.6 (up to rounding); default strength 1
+    r1 = _run(*common, "--lora", f"{cli_lora}:0.3", "--lora", f"{other}:0.3", "--latent-out",
+              str(tmp_path / "a.npz"))
+    r2 = _run(*common, "--lora", f"{cli_lora}:0.6", "--latent-out", str(tmp_path / "b.npz"))
+    r3 = _run(*common, "--latent-out", str(tmp_path / "c.npz"))
+    assert r1.returncode == 0 and r2.returncode == 0 and r3.returncode == 0, r1.stderr + r2.stderr
+    a, b, c = (np.load(tmp_path / f"{n}.npz")["video_latent"] for n in "abc")
+    assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max()
+    assert np.abs(b - c).max() > 1e-3 * np.abs(c).max()
+
+
+@pytest.mark.parametrize("flag,value,says", [
+    ("--lora", "/nonexistent/x.safetensors", "no such file: /nonexistent/x.safetensors"),
+    ("--lora", "LORA:strong", "strength after ':' must be a number"),
+    ("--lora", "LORA:nan", "must be finite"),
+    ("--preset", "turbo3", "preset must be one of"),
+    ("--sampler", "dpmpp", "--sampler must be one of euler, res_multistep"),
+    ("--shift", "6", "--shift must be V,A"),
+    ("--shift", "6,-3", "--shift values must be positive"),
+])
+def test_bad_few_step_options_are_one_line_exit_2(cli_lora, flag, value, says):
+    # checked before the model is opened: the model path does not even exist
+    r = _run("generate", "-m", "/nonexistent/model", "-p", "x", flag, value.replace("LORA", cli_lora))
+    assert r.returncode == 2
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("h3cy: error:") and says in lines[0], r.stderr

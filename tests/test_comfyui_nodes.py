@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 STUBS = os.path.join(HERE, "comfy_stubs")
 PACK = os.path.join(os.path.dirname(HERE), "comfyui_h3", "__init__.py")
 STUB_MODULES = ("comfy", "folder_paths", "comfy_api")
-NODE_IDS = ["H3cyModelLoader", "H3cyFilesLoader", "H3cyTextEncode", "H3cySampler", "H3cyDecode",
+NODE_IDS = ["H3cyModelLoader", "H3cyFilesLoader", "H3cyLoRA", "H3cyTextEncode", "H3cySampler", "H3cyDecode",
             "H3cyGenerate"]
 SMALL = dict(width=64, height=64, frames=22, seconds=0.0, steps=2, seed=7, reuse=1, layers=0)
 
@@ -114,7 +114,7 @@ def load(nodes, weights="fp32", model="demo"):
 # ---------------------------------------------------------------------------------------------
 # registration and schemas
 # ---------------------------------------------------------------------------------------------
-def test_v3_entrypoint_registers_six_prefixed_nodes(pack):
+def test_v3_entrypoint_registers_seven_prefixed_nodes(pack):
     import asyncio
     assert not hasattr(pack, "NODE_CLASS_MAPPINGS")     # else ComfyUI ignores comfy_entrypoint
     ext = asyncio.run(pack.comfy_entrypoint())
@@ -133,16 +133,19 @@ EXPECTED_INPUTS = {
     "H3cyFilesLoader": [("dit", "COMBO", None), ("text_encoder", "COMBO", None), ("video_vae", "COMBO", None),
                         ("audio_vae", "COMBO", None), ("weights", "COMBO", "auto"), ("threads", "INT", 0),
                         ("streaming", "COMBO", "auto")],
+    "H3cyLoRA": [("model", "H3_MODEL", None), ("lora", "COMBO", None), ("strength", "FLOAT", 1.0)],
     "H3cyTextEncode": [("model", "H3_MODEL", None), ("prompt", "STRING", "")],
     "H3cySampler": [("model", "H3_MODEL", None), ("conditioning", "H3_CONDITIONING", None),
                     ("width", "INT", 512), ("height", "INT", 512), ("frames", "INT", 22), ("seconds", "FLOAT", 0.0),
-                    ("steps", "INT", 20), ("seed", "INT", 42), ("reuse", "INT", 1), ("layers", "INT", 0)],
+                    ("steps", "INT", 20), ("seed", "INT", 42), ("reuse", "INT", 1), ("layers", "INT", 0),
+                    ("sampler", "COMBO", "euler"), ("preset", "COMBO", "none")],
     "H3cyDecode": [("model", "H3_MODEL", None), ("latent", "LATENT", None)],
     "H3cyGenerate": [("model", "H3_MODEL", None), ("prompt", "STRING", ""), ("width", "INT", 512),
                      ("height", "INT", 512), ("frames", "INT", 22), ("seconds", "FLOAT", 0.0), ("steps", "INT", 20),
-                     ("seed", "INT", 42), ("reuse", "INT", 1), ("layers", "INT", 0)],
+                     ("seed", "INT", 42), ("reuse", "INT", 1), ("layers", "INT", 0),
+                     ("sampler", "COMBO", "euler"), ("preset", "COMBO", "none")],
 }
-EXPECTED_OUTPUTS = {"H3cyModelLoader": ["H3_MODEL"], "H3cyFilesLoader": ["H3_MODEL"],
+EXPECTED_OUTPUTS = {"H3cyModelLoader": ["H3_MODEL"], "H3cyFilesLoader": ["H3_MODEL"], "H3cyLoRA": ["H3_MODEL"],
                     "H3cyTextEncode": ["H3_CONDITIONING"],
                     "H3cySampler": ["LATENT"], "H3cyDecode": ["IMAGE", "AUDIO"], "H3cyGenerate": ["IMAGE", "AUDIO"]}
 
@@ -439,6 +442,8 @@ def test_example_workflows_ship_in_api_format_too(pack):
         with open(path[:-len(".json")] + "_api.json") as f:
             assert json.load(f) == want, path
         for node in want.values():                  # links point at existing nodes
+            if node["class_type"].startswith("H3cy"):     # every input of a pack node has a value
+                assert set(node["inputs"]) == set(info[node["class_type"]]["input"]["required"]), path
             for v in node["inputs"].values():
                 if isinstance(v, list):
                     assert v[0] in want
@@ -481,3 +486,119 @@ def test_weight_caches_stay_out_of_comfyui_folders(nodes, comfy_env, demo_root):
     written = [os.path.join(r, n) for r, _, ns in os.walk(mine) for n in ns if ".h3w" in n]
     assert written == []
     assert any(n.startswith("h3cy-int8-") for n in set(os.listdir(h3cy.cache_dir())) - before)
+
+
+# ---------------------------------------------------------------------------------------------
+# H3 LoRA and the sampler choice
+# ---------------------------------------------------------------------------------------------
+def _kohya_lora(root, out, seed, r=2):
+    """A random kohya-layout LoRA (``<module>.lora_down/up.weight`` + ``alpha``) on every
+    block's attention output and FFN down projection of the model at ``root``."""
+    import json
+
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+    t = os.path.join(root, "FL2VA", "transformer")
+    with open(os.path.join(t, "model.safetensors.index.json")) as f:
+        where = json.load(f)["weight_map"]
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for name, shard in sorted(where.items()):
+        if name.startswith("blocks.") and name.endswith(("attn.out_proj.weight", "mlp.fc2.weight")):
+            with safe_open(os.path.join(t, shard), "np") as f:
+                n, k = f.get_slice(name).get_shape()
+            m = name[:-len(".weight")]
+            tensors[m + ".lora_down.weight"] = rng.standard_normal((r, k)).astype(np.float32) * 0.3
+            tensors[m + ".lora_up.weight"] = rng.standard_normal((n, r)).astype(np.float32) * 0.3
+            tensors[m + ".alpha"] = np.array(float(r), np.float32)
+    assert tensors
+    save_file(tensors, str(out))
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def loras(comfy_env, demo_root):
+    d = os.path.join(comfy_env["folder_paths"].models_dir, "loras", "turbo")
+    os.makedirs(d, exist_ok=True)
+    return {"a": _kohya_lora(demo_root, os.path.join(d, "a.safetensors"), seed=1),
+            "b": _kohya_lora(demo_root, os.path.join(d, "b.safetensors"), seed=2)}
+
+
+@pytest.fixture(scope="module")
+def lora_reference(demo_root, loras):
+    """h3cy's own results for the LoRA sets the node tests build (latents, 2 steps)."""
+    kw = dict(width=64, height=64, frames=22, steps=2, seed=7, output="latent")
+
+    def ref(pairs):
+        pipe = h3cy.load(demo_root, weights="fp32", streaming=False, loras=pairs)
+        return pipe.generate("a fox in snow", **kw).video_latent
+    return {"base": ref([]), "a": ref([(loras["a"], 0.8)]),
+            "ab": ref([(loras["a"], 0.8), (loras["b"], -0.5)])}
+
+
+def _latent(nodes, model, **kw):
+    (cond,) = run(nodes["H3cyTextEncode"], model=model, prompt="a fox in snow")
+    (lat,) = run(nodes["H3cySampler"], model=model, conditioning=cond, **dict(SMALL, **kw))
+    return lat["samples"][0].numpy()
+
+
+def test_lora_node_lists_loras_and_patches_the_shared_pipeline(nodes, pack, loras, lora_reference):
+    cache = sys.modules[pack.__name__ + ".nodes_load"]._CACHE
+    info = nodes["H3cyLoRA"].INPUT_TYPES()["required"]
+    assert {"turbo/a.safetensors", "turbo/b.safetensors"} <= set(info["lora"][1]["options"])
+    base = load(nodes)
+    pipe, n = base.pipeline(), cache.loads
+    (with_a,) = run(nodes["H3cyLoRA"], model=base, lora="turbo/a.safetensors", strength=0.8)
+    (with_ab,) = run(nodes["H3cyLoRA"], model=with_a, lora="turbo/b.safetensors", strength=-0.5)
+    assert base.loras == () and len(with_a.loras) == 1 and len(with_ab.loras) == 2   # inputs unchanged
+    assert len({base.key, with_a.key, with_ab.key}) == 3 and base.lock is with_ab.lock
+    # each handle gets its own LoRA set on the one pipeline: the base is never copied or reloaded
+    for handle, want in ((with_ab, "ab"), (base, "base"), (with_a, "a"), (with_ab, "ab"), (base, "base")):
+        assert np.array_equal(_latent(nodes, handle), lora_reference[want]), want
+        assert handle.pipeline() is pipe
+    assert cache.loads == n
+    assert pipe.loras == {}                          # the base handle left no LoRA behind
+    # a strength change alone re-weights without re-reading the files
+    patches = cache.patches
+    (weak,) = run(nodes["H3cyLoRA"], model=base, lora="turbo/a.safetensors", strength=0.0)    # loads a
+    run(nodes["H3cyLoRA"], model=base, lora="turbo/a.safetensors", strength=0.8)[0].pipeline()
+    weak.pipeline()
+    assert cache.patches == patches + 1 and pipe.loras == {"0:a.safetensors": 0.0}
+    assert np.array_equal(_latent(nodes, weak), lora_reference["base"])     # strength 0 = the base
+
+
+def test_lora_node_errors(nodes, comfy_env, demo_root, tmp_path):
+    from safetensors.numpy import save_file
+    base = load(nodes)
+    with pytest.raises(FileNotFoundError, match="not in ComfyUI's loras folders"):
+        run(nodes["H3cyLoRA"], model=base, lora="gone.safetensors", strength=1.0)
+    with pytest.raises(FileNotFoundError, match="models/loras"):
+        run(nodes["H3cyLoRA"], model=base, lora="(no .safetensors in models/loras/)", strength=1.0)
+    bad = os.path.join(comfy_env["folder_paths"].models_dir, "loras", "bad.safetensors")
+    save_file({"blocks.77.mlp.fc2.lora_down.weight": np.zeros((2, 128), np.float32),
+               "blocks.77.mlp.fc2.lora_up.weight": np.zeros((64, 2), np.float32)}, bad)
+    with pytest.raises(h3cy.CheckpointError, match="blocks.77.mlp.fc2"):       # in the LoRA node
+        run(nodes["H3cyLoRA"], model=base, lora="bad.safetensors", strength=1.0)
+    assert base.pipeline().loras == {}               # nothing half-applied
+    with pytest.raises(TypeError, match="H3_MODEL"):
+        run(nodes["H3cyLoRA"], model="x", lora="bad.safetensors", strength=1.0)
+
+
+def test_sampler_choice_and_preset(nodes, demo_root):
+    model = load(nodes)
+    pipe = h3cy.load(demo_root, weights="fp32", streaming=False)
+    kw = dict(width=64, height=64, frames=22, seed=7, output="latent")
+    res = pipe.generate("a fox in snow", steps=2, sampler="res_multistep", **kw).video_latent
+    assert np.array_equal(_latent(nodes, model, sampler="res_multistep"), res)
+    assert not np.array_equal(res, pipe.generate("a fox in snow", steps=2, **kw).video_latent)
+    # a preset replaces the steps and sampler widgets
+    with pytest.warns(RuntimeWarning, match="no LoRA"):
+        want = pipe.generate("a fox in snow", preset="turbo4", **kw).video_latent
+    with pytest.warns(RuntimeWarning, match="no LoRA"):
+        got = _latent(nodes, model, steps=13, sampler="res_multistep", preset="turbo4")
+    assert np.array_equal(got, want)
+    images, _ = run(nodes["H3cyGenerate"], model=model, prompt="a fox in snow",
+                    **dict(SMALL, sampler="res_multistep", preset="none"))
+    assert tuple(images.shape) == (22, 64, 64, 3)
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        _latent(nodes, model, sampler="dpmpp_2m")

@@ -59,10 +59,14 @@ class StepState:
 
     __slots__ = ("step", "steps", "sigma_video", "sigma_audio", "video_latent", "audio_latent",
                  "video_velocity", "audio_velocity", "video_x0", "audio_x0", "weights",
-                 "_next_weights")
+                 "video_denoised_prev", "audio_denoised_prev", "_next_weights")
 
     def __init__(self, **kw):
         self._next_weights = None
+        # sampler="res_multistep": the denoised pair the next step takes as its previous one
+        # (ComfyUI's old_denoised; the audio's as ComfyUI carries it, audio_scale * x0).
+        # The sampler's own arrays: in-place edits change the next step.  None under Euler.
+        self.video_denoised_prev = self.audio_denoised_prev = None
         for k, v in kw.items():
             setattr(self, k, v)
 
@@ -319,9 +323,10 @@ def _res_hook(res, user_hook):
     the user's hook (which sees the res_multistep latents)."""
     def hook(state):
         res.update(state.step, state.video_latent, state.audio_latent, state.video_x0, state.audio_x0)
-        if user_hook is not None:
-            return user_hook(state)
-        return None
+        state.video_denoised_prev, state.audio_denoised_prev = res.old_d_v, res.old_d_a
+        out = user_hook(state) if user_hook is not None else None
+        res.keep(state.video_latent, state.audio_latent)     # after the hook: its edits count
+        return out
     return hook
 
 

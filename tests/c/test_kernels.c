@@ -10,6 +10,7 @@
  *   - number conversions bit-exact (exhaustive over 16-bit codes, ties, subnormals);
  *   - thread pool with 1 and 2 threads (results must not depend on the thread count);
  *   - element-wise, RoPE, norm and attention kernels when their files are built in;
+ *   - the LoRA tile add of every path bit-exact against ref (test_kernels_lora.inc);
  *   - error paths: the documented h3_status, a non-empty message, outputs untouched.
  * Output buffers carry guard elements that must come back unchanged.
  *
@@ -806,6 +807,8 @@ static void test_gemm_tables(void) {
                   h3_isa_name(simd[i]));
         CHECK(kt->ukr_i8 != gemm_ukr_i8_ref && kt->ukr_f32 != gemm_ukr_f32_ref,
               "%s: a scalar reference micro-kernel", h3_isa_name(simd[i]));
+        CHECK(kt->lora_add != gemm_lora_add_ref, "%s: the LoRA tile add is the scalar reference",
+              h3_isa_name(simd[i]));
     }
 }
 
@@ -953,6 +956,7 @@ static void test_cpu(void) {
 #include "test_kernels_qwen.inc"
 #include "test_kernels_vit.inc"
 #include "test_kernels_loop.inc"
+#include "test_kernels_lora.inc"
 
 /* ------------------------------------------------------------------ main */
 
@@ -991,7 +995,7 @@ int main(int argc, char **argv) {
         {"cpu", test_cpu}, {"alloc", test_alloc}, {"pool", test_pool}, {"convert", test_convert},
         {"gemm errors", test_gemm_errors}, {"gemm tables", test_gemm_tables}, {"int kernels", test_int_kernels}, {"bf16 unpack", test_bf16_unpack}, {"gemm", test_gemm}, {"gemm parts", test_gemm_parts}, {"ops", test_ops},
         {"audio", test_audio}, {"dit", test_dit},
-        {"qwen", test_qwen}, {"vit", test_vit}, {"loop", test_loop},
+        {"qwen", test_qwen}, {"vit", test_vit}, {"loop", test_loop}, {"lora", test_lora},
     };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         if (only && strcmp(only, parts[i].name)) continue;

@@ -1,0 +1,189 @@
+"""Overhead of a LoRA on one full-size MiniMax-H3 block (hidden 5376, 56 heads x 128, FFN
+14336, random weights; bench/synthetic.py), as the ratio of the block's time with the LoRA
+to its time without, and the memory the LoRA adds.
+
+The LoRA is a random PEFT file (diffusers names, ``lora_A``/``lora_B``, alpha = rank) on
+the block's attention (to_q, to_k, to_v, to_out.0) and FFN (ff.net.0.proj, ff.net.2),
+the linears the published turbo LoRAs adapt.  One DiT holds the base; the LoRA is loaded
+and unloaded on it (unload gives the base bits back, checked), so both sides run the same
+base weights on the same inputs.  Runs alternate base, rank 64, rank 128, base, ... so a
+change of machine load hits every column.
+
+Memory: "C pairs" is what the C addends hold (A [R, K] and B^T [R, N] in float32 per h3cy
+linear; a to_q/to_k/to_v LoRA is one fused-QKV addend with 3R ranks whose B^T is dense over
+all 3 x inner columns), "numpy" the float32 copies DiT keeps of the file's pairs (each
+to_q/k/v B zero-padded to the fused rows; kept to rebuild the addends when a strength or
+another LoRA changes), "u" the per-call workspace [S, 3R] of the largest addend.
+
+    python bench/lora_overhead.py                       # S=1872 int8, ranks 64 and 128, all cores
+    python bench/lora_overhead.py --S 256 --threads 2 --repeat 3 --out bench/results/x.txt
+
+The pytest-benchmark twin is bench/test_bench_lora.py.
+"""
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from synthetic import FULL_CONFIG, SyntheticSource  # noqa: E402
+
+TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2"]
+
+
+def lora_shapes(config=FULL_CONFIG):
+    """{module: (N, K)} of the adapted linears of block 0 (diffusers names)."""
+    H, inner, F = config["hidden_size"], config["num_attention_heads"] * config["attention_head_dim"], config["ffn_dim"]
+    nk = {"attn.to_q": (inner, H), "attn.to_k": (inner, H), "attn.to_v": (inner, H),
+          "attn.to_out.0": (H, inner), "ff.net.0.proj": (2 * F, H), "ff.net.2": (H, F)}
+    return {f"transformer_blocks.0.{t}": nk[t] for t in TARGETS}
+
+
+def write_lora(path, rank, seed=0, config=FULL_CONFIG):
+    """A random PEFT LoRA of ``rank`` on block 0's attention and FFN linears."""
+    from h3cy.weights.st_write import save_file
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for m, (n, k) in lora_shapes(config).items():
+        arrays[f"{m}.lora_A.weight"] = (rng.standard_normal((rank, k), dtype=np.float32) * 0.01).astype(np.float32)
+        arrays[f"{m}.lora_B.weight"] = (rng.standard_normal((n, rank), dtype=np.float32) * 0.01).astype(np.float32)
+    save_file(path, arrays)
+    return path
+
+
+def pairs_bytes(rank, config=FULL_CONFIG):
+    """Bytes the C addends hold: A and B^T in float32 per h3cy linear (to_q/k/v fused: 3R
+    ranks over the 3*inner rows)."""
+    shapes = lora_shapes(config)
+    H = config["hidden_size"]
+    qkv_rows = sum(shapes[f"transformer_blocks.0.attn.to_{x}"][0] for x in "qkv")
+    held = (3 * rank) * H * 4 + (3 * rank) * qkv_rows * 4
+    for t in ("attn.to_out.0", "ff.net.0.proj", "ff.net.2"):
+        n, k = shapes[f"transformer_blocks.0.{t}"]
+        held += rank * (n + k) * 4
+    return held
+
+
+def block_inputs(S, seed=0):
+    """As bench/test_bench_block.py: hidden states, rows, AdaLN tables, RoPE angles."""
+    rng = np.random.default_rng(seed)
+    H = FULL_CONFIG["hidden_size"]
+    h = (rng.standard_normal((S, H), dtype=np.float32) * 0.5).astype(np.float32)
+    tags = np.zeros(S, np.int32)
+    tags[:6], tags[6:6 + 40] = 1, 2
+    tables = [(rng.standard_normal((3, H), dtype=np.float32) * 0.1).astype(np.float32) for _ in range(6)]
+    tables[1] += 1.0
+    tables[4] += 1.0
+    pos = rng.integers(0, 40, (S, 3)).astype(np.float32)
+    return h, tags, tuple(tables), pos
+
+
+class Block:
+    """One full-size block (``weights`` mode), its inputs at ``S``, and run() -> output."""
+
+    def __init__(self, S, weights="int8", threads=None):
+        from h3cy.models.dit import DiT
+        self.dit = DiT(SyntheticSource(num_layers=1, num_refiner_layers=0), weights=weights, threads=threads)
+        self.h0, self.rows, self.tables, pos = block_inputs(S)
+        ang = (pos[:, :, None] * self.dit.inv_freq[None, None, :]).reshape(S, -1).astype(np.float32)
+        self.cos, self.sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+    def run(self):
+        h = self.h0.copy()
+        self.dit._run_core(self.dit.blocks[0], h, self.rows, self.tables, self.cos, self.sin)
+        return h
+
+
+def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, workdir=None):
+    """(isa, [(label, median seconds, ratio to base, C pairs bytes, numpy bytes, u bytes)]),
+    base first, after checking that each LoRA changes the output and unloading restores it."""
+    blk = Block(S, weights, threads)
+    workdir = workdir or tempfile.mkdtemp(prefix="h3cy-lora-bench-")
+    files = {r: write_lora(os.path.join(workdir, f"r{r}.safetensors"), r, seed=r) for r in ranks}
+    base_out = blk.run()
+    numpy_bytes = {}
+    for r in ranks:                      # load, first forward (workspace), check, unload
+        blk.dit.load_lora(files[r], name=f"r{r}")
+        out = blk.run()
+        numpy_bytes[r] = sum(m.a.nbytes + m.b.nbytes for m in blk.dit._loras[f"r{r}"]["modules"])
+        assert np.all(np.isfinite(out)) and not np.array_equal(out, base_out), "the LoRA changed nothing"
+        blk.dit.unload_lora(f"r{r}")
+    assert np.array_equal(blk.run(), base_out), "unload did not give the base bits back"
+    times = {None: [], **{r: [] for r in ranks}}
+    for _ in range(repeat):              # alternate: base, r64, r128, base, ...
+        for r in [None, *ranks]:
+            if r is not None:
+                blk.dit.load_lora(files[r], name=f"r{r}")
+            t0 = time.perf_counter()
+            blk.run()
+            times[r].append(time.perf_counter() - t0)
+            if r is not None:
+                blk.dit.unload_lora(f"r{r}")
+    base = float(np.median(times[None]))
+    rows = [("base", base, 1.0, 0, 0, 0)]
+    for r in ranks:
+        t = float(np.median(times[r]))
+        rows.append((f"rank {r}", t, t / base, pairs_bytes(r), numpy_bytes[r], S * 3 * r * 4))
+    return blk.dit.isa, rows
+
+
+def cpu_name():
+    """The model name and the SIMD features h3cy sees (the name alone can be vague: a
+    virtual machine may report just "AMD EPYC")."""
+    from h3cy import ops
+    name, fam = platform.processor() or platform.machine(), {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "cpu family", "model") and key not in fam:
+                    fam[key] = val.strip()
+                if len(fam) == 3:
+                    break
+    except OSError:
+        pass
+    name = fam.get("model name", name)
+    if "cpu family" in fam:
+        name += f", family {fam['cpu family']} model {fam.get('model', '?')}"
+    return f"{name} ({' '.join(ops.cpu_features())})"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--S", type=int, default=1872, help="tokens (default 1872: 512x512, 22 frames)")
+    p.add_argument("--weights", default="int8")
+    p.add_argument("--ranks", default="64,128")
+    p.add_argument("--threads", type=int, default=None, help="default: h3cy's (physical cores)")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs per column (median)")
+    p.add_argument("--out", default=None, help="also write the table here")
+    p.add_argument("--note", default=None, help="a line for the table's header (the machine, its load)")
+    a = p.parse_args(argv)
+    import h3cy
+    threads = a.threads or h3cy.get_num_threads()
+    isa, rows = measure(a.S, a.weights, tuple(int(r) for r in a.ranks.split(",")), threads, a.repeat)
+    lines = [f"LoRA overhead on one full-size block: S={a.S}, weights {a.weights}, {threads} threads, "
+             f"ISA {isa}, CPU {cpu_name()}, median of {a.repeat} alternated runs",
+             "LoRA: PEFT, random, on to_q/to_k/to_v/to_out.0/ff.net.0.proj/ff.net.2 (alpha = rank)",
+             *([f"note: {a.note}"] if a.note else []),
+             f"{'':10s} {'s/block':>9s} {'vs base':>8s} {'overhead':>9s} {'C pairs MB':>11s} "
+             f"{'numpy MB':>9s} {'u MB':>6s}"]
+    for label, t, ratio, held, npy, ub in rows:
+        lines.append(f"{label:10s} {t:9.3f} {ratio:8.3f} {100 * (ratio - 1):8.1f}% {held / 2**20:11.1f} "
+                     f"{npy / 2**20:9.1f} {ub / 2**20:6.1f}")
+    text = "\n".join(lines)
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
