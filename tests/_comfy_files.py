@@ -76,3 +76,48 @@ def audio_vae_file(folder, path):
     out["latents_mean"] = torch.tensor(cfg["latents_mean"], dtype=torch.float32)
     out["latents_std"] = torch.tensor(cfg["latents_std"], dtype=torch.float32)
     return save(out, path)
+
+
+# ---- int8 "convrot" (comfy-kitchen's recipe, written here with torch) ------------------------
+def regular_hadamard(group):
+    """comfy-kitchen's ``_build_hadamard``: Kronecker powers of H4 (not Sylvester's),
+    normalised by sqrt(group); float64."""
+    h4 = torch.tensor([[1, 1, 1, -1], [1, 1, -1, 1], [1, -1, 1, 1], [-1, 1, 1, 1]], dtype=torch.float64)
+    h = h4
+    while h.shape[0] < group:
+        h = torch.kron(h, h4)
+    assert h.shape[0] == group, group
+    return h / group ** 0.5
+
+
+def quantise_int8(w, group=None):
+    """(q int8 [N, K], scale float32 [N, 1]) as comfy-kitchen's quantize_int8_convrot_weight
+    (group given: W_rot = W H^T per group of input columns) or quantize_int8_rowwise
+    (group None): scale = amax / 127 per row, q = clamp(round(W / scale), -128, 127)."""
+    w = w.float()
+    if group:
+        h = regular_hadamard(group).float()
+        n, k = w.shape
+        w = (w.reshape(n, k // group, group) @ h.T).reshape(n, k)
+    scale = (w.abs().amax(dim=-1, keepdim=True) / 127.0).clamp(min=1e-30)
+    q = (w / scale).round().clamp(-128, 127).to(torch.int8)
+    return q, scale
+
+
+def quant_blob(obj):
+    """A ``comfy_quant`` tensor: the UTF-8 JSON bytes of obj (or obj itself if bytes)."""
+    raw = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+    return torch.tensor(list(raw), dtype=torch.uint8)
+
+
+def put_int8(sd, layer, group=None):
+    """Replace ``layer.weight`` of a Comfy state dict by Comfy's int8 (convrot when group)
+    tensors: ``.weight`` I8, ``.weight_scale`` F32 [N, 1], ``.comfy_quant``."""
+    q, scale = quantise_int8(sd[layer + ".weight"], group)
+    sd[layer + ".weight"] = q
+    sd[layer + ".weight_scale"] = scale
+    meta = {"format": "int8_tensorwise"}
+    if group:
+        meta.update(convrot=True, convrot_groupsize=group)
+    sd[layer + ".comfy_quant"] = quant_blob(meta)
+    return sd

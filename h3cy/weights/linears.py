@@ -12,12 +12,18 @@ or VDPBF16PS's bf16 x bf16 products) -- the fp32 weights the checkpoint stands f
 half their memory -- or float32 tensors as stored.  A weight may come as up to three
 tensors whose rows concatenate to it (``h3_linear_attach_parts``): the diffusers layout's
 ``to_q``/``to_k``/``to_v``, a SwiGLU ``[gate; value]`` pair from two tensors or halves.
+
+A weight stored quantised in the file (:class:`h3cy.weights.comfy_quant.Int8Weight`: Comfy's
+``int8_tensorwise``, rotated or not) runs as stored in ``int8`` mode -- its int8 values
+packed once, activations rotated when the file's are, quantised per row -- and is
+dequantised for the other modes, which then convert it as any float weight.
 """
 import numpy as np
 
 from .. import _kernels
 from .. import ops
 from ..ops.bf16 import bf16_bits_to_f32
+from .comfy_quant import Int8Weight
 
 
 def linear_in_place(w, mode, isa, pool, pair=False, bias=None):
@@ -81,6 +87,16 @@ def make_linear(w, compute, *, mode=None, name=None, cache=None, bias=None, pair
     ``attached`` is True when no weight was copied (mapped from the cache or the checkpoint).
     """
     mode, isa, pool = mode or compute.weights, compute.isa, compute.pool
+    if isinstance(w, (list, tuple)) and len(w) == 1 and isinstance(w[0], Int8Weight):
+        w = w[0]
+    if isinstance(w, Int8Weight):
+        if mode == "int8":
+            # as stored: the file's int8 values and scales, packed once (not cached: packing
+            # is a reshuffle).  Activation scales per whole row, as the format defines them.
+            return ops.Linear.from_int8(np.ascontiguousarray(w.q), w.scales, bias=bias,
+                                        rot_group=w.rot_group or None, pair=pair, isa=isa,
+                                        threads=pool), False
+        w = w.dequantized(isa, pool)
     reader, writer = cache if cache is not None else (None, None)
     if reader is not None and name is not None and name in reader:
         return ops.Linear.from_core(reader.attach(name, bias, isa, pool), mode, pool), True
