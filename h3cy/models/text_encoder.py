@@ -29,6 +29,7 @@ import numpy as np
 from .. import _kernels
 from ..weights import pages as _pages
 from .. import ops
+from ..weights.comfy_quant import read_int8
 from ..weights.files import TensorFiles, find_weights, load_json
 from ..weights.linears import make_linear
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
@@ -156,9 +157,16 @@ class TextEncoderSource:
                 self.shapes[f"{PREFIX}layers.{layer}.{t}.weight"] = per[t]
         if not self._single:
             self._files = TensorFiles(paths, index, lazy=index is not None)
+        # a single file's quantised linears (Comfy's int8 "convrot"): read as stored
+        self._quant = set()
         try:
             for name, shape in self.shapes.items():
-                self._files.get(self._stored(name), shape, _FLOAT_DTYPES)   # present, float, its shape
+                st = self._stored(name)
+                if self._single and st.endswith(".weight") and self._files.has(st[:-len("weight")] + "comfy_quant"):
+                    read_int8(self._files, st[:-len(".weight")], shape)      # checked now, read when built
+                    self._quant.add(st)
+                    continue
+                self._files.get(st, shape, _FLOAT_DTYPES)   # present, float, its shape
         except BaseException:
             self.close()
             raise
@@ -181,16 +189,20 @@ class TextEncoderSource:
         return extra + self.shards
 
     def get(self, name):
-        """The tensor as stored (BF16 as uint16 bits), a read-only view into the mapping."""
-        return self._files.get(self._stored(name), dtypes=None)
+        """The tensor as stored (BF16 as uint16 bits), a read-only view into the mapping; a
+        quantised linear as a :class:`h3cy.weights.comfy_quant.Int8Weight`."""
+        st = self._stored(name)
+        if st in self._quant:
+            return read_int8(self._files, st[:-len(".weight")])
+        return self._files.get(st, dtypes=None)
 
     def close(self):
         self._files.close()
 
 
 def _single_file_kind(path):
-    from ..weights.single_file import detect_component
-    kind = detect_component(path, "text_encoder")
+    from ..weights.single_file import RUNNABLE_QUANT, detect_component
+    kind = detect_component(path, "text_encoder", runs=RUNNABLE_QUANT)
     kind.assumed.append("configuration inferred from the tensor shapes; norm eps and RoPE from the "
                         "released configuration")
     return kind

@@ -87,8 +87,13 @@ def make_linear(w, compute, *, mode=None, name=None, cache=None, bias=None, pair
     ``attached`` is True when no weight was copied (mapped from the cache or the checkpoint).
     """
     mode, isa, pool = mode or compute.weights, compute.isa, compute.pool
-    if isinstance(w, (list, tuple)) and len(w) == 1 and isinstance(w[0], Int8Weight):
-        w = w[0]
+    if isinstance(w, (list, tuple)) and any(isinstance(p, Int8Weight) for p in w):
+        if len(w) == 1:
+            w = w[0]
+        elif all(isinstance(p, Int8Weight) for p in w) and len({p.rot_group for p in w}) == 1:
+            w = Int8Weight.concat(w)          # rows of one linear (a SwiGLU gate/up pair)
+        else:                                 # mixed storage: the float weight they stand for
+            w = [p.dequantized(isa, pool) if isinstance(p, Int8Weight) else p for p in w]
     if isinstance(w, Int8Weight):
         if mode == "int8":
             # as stored: the file's int8 values and scales, packed once (not cached: packing
