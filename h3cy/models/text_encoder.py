@@ -29,7 +29,7 @@ import numpy as np
 from .. import _kernels
 from ..weights import pages as _pages
 from .. import ops
-from ..weights.comfy_quant import read_int8
+from ..weights.comfy_quant import Int8Weight, read_quant
 from ..weights.files import TensorFiles, find_weights, load_json
 from ..weights.linears import make_linear
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
@@ -158,13 +158,15 @@ class TextEncoderSource:
         if not self._single:
             self._files = TensorFiles(paths, index, lazy=index is not None)
         # a single file's quantised linears (Comfy's int8 "convrot"): read as stored
-        self._quant = set()
+        self._quant = {}                      # stored name -> shape
+        self.formats = {}                     # quantised format -> layers
         try:
             for name, shape in self.shapes.items():
                 st = self._stored(name)
                 if self._single and st.endswith(".weight") and self._files.has(st[:-len("weight")] + "comfy_quant"):
-                    read_int8(self._files, st[:-len(".weight")], shape)      # checked now, read when built
-                    self._quant.add(st)
+                    q = read_quant(self._files, st[:-len(".weight")], shape)   # checked now, read when built
+                    self._quant[st] = shape
+                    self.formats[q.spec.label] = self.formats.get(q.spec.label, 0) + 1
                     continue
                 self._files.get(st, shape, _FLOAT_DTYPES)   # present, float, its shape
         except BaseException:
@@ -193,7 +195,7 @@ class TextEncoderSource:
         quantised linear as a :class:`h3cy.weights.comfy_quant.Int8Weight`."""
         st = self._stored(name)
         if st in self._quant:
-            return read_int8(self._files, st[:-len(".weight")])
+            return read_quant(self._files, st[:-len(".weight")], self._quant[st])
         return self._files.get(st, dtypes=None)
 
     def close(self):
@@ -202,7 +204,10 @@ class TextEncoderSource:
 
 def _single_file_kind(path):
     from ..weights.single_file import RUNNABLE_QUANT, detect_component
-    kind = detect_component(path, "text_encoder", runs=RUNNABLE_QUANT)
+    kind = detect_component(path, "text_encoder", runs=RUNNABLE_QUANT + ("nvfp4",))
+    if "nvfp4" in kind.quant:
+        kind.assumed.append("NVFP4 linears dequantised at load and converted to the weights mode "
+                            "(no NVFP4 GEMM yet)")
     kind.assumed.append("configuration inferred from the tensor shapes; norm eps and RoPE from the "
                         "released configuration")
     return kind
@@ -425,7 +430,8 @@ class TextEncoder:
         V = self.config.vocab_size
         if ids.min() < 0 or ids.max() >= V:
             raise H3ValueError(f"token ids must be in [0, {V}), got range [{ids.min()}, {ids.max()}]")
-        x = _f32(self._embed[ids.astype(np.int64)])
+        ids = ids.astype(np.int64)
+        x = self._embed.take_rows(ids) if isinstance(self._embed, Int8Weight) else _f32(self._embed[ids])
         if self.round_bf16:
             round_bf16(x, out=x)
         return np.ascontiguousarray(x, np.float32)

@@ -16,14 +16,15 @@ tensors whose rows concatenate to it (``h3_linear_attach_parts``): the diffusers
 A weight stored quantised in the file (:class:`h3cy.weights.comfy_quant.Int8Weight`: Comfy's
 ``int8_tensorwise``, rotated or not) runs as stored in ``int8`` mode -- its int8 values
 packed once, activations rotated when the file's are, quantised per row -- and is
-dequantised for the other modes, which then convert it as any float weight.
+dequantised for the other modes, which then convert it as any float weight.  An NVFP4 weight (:class:`~h3cy.weights.comfy_quant.Nvfp4Weight`)
+is dequantised and converted in every mode (h3cy has no NVFP4 GEMM yet).
 """
 import numpy as np
 
 from .. import _kernels
 from .. import ops
 from ..ops.bf16 import bf16_bits_to_f32
-from .comfy_quant import Int8Weight
+from .comfy_quant import Int8Weight, Nvfp4Weight
 
 
 def linear_in_place(w, mode, isa, pool, pair=False, bias=None):
@@ -87,6 +88,10 @@ def make_linear(w, compute, *, mode=None, name=None, cache=None, bias=None, pair
     ``attached`` is True when no weight was copied (mapped from the cache or the checkpoint).
     """
     mode, isa, pool = mode or compute.weights, compute.isa, compute.pool
+    if isinstance(w, Nvfp4Weight):     # no NVFP4 GEMM yet: the float weight it stands for
+        w = w.dequantized(isa, pool)
+    if isinstance(w, (list, tuple)) and any(isinstance(p, Nvfp4Weight) for p in w):
+        w = [p.dequantized(isa, pool) if isinstance(p, (Int8Weight, Nvfp4Weight)) else p for p in w]
     if isinstance(w, (list, tuple)) and any(isinstance(p, Int8Weight) for p in w):
         if len(w) == 1:
             w = w[0]
