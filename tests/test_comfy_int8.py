@@ -152,6 +152,15 @@ def test_convrot_dit_matches_diffusers_on_the_unquantised_weights(convrot_dit):
     assert rel_l2(f_v, want_v) < 1.5e-2 and rel_l2(f_a, want_a) < 2e-2
 
 
+def test_convrot_dit_streaming_and_the_loop_equal_resident(convrot_dit):
+    """Streamed blocks pack the file's int8 values when they are built: the same bits."""
+    path = convrot_dit[0]
+    inputs = packed_inputs(CFG, seed=7)
+    want = h3cy.DiT.from_pretrained(path, weights="int8", threads=2).forward(**inputs)
+    got = h3cy.DiT.from_pretrained(path, weights="int8", threads=2, streaming=True).forward(**inputs)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
 # ---- malformed files -----------------------------------------------------------------------
 def _variant(convrot_dit, tmp_path, edit):
     _, _, sd = convrot_dit
