@@ -159,14 +159,12 @@ class TextEncoderSource:
             self._files = TensorFiles(paths, index, lazy=index is not None)
         # a single file's quantised linears (Comfy's int8 "convrot"): read as stored
         self._quant = {}                      # stored name -> shape
-        self.formats = {}                     # quantised format -> layers
         try:
             for name, shape in self.shapes.items():
                 st = self._stored(name)
                 if self._single and st.endswith(".weight") and self._files.has(st[:-len("weight")] + "comfy_quant"):
-                    q = read_quant(self._files, st[:-len(".weight")], shape)   # checked now, read when built
+                    read_quant(self._files, st[:-len(".weight")], shape)   # checked now, read when built
                     self._quant[st] = shape
-                    self.formats[q.spec.label] = self.formats.get(q.spec.label, 0) + 1
                     continue
                 self._files.get(st, shape, _FLOAT_DTYPES)   # present, float, its shape
         except BaseException:
