@@ -9,7 +9,7 @@ import torch
 import h3cy
 import h3cy.ops
 from h3cy.errors import CheckpointError, H3ValueError
-from h3cy.weights.single_file import detect
+from h3cy.weights.single_file import detect, detect_component
 from _comfy_files import COMFY_PREFIX, put_int8, quant_blob, quantise_int8, regular_hadamard, save
 from _compare import assert_nontrivial, rel_l2
 from conftest import isa_params
@@ -134,6 +134,7 @@ def test_convrot_dit_matches_diffusers_on_the_unquantised_weights(convrot_dit):
     path, model, _ = convrot_dit
     k = detect(path)
     assert k.quant == {"int8_tensorwise+convrot": 4 * CFG["num_layers"]}
+    detect_component(path, "transformer")     # what the loaders and ComfyUI's file node check
     inputs = packed_inputs(CFG, seed=5)
     with torch.no_grad():
         v, a = model(**{n: torch.from_numpy(np.asarray(x)) for n, x in inputs.items()}, return_dict=False)

@@ -201,8 +201,8 @@ class TextEncoderSource:
 
 
 def _single_file_kind(path):
-    from ..weights.single_file import RUNNABLE_QUANT, detect_component
-    kind = detect_component(path, "text_encoder", runs=RUNNABLE_QUANT + ("nvfp4",))
+    from ..weights.single_file import detect_component
+    kind = detect_component(path, "text_encoder")
     if "nvfp4" in kind.quant:
         kind.assumed.append("NVFP4 linears dequantised at load and converted to the weights mode "
                             "(no NVFP4 GEMM yet)")

@@ -274,10 +274,9 @@ def _open_single_file(path):
     the released configuration, the latent statistics from the file's own ``latents_mean``
     / ``latents_std`` when it has them."""
     from ..weights.released import released_config
-    from ..weights.single_file import RUNNABLE_QUANT, detect_component
+    from ..weights.single_file import detect_component
     # only the decoder is read: a quantised encoder does not matter
-    kind = detect_component(path, "video_vae", quantised_ok=lambda layer: not layer.startswith("decoder."),
-                            runs=RUNNABLE_QUANT)
+    kind = detect_component(path, "video_vae", quantised_ok=lambda layer: not layer.startswith("decoder."))
     files = TensorFiles([path], float_dtypes=("F32", "BF16", "F16"))
     try:
         rel = released_config("video_vae")

@@ -87,14 +87,19 @@ class FileKind:
 
 # quantised formats (as detect labels them) a loader can run as stored (weights.comfy_quant)
 RUNNABLE_QUANT = ("int8_tensorwise", "int8_tensorwise+convrot")
+# what each component's loader reads: the int8 formats as stored; the text encoder NVFP4 too
+# (dequantised at load, until h3cy has an NVFP4 GEMM)
+COMPONENT_QUANT = {"transformer": RUNNABLE_QUANT, "text_encoder": RUNNABLE_QUANT + ("nvfp4",),
+                   "video_vae": RUNNABLE_QUANT, "audio_vae": ()}
 
 
-def detect_component(path, component, files=None, quantised_ok=lambda layer: False, runs=()):
+def detect_component(path, component, files=None, quantised_ok=lambda layer: False, runs=None):
     """:func:`detect`, then the checks every loader of a single file makes: the file holds
     ``component`` (CheckpointError naming what it holds instead) and no quantised tensor
     h3cy cannot run yet (``quantised_ok(layer)`` lets a loader ignore layers it never reads,
-    like the video VAE's encoder; ``runs``: the formats the loader runs as stored, e.g.
-    :data:`RUNNABLE_QUANT`)."""
+    like the video VAE's encoder; ``runs``: the formats the loader reads, by default
+    :data:`COMPONENT_QUANT` of the component)."""
+    runs = COMPONENT_QUANT.get(component, ()) if runs is None else runs
     kind = detect(path, files)
     if kind.component != component:
         raise checkpoint_error(path, None, f"this file holds the {kind.component}, not the {component}")

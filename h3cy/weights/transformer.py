@@ -713,8 +713,8 @@ def _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given=False, s
 def _open_single_file(path, qkv_layout):
     """A transformer in one file (Comfy-Org's repacks, a diffusers state dict saved alone):
     no config.json, so the configuration comes from the tensors' shapes."""
-    from .single_file import RUNNABLE_QUANT, detect_component
-    kind = detect_component(path, "transformer", runs=RUNNABLE_QUANT)
+    from .single_file import detect_component
+    kind = detect_component(path, "transformer")
     files = TensorFiles([path], prefix=kind.prefix)
     try:
         cfg = TransformerConfig.from_dict(infer_config(files, kind.naming, path), path)
