@@ -12,6 +12,7 @@
  * split by columns).  Each output element is computed by exactly one thread in a fixed
  * order, so results do not depend on the thread count. */
 #include "gemm_linear.h"
+#include "hadamard_impl.h"
 
 #include <string.h>
 
@@ -43,6 +44,8 @@ typedef struct {
     const h3_conv_rows *rows;
     char *rowtmp;
     size_t rowtmp_bytes;
+    /* rotated linears (l->rot_group): each row is copied into rowtmp and rotated there */
+    hadamard_row_fn rot;
     /* per-thread scratch */
     char *tws;
     size_t tws_bytes;
@@ -85,8 +88,9 @@ size_t h3_linear_workspace_bytes(const h3_linear *l, int64_t M, int nth,
         size_t Mp = (size_t)H3_ALIGN_UP(M, l->kt->mr);
         size_t nsg = (size_t)(l->Kp / int_segeff(l));
         size_t shared = H3_ALIGN_UP(Mp * (size_t)l->Kp, 64) + 2 * H3_ALIGN_UP(Mp * nsg * 4, 64);
-            return gemm_lora_workspace_bytes(l, M, nth) + shared +
-               (size_t)nth * (int_qtmp_bytes(l) + int_thread_bytes(l, M, ns));
+        size_t rot = l->rot_group ? H3_ALIGN_UP((size_t)l->K * 4, 64) : 0; /* the rotated row */
+        return gemm_lora_workspace_bytes(l, M, nth) + shared +
+               (size_t)nth * (int_qtmp_bytes(l) + int_thread_bytes(l, M, ns) + rot);
     }
     size_t shared = M > l->kt->gemv_max_m
                         ? H3_ALIGN_UP((size_t)H3_ALIGN_UP(M, l->kt->mr) * (size_t)l->K * 4, 64) : 0;
@@ -160,13 +164,15 @@ static void quant_task(void *p, int ith, int nth) {
     const int64_t P = H3_CEIL_DIV(c->M, MR);
     int8_t *row = (int8_t *)(c->qtmp + (size_t)ith * c->qtmp_bytes);
     float *rs = (float *)(row + H3_ALIGN_UP((size_t)Kp, 64));
-    float *xr = c->rows ? (float *)(c->rowtmp + (size_t)ith * c->rowtmp_bytes) : NULL;
+    float *xr = c->rowtmp ? (float *)(c->rowtmp + (size_t)ith * c->rowtmp_bytes) : NULL;
     for (int64_t pp = P * ith / nth; pp < P * (ith + 1) / nth; pp++) {
         int8_t *panel = c->qa + pp * MR * Kp;
         for (int i = 0; i < MR; i++) {
             int64_t m = pp * MR + i;
             if (m < c->M) {
-                if (xr) conv_row_span(c->rows, m, 0, l->K, xr);
+                if (c->rows) conv_row_span(c->rows, m, 0, l->K, xr);
+                else if (c->rot) memcpy(xr, c->x + m * l->K, (size_t)l->K * 4);
+                if (c->rot) c->rot(xr, l->K, l->rot_group); /* x H, as W was stored rotated */
                 c->kt->quant_row(xr ? xr : c->x + m * l->K, l->K, Kp, l->act_group, row, rs);
             } else {
                 memset(row, 0, (size_t)Kp);
@@ -431,7 +437,7 @@ static void mul_task(void *p, int ith, int nth) {
 /* What conv rows need beyond h3_linear_workspace_bytes: int modes gather each row before
  * quantising it (one row per thread); float modes at gemv sizes gather the M rows. */
 static size_t rows_extra_bytes(const h3_linear *l, int64_t M, int nth) {
-    if (is_int(l->wtype)) return (size_t)nth * H3_ALIGN_UP((size_t)l->K * 4, 64);
+    if (is_int(l->wtype)) return l->rot_group ? 0 : (size_t)nth * H3_ALIGN_UP((size_t)l->K * 4, 64);
     return M <= l->kt->gemv_max_m ? H3_ALIGN_UP((size_t)M * (size_t)l->K * 4, 64) : 0;
 }
 
@@ -526,8 +532,9 @@ static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, cons
         c.qtmp = h3_arena_take(&ar, c.qtmp_bytes * (size_t)nth);
         c.tws_bytes = int_thread_bytes(l, M, c.need_scratch);
         c.tws = h3_arena_take(&ar, c.tws_bytes * (size_t)nth);
-        if (rows) {
-            c.rows = rows;
+        c.rows = rows;
+        if (l->rot_group) c.rot = hadamard_row_for(l->isa);
+        if (rows || l->rot_group) { /* one row per thread (rows_extra_bytes, workspace_bytes) */
             c.rowtmp_bytes = H3_ALIGN_UP((size_t)l->K * 4, 64);
             c.rowtmp = h3_arena_take(&ar, c.rowtmp_bytes * (size_t)nth);
         }

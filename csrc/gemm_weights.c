@@ -4,6 +4,7 @@
  * over storage the caller keeps (cache files, checkpoint tensors), export and
  * dequantisation.  The run-time driver is gemm.c. */
 #include "gemm_linear.h"
+#include "hadamard_impl.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -89,20 +90,49 @@ static int64_t choose_kci(int64_t seg, int64_t target) {
     return 8; /* seg is a multiple of 8 by construction */
 }
 
-static h3_status pack_int(h3_linear *l, const void *w, int src_dtype, h3_err *err) {
-    const int nr = l->kt->nr;
-    const int64_t Np = np_of(l), K = l->K, Kp = l->Kp;
+/* The packed storage of an int linear, zeroed: W (zero weights in the offset encodings)
+ * and its scales. */
+static h3_status alloc_int(h3_linear *l, h3_err *err) {
+    const int64_t Np = np_of(l), Kp = l->Kp;
     const int i4 = l->wtype == H3_DT_I4;
-    const int64_t gs = i4 ? l->group_size : Kp, ng = Kp / gs;
-    const float qmax = i4 ? 7.0f : 127.0f;
     size_t wb = i4 ? (size_t)(Np * Kp / 2) : (size_t)(Np * Kp);
-    size_t sb = (size_t)(i4 ? Np * ng : Np) * sizeof(float);
+    size_t sb = (size_t)(i4 ? Np * (Kp / l->group_size) : Np) * sizeof(float);
     l->w = alloc_streamed(l, wb);
     l->wscale = h3_alloc(sb);
     if (!l->w || !l->wscale) return h3_fail(err, H3_ENOMEM, "linear: cannot allocate %zu bytes for packed weights", wb + sb);
-    uint8_t *pk = (uint8_t *)l->w;
-    memset(pk, i4 ? 0x88 : 0x80, wb); /* zero weights in the offset encodings */
+    memset(l->w, i4 ? 0x88 : 0x80, wb);
     memset(l->wscale, 0, sb);
+    l->wbytes = wb + sb;
+    l->sbytes = sb;
+    return H3_OK;
+}
+
+/* Logical row n's integer values qrow[Kp] (zero past K) into its panel slot. */
+static void pack_int_row(h3_linear *l, int64_t n, const float *qrow) {
+    const int nr = l->kt->nr;
+    const int64_t Kp = l->Kp, r = prow_of(l, n), p = r / nr, j = r % nr;
+    uint8_t *pk = (uint8_t *)l->w;
+    for (int64_t k = 0; k < Kp; k++) {
+        int q = (int)qrow[k];
+        int64_t quad = k / 4, t = k % 4;
+        if (l->wtype != H3_DT_I4) {
+            pk[((p * (Kp / 4) + quad) * nr + j) * 4 + t] = (uint8_t)(q + 128);
+        } else {
+            uint8_t *b = &pk[((p * (Kp / 8) + quad / 2) * nr + j) * 4 + t];
+            if (quad & 1) *b = (uint8_t)((*b & 0x0f) | ((q + 8) << 4));
+            else *b = (uint8_t)((*b & 0xf0) | (q + 8));
+        }
+    }
+}
+
+static h3_status pack_int(h3_linear *l, const void *w, int src_dtype, h3_err *err) {
+    const int nr = l->kt->nr;
+    const int64_t K = l->K, Kp = l->Kp;
+    const int i4 = l->wtype == H3_DT_I4;
+    const int64_t gs = i4 ? l->group_size : Kp, ng = Kp / gs;
+    const float qmax = i4 ? 7.0f : 127.0f;
+    h3_status st = alloc_int(l, err);
+    if (st) return st;
     float *qrow = malloc((size_t)Kp * sizeof(float));
     if (!qrow) return h3_fail(err, H3_ENOMEM, "linear: out of memory");
     for (int64_t n = 0; n < l->N; n++) {
@@ -129,21 +159,27 @@ static h3_status pack_int(h3_linear *l, const void *w, int src_dtype, h3_err *er
                 qrow[k] = v > qmax ? qmax : (v < -qmax ? -qmax : v); /* fminf/fmaxf: v is not NaN */
             }
         }
-        for (int64_t k = 0; k < Kp; k++) {
-            int q = (int)qrow[k];
-            int64_t quad = k / 4, t = k % 4;
-            if (!i4) {
-                pk[((p * (Kp / 4) + quad) * nr + j) * 4 + t] = (uint8_t)(q + 128);
-            } else {
-                uint8_t *b = &pk[((p * (Kp / 8) + quad / 2) * nr + j) * 4 + t];
-                if (quad & 1) *b = (uint8_t)((*b & 0x0f) | ((q + 8) << 4));
-                else *b = (uint8_t)((*b & 0xf0) | (q + 8));
-            }
-        }
+        pack_int_row(l, n, qrow);
     }
     free(qrow);
-    l->wbytes = wb + sb;
-    l->sbytes = sb;
+    return H3_OK;
+}
+
+/* int8 values quantised elsewhere, q [N,K] with scales [N]: packed as they are (-128 as
+ * -127, see h3_linear_create_q8). */
+static h3_status pack_q8(h3_linear *l, const int8_t *q, const float *scales, h3_err *err) {
+    const int64_t K = l->K, Kp = l->Kp;
+    h3_status st = alloc_int(l, err);
+    if (st) return st;
+    float *qrow = calloc((size_t)Kp, sizeof(float));
+    if (!qrow) return h3_fail(err, H3_ENOMEM, "linear: out of memory");
+    for (int64_t n = 0; n < l->N; n++) {
+        const int8_t *src = q + n * K;
+        for (int64_t k = 0; k < K; k++) qrow[k] = src[k] < -127 ? -127.0f : (float)src[k];
+        l->wscale[prow_of(l, n)] = scales[n];
+        pack_int_row(l, n, qrow);
+    }
+    free(qrow);
     return H3_OK;
 }
 
@@ -182,6 +218,54 @@ static void set_geometry(h3_linear *l, h3_isa isa, int ag, int bf16_inputs, int 
     }
 }
 
+/* The options every create checks (weights mode, int4 group, activation group, rotation,
+ * pair): the int4 group to use in *gs. */
+static h3_status check_opts(const h3_linear_opts *opts, int64_t N, int64_t K, int *gs, h3_err *err) {
+    int wt = opts->wtype;
+    if (wt < H3_DT_F32 || wt > H3_DT_I4) return h3_fail(err, H3_EINVAL, "linear: unknown weights mode %d", wt);
+    h3_status st = h3_isa_check(opts->isa, err);
+    if (st) return st;
+    if (opts->pair && (N % 2)) return h3_fail(err, H3_EINVAL, "linear: pair=1 needs an even row count, got %lld", (long long)N);
+    *gs = 0;
+    if (wt == H3_DT_I4) {
+        *gs = opts->group_size ? opts->group_size : 64;
+        if (*gs != 32 && *gs != 64 && *gs != 128)
+            return h3_fail(err, H3_EINVAL, "linear: int4 group_size must be 32, 64 or 128, got %d", opts->group_size);
+    }
+    int ag = opts->act_group;
+    if (ag < 0) return h3_fail(err, H3_EINVAL, "linear: act_group must be >= 0, got %d", ag);
+    if (is_int(wt) && ag > 0) {
+        if (ag % 8) return h3_fail(err, H3_EINVAL, "linear: act_group must be a multiple of 8, got %d", ag);
+        if (wt == H3_DT_I4 && ag % *gs)
+            return h3_fail(err, H3_EINVAL, "linear: act_group (%d) must be a multiple of group_size (%d)", ag, *gs);
+    }
+    const int rg = opts->rot_group;
+    if (rg && (wt != H3_DT_I8 || !hadamard_group_ok(rg) || K % rg))
+        return h3_fail(err, H3_EINVAL, "linear: rot_group %d needs int8 weights and a power of 4 "
+                       "(4..4096) dividing K = %lld", rg, (long long)K);
+    return H3_OK;
+}
+
+static h3_linear *new_linear(int64_t N, int64_t K, const h3_linear_opts *opts, int gs) {
+    h3_linear *l = calloc(1, sizeof *l);
+    if (!l) return NULL;
+    l->N = N; l->K = K; l->wtype = opts->wtype; l->group_size = gs; l->pair = opts->pair;
+    l->isa = opts->isa;
+    l->small_pages = opts->small_pages ? 1 : 0;
+    l->rot_group = opts->rot_group;
+    l->owns_w = 1;
+    set_geometry(l, opts->isa, opts->act_group, opts->bf16_inputs, opts->f32_exact);
+    return l;
+}
+
+static h3_status copy_bias(h3_linear *l, const float *bias, h3_err *err) {
+    if (!bias) return H3_OK;
+    l->bias = h3_alloc((size_t)l->N * sizeof(float));
+    if (!l->bias) return h3_fail(err, H3_ENOMEM, "linear: out of memory");
+    memcpy(l->bias, bias, (size_t)l->N * sizeof(float));
+    return H3_OK;
+}
+
 h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
                            const float *bias, const h3_linear_opts *opts, h3_linear **out,
                            h3_err *err) {
@@ -190,24 +274,10 @@ h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
         return h3_fail(err, H3_EINVAL, "linear: bad weight shape [%lld, %lld]", (long long)N, (long long)K);
     if (src_dtype != H3_DT_F32 && src_dtype != H3_DT_BF16)
         return h3_fail(err, H3_EINVAL, "linear: source weights must be float32 or bf16 (dtype id %d)", src_dtype);
-    int wt = opts->wtype;
-    if (wt < H3_DT_F32 || wt > H3_DT_I4) return h3_fail(err, H3_EINVAL, "linear: unknown weights mode %d", wt);
-    h3_status st = h3_isa_check(opts->isa, err);
+    int gs;
+    h3_status st = check_opts(opts, N, K, &gs, err);
     if (st) return st;
-    if (opts->pair && (N % 2)) return h3_fail(err, H3_EINVAL, "linear: pair=1 needs an even row count, got %lld", (long long)N);
-    int gs = 0;
-    if (wt == H3_DT_I4) {
-        gs = opts->group_size ? opts->group_size : 64;
-        if (gs != 32 && gs != 64 && gs != 128)
-            return h3_fail(err, H3_EINVAL, "linear: int4 group_size must be 32, 64 or 128, got %d", opts->group_size);
-    }
-    int ag = opts->act_group;
-    if (ag < 0) return h3_fail(err, H3_EINVAL, "linear: act_group must be >= 0, got %d", ag);
-    if (is_int(wt) && ag > 0) {
-        if (ag % 8) return h3_fail(err, H3_EINVAL, "linear: act_group must be a multiple of 8, got %d", ag);
-        if (wt == H3_DT_I4 && ag % gs)
-            return h3_fail(err, H3_EINVAL, "linear: act_group (%d) must be a multiple of group_size (%d)", ag, gs);
-    }
+    const int wt = opts->wtype;
     /* reject non-finite weights: they would poison every output silently */
     int64_t nw = N * K;
     for (int64_t i = 0; i < nw; i++) {
@@ -218,30 +288,54 @@ h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
             return h3_fail(err, H3_EINVAL, "linear: weight[%lld, %lld] = %g overflows float16 (max 65504); "
                            "use bf16 or fp32", (long long)(i / K), (long long)(i % K), (double)v);
     }
-    h3_linear *l = calloc(1, sizeof *l);
+    h3_linear *l = new_linear(N, K, opts, gs);
     if (!l) return h3_fail(err, H3_ENOMEM, "linear: out of memory");
-    l->N = N; l->K = K; l->wtype = wt; l->group_size = gs; l->pair = opts->pair;
-    l->isa = opts->isa;
-    l->small_pages = opts->small_pages ? 1 : 0;
-    l->owns_w = 1;
-    set_geometry(l, opts->isa, ag, opts->bf16_inputs, opts->f32_exact);
-    if (is_int(wt)) {
+    if (is_int(wt) && l->rot_group) {
+        /* h3cy's own int8 with rotation: quantise W H (rows rotated as x will be) */
+        float *wr = malloc((size_t)nw * sizeof(float));
+        if (!wr) { h3_linear_free(l); return h3_fail(err, H3_ENOMEM, "linear: out of memory"); }
+        for (int64_t i = 0; i < nw; i++) wr[i] = src_at(w, src_dtype, i);
+        st = h3_hadamard(wr, N, K, l->rot_group, NULL, H3_ISA_REF, NULL, err);
+        for (int64_t i = 0; !st && i < nw; i++)
+            if (!isfinite(wr[i]))
+                st = h3_fail(err, H3_EINVAL, "linear: rotated weight row %lld overflows float32", (long long)(i / K));
+        if (!st) st = pack_int(l, wr, H3_DT_F32, err);
+        free(wr);
+    } else if (is_int(wt)) {
         st = pack_int(l, w, src_dtype, err);
-        if (st) { h3_linear_free(l); return st; }
     } else {
         size_t esz = wt == H3_DT_F32 ? 4 : 2;
         l->w = alloc_streamed(l, (size_t)nw * esz);
         if (!l->w) { h3_linear_free(l); return h3_fail(err, H3_ENOMEM, "linear: cannot allocate %zu bytes", (size_t)nw * esz); }
         if (wt == src_dtype) memcpy(l->w, w, (size_t)nw * esz);
         else st = h3_convert(w, src_dtype, l->w, wt, nw, H3_ISA_REF, err);
-        if (st) { h3_linear_free(l); return st; }
         l->wbytes = (size_t)nw * esz;
     }
-    if (bias) {
-        l->bias = h3_alloc((size_t)N * sizeof(float));
-        if (!l->bias) { h3_linear_free(l); return h3_fail(err, H3_ENOMEM, "linear: out of memory"); }
-        memcpy(l->bias, bias, (size_t)N * sizeof(float));
-    }
+    if (!st) st = copy_bias(l, bias, err);
+    if (st) { h3_linear_free(l); return st; }
+    *out = l;
+    return H3_OK;
+}
+
+h3_status h3_linear_create_q8(const int8_t *q, const float *scales, int64_t N, int64_t K,
+                              const float *bias, const h3_linear_opts *opts, h3_linear **out,
+                              h3_err *err) {
+    if (!out || !q || !scales || !opts) return h3_fail(err, H3_EINVAL, "linear_create_q8: NULL argument");
+    if (N < 1 || K < 1 || N > ((int64_t)1 << 31) || K > ((int64_t)1 << 31))
+        return h3_fail(err, H3_EINVAL, "linear_create_q8: bad weight shape [%lld, %lld]", (long long)N, (long long)K);
+    if (opts->wtype != H3_DT_I8)
+        return h3_fail(err, H3_EINVAL, "linear_create_q8: int8 weights need wtype H3_DT_I8, got %d", opts->wtype);
+    int gs;
+    h3_status st = check_opts(opts, N, K, &gs, err);
+    if (st) return st;
+    for (int64_t n = 0; n < N; n++)
+        if (!isfinite(scales[n]))
+            return h3_fail(err, H3_EINVAL, "linear_create_q8: scale[%lld] is not finite", (long long)n);
+    h3_linear *l = new_linear(N, K, opts, gs);
+    if (!l) return h3_fail(err, H3_ENOMEM, "linear_create_q8: out of memory");
+    st = pack_q8(l, q, scales, err);
+    if (!st) st = copy_bias(l, bias, err);
+    if (st) { h3_linear_free(l); return st; }
     *out = l;
     return H3_OK;
 }
@@ -301,6 +395,8 @@ h3_status h3_linear_dequant(const h3_linear *l, float *out, h3_err *err) {
             out[n * K + k] = (float)q * s;
         }
     }
+    /* stored rotated (W H): rotate the rows back (H H = I) */
+    if (l->rot_group) return h3_hadamard(out, N, K, l->rot_group, NULL, H3_ISA_REF, NULL, err);
     return H3_OK;
 }
 
@@ -324,6 +420,8 @@ h3_status h3_linear_layout_get(const h3_linear *l, h3_linear_layout *lay, const 
     lay->f32_exact = l->f32_exact;
     lay->small_pages = l->small_pages;
     if (l->nparts) return h3_fail(err, H3_EINVAL, "linear_layout_get: this linear's rows are in %d separate parts", l->nparts);
+    if (l->rot_group)
+        return h3_fail(err, H3_EINVAL, "linear_layout_get: a rotated (int8-convrot) linear has no cache layout");
     if (w) *w = l->w;
     if (scales) *scales = l->wscale;
     return H3_OK;

@@ -105,12 +105,27 @@ typedef struct {
     int small_pages; /* 1: keep the converted W and the workspaces forward allocates itself in
                         ordinary 4 KB pages; 0 (default): large ones go in transparent huge
                         pages (same bits; the A/B switch, H3CY_HUGEPAGES=0 in h3cy._config) */
+    int rot_group;   /* I8 only, 0 = none: each row of x is rotated by the block Hadamard of
+                        this group (h3_hadamard) before it is quantised -- the weights were
+                        rotated the same way when they were quantised (int8-convrot files,
+                        h3_linear_create_q8); a power of 4 dividing K, act_group 0 or a
+                        multiple of it */
 } h3_linear_opts;
 
 /* w: [N,K] of src_dtype (H3_DT_F32 or H3_DT_BF16); bias: [N] float32 or NULL. */
 h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
                            const float *bias, const h3_linear_opts *opts,
                            h3_linear **out, h3_err *err);
+/* A linear over int8 weights quantised elsewhere (int8-convrot or int8_tensorwise files):
+ * q: [N,K] int8, row-major; scales: [N] float32, W[n,k] = q[n,k] * scales[n] (a per-tensor
+ * scale is passed repeated).  q is packed into this path's panels at create (no float copy;
+ * q = -128 is read as -127: the kernels' exact int16 pair sums need |q| <= 127, and
+ * Comfy's quantiser, amax / 127, never writes it).  opts->wtype must be H3_DT_I8;
+ * opts->rot_group > 0 when the file's weights are rotated (convrot).  Scales must be
+ * finite. */
+h3_status h3_linear_create_q8(const int8_t *q, const float *scales, int64_t N, int64_t K,
+                              const float *bias, const h3_linear_opts *opts, h3_linear **out,
+                              h3_err *err);
 void h3_linear_free(h3_linear *lin);
 int64_t h3_linear_n(const h3_linear *lin);
 int64_t h3_linear_k(const h3_linear *lin);
@@ -168,7 +183,8 @@ h3_status h3_lora_set_scale(h3_lora *lora, const float *scale, h3_err *err);   /
  * linear's workspace_bytes grow by the addend's (u and its GEMM's workspace). */
 h3_status h3_linear_set_lora(h3_linear *lin, const h3_lora *lora, h3_err *err);
 
-/* The weight the GEMM effectively multiplies by, dequantised to float32: out [N,K]. */
+/* The weight the GEMM effectively multiplies by, dequantised to float32: out [N,K] (a
+ * rotated linear's rows rotated back: x . W^T = (x H) . (W H)^T, H = H^T = H^-1). */
 h3_status h3_linear_dequant(const h3_linear *lin, float *out, h3_err *err);
 
 enum {
@@ -192,6 +208,17 @@ size_t h3_linear_workspace_bytes(const h3_linear *lin, int64_t M, int n_threads,
 h3_status h3_linear_forward(const h3_linear *lin, h3_pool *pool, const float *x, int64_t M,
                             float *y, const h3_epilogue *epi, void *ws, size_t ws_bytes,
                             h3_err *err);
+
+/* ---- Block Hadamard rotation (hadamard.c) ------------------------------------ */
+/* x: [rows, n] in place: each run of `group` consecutive values of a row becomes
+ * H_G . x_g with H_G = kron^p(H4) / sqrt(G), G = group = 4^p (4..4096, dividing n) and
+ * H4 = [[1,1,1,-1],[1,1,-1,1],[1,-1,1,1],[-1,1,1,1]]: the "regular" Hadamard that Comfy's
+ * int8-convrot files rotate their weights by (comfy-kitchen int8_utils._build_hadamard).
+ * H_G is symmetric and orthogonal (its own inverse).  A fast Walsh-Hadamard transform:
+ * p levels of halved H4 butterflies, O(n log n); every path gives the reference's bits.
+ * `ran` (may be NULL) receives the path whose kernel ran. */
+h3_status h3_hadamard(float *x, int64_t rows, int64_t n, int group, h3_pool *pool, h3_isa isa,
+                      h3_isa *ran, h3_err *err);
 
 /* ---- Attention (attn.c) ------------------------------------------------------ */
 /* Multi-head self-attention over one sequence, online (flash) softmax in float32:

@@ -3,7 +3,7 @@
 # Python checks and allocates (h3cy/ops/_base.py); this module converts to C pointers, drops
 # the GIL for the arithmetic and maps C status codes to h3cy exceptions.  Nothing here
 # holds a pointer into a numpy buffer after a call returns.
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 from cpython.pythread cimport (PyThread_type_lock, PyThread_allocate_lock, PyThread_free_lock,
@@ -151,7 +151,7 @@ cdef class LinearCore:
 
     def __cinit__(self, weight=None, int src_dtype=0, bias=None, str weights="fp32",
                   int group_size=0, int act_group=0, int pair=0, str isa="ref",
-                  ThreadPool pool=None, int bf16_inputs=0):
+                  ThreadPool pool=None, int bf16_inputs=0, int rot_group=0):
         # weight None: an empty shell filled by linear_attach()
         if weight is None:
             self.isa = isa
@@ -171,6 +171,7 @@ cdef class LinearCore:
         opts.bf16_inputs = bf16_inputs
         opts.isa = isa_id(isa)
         opts.small_pages = not _config.huge_pages()
+        opts.rot_group = rot_group
         self.N = w.shape[0]
         self.K = w.shape[1]
         self.pair = pair
@@ -288,6 +289,60 @@ cdef class LoraCore:
         if scale.shape[0] != self.R:
             raise H3ValueError(f"scale must have {self.R} values, got {scale.shape[0]}")
         check(h3_lora_set_scale(self.c, &scale[0], &err), &err)
+
+
+def linear_create_q8(const int8_t[:, ::1] q, const float[::1] scales, bias, str isa, ThreadPool pool,
+                     int pair=0, int rot_group=0, int act_group=0):
+    """A LinearCore over int8 weights quantised elsewhere: W = q * scales[:, None]
+    (q (N, K) int8, scales (N,) float32), packed at creation (q is not kept); rot_group > 0:
+    q holds W rotated by the block Hadamard of that group (int8-convrot), and x is rotated
+    the same way before it is quantised."""
+    cdef h3_linear_opts opts
+    cdef h3_err err
+    cdef h3_status rc
+    cdef const float *bp = NULL
+    cdef const float[::1] bv
+    cdef int64_t N = q.shape[0], K = q.shape[1]
+    if scales.shape[0] != N:
+        raise H3ValueError(f"scales has {scales.shape[0]} values, expected {N} (one per row)")
+    if bias is not None:
+        bv = bias
+        if bv.shape[0] != N:
+            raise H3ValueError(f"bias has {bv.shape[0]} values, expected {N}")
+        bp = &bv[0]
+    memset(&opts, 0, sizeof(opts))
+    opts.wtype = H3_DT_I8
+    opts.act_group = act_group
+    opts.pair = pair
+    opts.isa = isa_id(isa)
+    opts.small_pages = not _config.huge_pages()
+    opts.rot_group = rot_group
+    cdef LinearCore core = LinearCore(None, isa=isa, pool=pool)
+    cdef const int8_t *qp = &q[0, 0] if N > 0 and K > 0 else NULL
+    cdef const float *sp = &scales[0] if N > 0 else NULL
+    with nogil:
+        rc = h3_linear_create_q8(qp, sp, N, K, bp, &opts, &core.c, &err)
+    check(rc, &err)
+    core.N = N
+    core.K = K
+    core.pair = pair
+    return core
+
+
+def hadamard(float[:, ::1] x, int group, str isa, ThreadPool pool):
+    """Rotate every run of `group` values of x (rows, n) in place by the normalised
+    regular Hadamard H_group (h3_hadamard); returns the ISA that ran."""
+    cdef h3_err err
+    cdef h3_status rc
+    cdef h3_isa ran = H3_ISA_COUNT
+    cdef h3_isa want = isa_id(isa)
+    cdef int64_t rows = x.shape[0], n = x.shape[1]
+    cdef float *xp = &x[0, 0] if rows > 0 and n > 0 else NULL
+    with pool.lock:
+        with nogil:
+            rc = h3_hadamard(xp, rows, n, group, pool.c, want, &ran, &err)
+    check(rc, &err)
+    return h3_isa_name(ran).decode()
 
 
 def linear_attach(dict layout, w, scales, bias, str isa, ThreadPool pool):

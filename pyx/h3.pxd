@@ -1,5 +1,5 @@
 # h3.pxd — the one `cdef extern` of csrc/h3.h; every declaration is nogil.
-from libc.stdint cimport int32_t, int64_t, uint16_t, uint64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint16_t, uint64_t
 
 cdef extern from "h3.h" nogil:
     ctypedef enum h3_status:
@@ -60,6 +60,12 @@ cdef extern from "h3.h" nogil:
         h3_isa isa
         int f32_exact
         int small_pages
+        int rot_group
+    h3_status h3_linear_create_q8(const int8_t *q, const float *scales, int64_t N, int64_t K,
+                                  const float *bias, const h3_linear_opts *opts,
+                                  h3_linear **out, h3_err *err)
+    h3_status h3_hadamard(float *x, int64_t rows, int64_t n, int group, h3_pool *pool,
+                          h3_isa isa, h3_isa *ran, h3_err *err)
     h3_status h3_linear_create(const void *w, int src_dtype, int64_t N, int64_t K,
                                const float *bias, const h3_linear_opts *opts,
                                h3_linear **out, h3_err *err)

@@ -235,3 +235,71 @@ def test_fuzz_single_file_transformer(fuzz_path, comfy_dit_blob, data):
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     COUNT["single_file"] = COUNT.get("single_file", 0) + 1
+
+
+# -- strategy 5: a tiny transformer whose linears are Comfy int8 ("convrot" or not), with the
+# comfy_quant blobs and the scales edited: arbitrary bytes and JSON, wrong formats, groups,
+# scale shapes and dtypes -- a CheckpointError naming the tensor or a model that runs, never
+# another exception
+QUANT_LAYERS = ("blocks.0.attn.qkv_proj", "blocks.0.mlp.fc2")
+JSON_BLOBS = st.one_of(
+    st.binary(max_size=40),
+    st.sampled_from([b"", b"{}", b"[]", b"null", b"\xff\xfe", b'{"format": 3}', b'{"format": ""}',
+                     b'{"format": "int8_tensorwise", "convrot": "yes"}',
+                     b'{"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 16.0}',
+                     b'{"format": "int8_tensorwise", "params": {"convrot": true}}',
+                     b'{"format": "int8_tensorwise", "params": 7}', b'{"format": "nvfp4"}',
+                     b'{"format": "float8_e4m3fn"}', b'{"format": "int8_tensorwise", "convrot": true, '
+                     b'"convrot_groupsize": 1e400}', b'[' * 5000]),
+    st.builds(lambda fmt, conv, g: json.dumps({"format": fmt, "convrot": conv, "convrot_groupsize": g}).encode(),
+              st.sampled_from(["int8_tensorwise", "nvfp4", "mxfp8", "int8"]), st.booleans(),
+              st.sampled_from([0, 1, 2, 4, 8, 16, 64, 256, -16, 2**40])))
+
+
+@pytest.fixture(scope="module")
+def comfy_int8_state(tiny_dit_factory):
+    import _comfy_files
+    sd = {k: v.float() for k, v in _comfy_files.dit_state(tiny_dit_factory("a")).items()}
+    for layer in QUANT_LAYERS:
+        _comfy_files.put_int8(sd, layer, 16)
+    return sd
+
+
+@settings(max_examples=max(30, N_EXAMPLES // 40), deadline=None, database=None, print_blob=True,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_fuzz_quantised_layers(fuzz_path, comfy_int8_state, data):
+    import torch
+    import h3cy
+    from safetensors.torch import save_file
+    sd = dict(comfy_int8_state)
+    for _ in range(data.draw(st.integers(1, 3))):
+        layer = data.draw(st.sampled_from(QUANT_LAYERS))
+        kind = data.draw(st.sampled_from(["blob", "scale_shape", "scale_dtype", "weight", "drop"]))
+        if kind == "blob":
+            sd[layer + ".comfy_quant"] = torch.tensor(list(data.draw(JSON_BLOBS)), dtype=torch.uint8)
+        elif kind == "scale_shape":
+            n = comfy_int8_state[layer + ".weight"].shape[0]
+            shape = data.draw(st.sampled_from([(), (1,), (n,), (n, 1), (1, n), (n - 1, 1), (n, 2), (0,)]))
+            sd[layer + ".weight_scale"] = torch.rand(shape) + data.draw(st.sampled_from([0.0, float("inf")]))
+        elif kind == "scale_dtype":
+            sd[layer + ".weight_scale"] = comfy_int8_state[layer + ".weight_scale"].to(
+                data.draw(st.sampled_from([torch.bfloat16, torch.float16, torch.int32, torch.uint8])))
+        elif kind == "weight":
+            w = comfy_int8_state[layer + ".weight"]
+            sd[layer + ".weight"] = data.draw(st.sampled_from(
+                [w.to(torch.uint8), w.float(), w[:-1].contiguous(), w.reshape(-1).contiguous()]))
+        else:
+            sd.pop(layer + data.draw(st.sampled_from([".weight", ".weight_scale", ".comfy_quant"])), None)
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(PER_CASE_TIMEOUT_S)
+    try:
+        save_file({k: v.contiguous() for k, v in sd.items()}, fuzz_path)
+        try:
+            h3cy.DiT.from_pretrained(fuzz_path, weights=data.draw(st.sampled_from(["int8", "fp32"])), threads=1)
+        except CheckpointError as e:
+            assert fuzz_path in str(e), str(e)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    COUNT["quantised"] = COUNT.get("quantised", 0) + 1

@@ -128,19 +128,19 @@ def test_inconsistent_tensors_are_refused_by_name(tiny_dit_factory, tmp_path):
 
 
 def test_quantised_tensors_are_named_not_run(tiny_dit_factory, tmp_path):
-    """Until the quantised formats land, a file holding them fails naming the layer and the
-    format -- never a silent fallback."""
+    """A format h3cy cannot run yet fails naming the layer and the format -- never a silent
+    fallback (int8_tensorwise runs as stored: tests/test_comfy_int8.py)."""
     t = tiny_dit_factory("a")
     sd = dit_state(t)
     w = sd["blocks.0.mlp.fc2.weight"].float()
-    sd["blocks.0.mlp.fc2.weight"] = torch.zeros(w.shape, dtype=torch.int8)
-    sd["blocks.0.mlp.fc2.weight_scale"] = torch.ones(w.shape[0], 1)
-    blob = json.dumps({"format": "int8_tensorwise", "convrot": True, "convrot_groupsize": 16}).encode()
+    sd["blocks.0.mlp.fc2.weight"] = torch.zeros((w.shape[0], w.shape[1] // 2), dtype=torch.uint8)
+    sd["blocks.0.mlp.fc2.weight_scale"] = torch.ones(w.shape[0], w.shape[1] // 16)
+    blob = json.dumps({"format": "nvfp4", "full_precision_matrix_mult": True}).encode()
     sd["blocks.0.mlp.fc2.comfy_quant"] = torch.tensor(list(blob), dtype=torch.uint8)
     path = save(sd, tmp_path / "q.safetensors")
     k = detect(path)
-    assert k.quant == {"int8_tensorwise+convrot": 1} and k.quant_tensors == {"blocks.0.mlp.fc2": "int8_tensorwise+convrot"}
-    with pytest.raises(CheckpointError, match=r"blocks\.0\.mlp\.fc2.*int8_tensorwise\+convrot.*not supported"):
+    assert k.quant == {"nvfp4": 1} and k.quant_tensors == {"blocks.0.mlp.fc2": "nvfp4"}
+    with pytest.raises(CheckpointError, match=r"blocks\.0\.mlp\.fc2.*nvfp4.*not supported"):
         h3cy.DiT.from_pretrained(path)
 
 

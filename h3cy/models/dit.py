@@ -25,6 +25,7 @@ from .. import _config
 from .. import _kernels
 from .. import ops
 from ..weights import pages as _pages
+from ..weights.comfy_quant import Int8Weight
 from ..weights.linears import make_linear
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
 from ..errors import H3Error, H3ValueError
@@ -98,7 +99,9 @@ def adaln_curve_input(table, t):
 
 
 def _f32(a):
-    """A weight as float32 (bf16 bits widened exactly)."""
+    """A weight as float32 (bf16 bits widened exactly; a file's int8 linear dequantised)."""
+    if isinstance(a, Int8Weight):
+        return a.dequantized()
     if a.dtype == np.uint16:
         return bf16_bits_to_f32(a)
     return np.ascontiguousarray(a, dtype=np.float32)

@@ -29,6 +29,7 @@ import numpy as np
 from .. import _kernels
 from ..weights import pages as _pages
 from .. import ops
+from ..weights.comfy_quant import Int8Weight, read_quant
 from ..weights.files import TensorFiles, find_weights, load_json, report_once
 from ..weights.linears import make_linear
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
@@ -156,9 +157,16 @@ class TextEncoderSource:
                 self.shapes[f"{PREFIX}layers.{layer}.{t}.weight"] = per[t]
         if not self._single:
             self._files = TensorFiles(paths, index, lazy=index is not None)
+        # a single file's quantised linears (Comfy's int8 "convrot"): read as stored
+        self._quant = {}                      # stored name -> shape
         try:
             for name, shape in self.shapes.items():
-                self._files.get(self._stored(name), shape, _FLOAT_DTYPES)   # present, float, its shape
+                st = self._stored(name)
+                if self._single and st.endswith(".weight") and self._files.has(st[:-len("weight")] + "comfy_quant"):
+                    read_quant(self._files, st[:-len(".weight")], shape)   # checked now, read when built
+                    self._quant[st] = shape
+                    continue
+                self._files.get(st, shape, _FLOAT_DTYPES)   # present, float, its shape
         except BaseException:
             self.close()
             raise
@@ -181,8 +189,12 @@ class TextEncoderSource:
         return extra + self.shards
 
     def get(self, name):
-        """The tensor as stored (BF16 as uint16 bits), a read-only view into the mapping."""
-        return self._files.get(self._stored(name), dtypes=None)
+        """The tensor as stored (BF16 as uint16 bits), a read-only view into the mapping; a
+        quantised linear as a :class:`h3cy.weights.comfy_quant.Int8Weight`."""
+        st = self._stored(name)
+        if st in self._quant:
+            return read_quant(self._files, st[:-len(".weight")], self._quant[st])
+        return self._files.get(st, dtypes=None)
 
     def close(self):
         self._files.close()
@@ -191,6 +203,9 @@ class TextEncoderSource:
 def _single_file_kind(path):
     from ..weights.single_file import detect_component
     kind = detect_component(path, "text_encoder")
+    if "nvfp4" in kind.quant:
+        kind.assumed.append("NVFP4 linears dequantised at load and converted to the weights mode "
+                            "(no NVFP4 GEMM yet)")
     kind.assumed.append("configuration inferred from the tensor shapes; norm eps and RoPE from the "
                         "released configuration")
     return kind
@@ -414,7 +429,8 @@ class TextEncoder:
         V = self.config.vocab_size
         if ids.min() < 0 or ids.max() >= V:
             raise H3ValueError(f"token ids must be in [0, {V}), got range [{ids.min()}, {ids.max()}]")
-        x = _f32(self._embed[ids.astype(np.int64)])
+        ids = ids.astype(np.int64)
+        x = self._embed.take_rows(ids) if isinstance(self._embed, Int8Weight) else _f32(self._embed[ids])
         if self.round_bf16:
             round_bf16(x, out=x)
         return np.ascontiguousarray(x, np.float32)

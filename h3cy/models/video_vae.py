@@ -31,6 +31,7 @@ from .. import _kernels
 from ..weights import pages as _pages
 from .. import ops
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
+from ..weights.comfy_quant import Int8Weight, read_int8
 from ..weights.linears import make_linear
 from ..weights.files import TensorFiles, checkpoint_error, load_json, report_once
 from ..weights.transformer import weight_files
@@ -394,6 +395,10 @@ class VideoDecoder:
         (h3cy.weights.linears.make_linear): the decoder's bf16 linears take bf16 weights and
         a bf16 bias, as diffusers' bf16 run; the other float modes float32 weights."""
         b = None if b is None else (bf16_bits_to_f32(b) if b.dtype == np.uint16 else np.ascontiguousarray(b, np.float32))
+        if isinstance(w, Int8Weight):       # a single file's int8 linear: as stored in int8 mode
+            if mode == "int8":
+                return make_linear(w, self.compute, mode=mode, bias=b, pair=pair)[0]
+            w = w.dequantized(self.isa, self._pool)
         if mode == "bf16":
             if b is not None:
                 b = round_bf16(b)       # diffusers' bf16 linear adds a bf16 bias
@@ -427,16 +432,22 @@ class VideoDecoder:
         self.proj_out = self._linear(files.get("decoder.proj_out.weight", (P, Hd)),
                                      files.get("decoder.proj_out.bias", (P,)), small)
         act_group = 1024 if F % 1024 == 0 else None
+
+        def weight(layer, shape):
+            """A block linear's weight: float as stored, or a single file's int8 (comfy_quant)."""
+            if files.has(layer + ".comfy_quant"):
+                return read_int8(files, layer, shape)
+            return files.get(layer + ".weight", shape)
         self.blocks = []
         for i in range(c.num_layers):
             p = f"decoder.transformer_blocks.{i}."
             if orig:
-                qkv_w = files.get(p + "attn.to_qkv.weight", (3 * Hd, Hd))
+                qkv_w = weight(p + "attn.to_qkv", (3 * Hd, Hd))
                 qkv_b = files.get(p + "attn.to_qkv.bias", (3 * Hd,))
-                out_w, out_b = files.get(p + "attn.to_out.weight", (Hd, Hd)), files.get(p + "attn.to_out.bias", (Hd,))
-                up_w = files.get(p + "ff.w1.weight", (2 * F, Hd))          # [gate; up] as stored
+                out_w, out_b = weight(p + "attn.to_out", (Hd, Hd)), files.get(p + "attn.to_out.bias", (Hd,))
+                up_w = weight(p + "ff.w1", (2 * F, Hd))          # [gate; up] as stored
                 up_b = files.get(p + "ff.w1.bias", (2 * F,))
-                dn_w, dn_b = files.get(p + "ff.w2.weight", (Hd, F)), files.get(p + "ff.w2.bias", (Hd,))
+                dn_w, dn_b = weight(p + "ff.w2", (Hd, F)), files.get(p + "ff.w2.bias", (Hd,))
             else:
                 parts = [(files.get(p + f"attn.to_{x}.weight", (Hd, Hd)), files.get(p + f"attn.to_{x}.bias", (Hd,)))
                          for x in "qkv"]

@@ -247,11 +247,18 @@ class Linear:
         bf16 weights only: promise that every x is bf16-representable (already rounded),
         which lets CPUs with AVX512-BF16 multiply bf16 pairs (VDPBF16PS, ~2x the widening
         FMA kernel on Zen 4).  Products stay exact; the summation order differs.
+    rot_group : int, optional (int8 only)
+        Quantise ``W H`` and rotate each x row by ``H`` before quantising it, ``H`` the
+        block Hadamard of :func:`h3cy.ops.hadamard` with this group (a power of 4 dividing
+        K): the int8-convrot recipe applied to a float weight.  ``x W^T = (x H)(W H)^T``.
     isa, threads : see the module docstring.
+
+    :meth:`from_int8` makes one over int8 weights quantised elsewhere (int8-convrot files).
     """
 
     def __init__(self, weight, bias=None, weights="int8", group_size=None, act_group=None,
-                 isa=None, weight_dtype="fp32", threads=None, pair=False, bf16_inputs=False):
+                 isa=None, weight_dtype="fp32", threads=None, pair=False, bf16_inputs=False,
+                 rot_group=None):
         if weights not in WEIGHT_MODES:
             raise H3ValueError(f"weights must be one of {WEIGHT_MODES}, got {weights!r}")
         if weight_dtype in ("fp32", "float32"):
@@ -269,6 +276,8 @@ class Linear:
             raise H3ValueError("group_size applies to weights='int4' only")
         if act_group is not None and weights not in ("int8", "int4"):
             raise H3ValueError("act_group applies to weights='int8' or 'int4' only")
+        if rot_group is not None and weights != "int8":
+            raise H3ValueError("rot_group applies to weights='int8' only")
         self.isa = resolve_isa(isa)
         self.weights = weights
         self.group_size = (group_size or 64) if weights == "int4" else None
@@ -279,7 +288,32 @@ class Linear:
         _warn_if_portable(weights, self.isa)
         self._c = _kernels.LinearCore(weight, src, bias, weights, group_size or 0,
                                       act_group or 0, int(self.pair), self.isa, self._pool,
-                                      int(bool(bf16_inputs)))
+                                      int(bool(bf16_inputs)), int(rot_group or 0))
+
+    @classmethod
+    def from_int8(cls, q, scales, bias=None, rot_group=None, act_group=None, pair=False, isa=None,
+                  threads=None):
+        """An int8 Linear over weights quantised elsewhere: ``W = q * scales[:, None]``,
+        packed once (``q`` is not kept).
+
+        Parameters
+        ----------
+        q : ndarray of shape (N, K), int8 (-128 is read as -127)
+        scales : ndarray of shape (N,), float32 (one per output row)
+        rot_group : int, optional — ``q`` holds ``W H`` (int8-convrot, see ``rot_group``
+            above): x is rotated by ``H`` before it is quantised
+        bias, act_group, pair, isa, threads : as for the constructor
+        """
+        need_array(q, "q", np.int8, 2)
+        N = q.shape[0]
+        need_array(scales, "scales", np.float32, 1, (N,))
+        if bias is not None:
+            need_array(bias, "bias", np.float32, 1, (N,))
+        name, pool = resolve_isa(isa), pool_for(threads)
+        _warn_if_portable("int8", name)
+        core = _kernels.linear_create_q8(q, scales, bias, name, pool, int(bool(pair)), int(rot_group or 0),
+                                         int(act_group or 0))
+        return cls.from_core(core, "int8", pool, act_group=act_group)
 
     @classmethod
     def from_core(cls, core, weights, pool, group_size=None, act_group=None):

@@ -16,7 +16,7 @@ from ..errors import H3Error, H3ValueError
 from ._base import need_array, out_array, pool_for, resolve_isa
 
 __all__ = ["rms_norm", "rope", "silu", "gelu_tanh", "swiglu", "adaln_modulate",
-           "to_bf16", "from_bf16", "to_f16", "from_f16", "elem_kernel_isa"]
+           "to_bf16", "from_bf16", "to_f16", "from_f16", "elem_kernel_isa", "hadamard"]
 
 _DT_F32, _DT_BF16, _DT_F16 = 0, 1, 2
 _ACT_SILU, _ACT_GELU_TANH = 0, 1
@@ -231,3 +231,31 @@ def from_f16(h, out=None, isa=None, threads=None):
         h = h.view(np.float16)
     need_array(h, "h", np.float16)
     return _convert(h, _DT_F16, out, np.float32, _DT_F32, isa, threads)
+
+
+def hadamard(x, group, out=None, isa=None, threads=None):
+    """The block Hadamard rotation of int8-convrot files: every run of ``group``
+    consecutive values along the last axis times ``H = kron^p(H4) / sqrt(group)``,
+    ``group = 4**p`` (4 to 4096), ``H4 = [[1,1,1,-1],[1,1,-1,1],[1,-1,1,1],[-1,1,1,1]]``
+    (comfy-kitchen's regular Hadamard; symmetric and orthogonal, so applying it twice
+    gives ``x`` back).  A fast Walsh-Hadamard transform; every path gives the same bits.
+
+    Parameters
+    ----------
+    x : ndarray of shape (..., n), float32, n a multiple of ``group``
+    group : int
+    out : ndarray of shape (..., n), float32, optional — may be ``x`` (in place)
+
+    Returns
+    -------
+    out : ndarray of shape (..., n), float32
+    """
+    need_array(x, "x", np.float32)
+    if x.ndim < 1:
+        raise H3ValueError("x must have at least 1 dimension, got a scalar")
+    n = x.shape[-1]
+    out = out_array(out, "out", x.shape)
+    if out is not x:
+        np.copyto(out, x)
+    _run(_k.hadamard, isa, threads, _rows2d(out, n), int(group))
+    return out

@@ -12,12 +12,19 @@ or VDPBF16PS's bf16 x bf16 products) -- the fp32 weights the checkpoint stands f
 half their memory -- or float32 tensors as stored.  A weight may come as up to three
 tensors whose rows concatenate to it (``h3_linear_attach_parts``): the diffusers layout's
 ``to_q``/``to_k``/``to_v``, a SwiGLU ``[gate; value]`` pair from two tensors or halves.
+
+A weight stored quantised in the file (:class:`h3cy.weights.comfy_quant.Int8Weight`: Comfy's
+``int8_tensorwise``, rotated or not) runs as stored in ``int8`` mode -- its int8 values
+packed once, activations rotated when the file's are, quantised per row -- and is
+dequantised for the other modes, which then convert it as any float weight.  An NVFP4 weight (:class:`~h3cy.weights.comfy_quant.Nvfp4Weight`)
+is dequantised and converted in every mode (h3cy has no NVFP4 GEMM yet).
 """
 import numpy as np
 
 from .. import _kernels
 from .. import ops
 from ..ops.bf16 import bf16_bits_to_f32
+from .comfy_quant import Int8Weight, Nvfp4Weight
 
 
 def linear_in_place(w, mode, isa, pool, pair=False, bias=None):
@@ -81,6 +88,25 @@ def make_linear(w, compute, *, mode=None, name=None, cache=None, bias=None, pair
     ``attached`` is True when no weight was copied (mapped from the cache or the checkpoint).
     """
     mode, isa, pool = mode or compute.weights, compute.isa, compute.pool
+    if isinstance(w, Nvfp4Weight):     # no NVFP4 GEMM yet: the float weight it stands for
+        w = w.dequantized(isa, pool)
+    if isinstance(w, (list, tuple)) and any(isinstance(p, Nvfp4Weight) for p in w):
+        w = [p.dequantized(isa, pool) if isinstance(p, (Int8Weight, Nvfp4Weight)) else p for p in w]
+    if isinstance(w, (list, tuple)) and any(isinstance(p, Int8Weight) for p in w):
+        if len(w) == 1:
+            w = w[0]
+        elif all(isinstance(p, Int8Weight) for p in w) and len({p.rot_group for p in w}) == 1:
+            w = Int8Weight.concat(w)          # rows of one linear (a SwiGLU gate/up pair)
+        else:                                 # mixed storage: the float weight they stand for
+            w = [p.dequantized(isa, pool) if isinstance(p, Int8Weight) else p for p in w]
+    if isinstance(w, Int8Weight):
+        if mode == "int8":
+            # as stored: the file's int8 values and scales, packed once (not cached: packing
+            # is a reshuffle).  Activation scales per whole row, as the format defines them.
+            return ops.Linear.from_int8(np.ascontiguousarray(w.q), w.scales, bias=bias,
+                                        rot_group=w.rot_group or None, pair=pair, isa=isa,
+                                        threads=pool), False
+        w = w.dequantized(isa, pool)
     reader, writer = cache if cache is not None else (None, None)
     if reader is not None and name is not None and name in reader:
         return ops.Linear.from_core(reader.attach(name, bias, isa, pool), mode, pool), True

@@ -10,10 +10,10 @@ prefix, and their fused QKV rows are stacked ``[q; k; v]`` where the release's s
 interleave them per head.  The tensors cannot tell the two row orders apart, so the kind of
 file decides (a single file is stacked) and :func:`detect` says what it assumed.
 """
-import json
 import os
 from dataclasses import dataclass, field
 
+from .comfy_quant import parse_blob
 from .files import TensorFiles, checkpoint_error
 
 __all__ = ["FileKind", "detect", "detect_component", "COMPONENT_SIGNATURES"]
@@ -85,35 +85,39 @@ class FileKind:
         return out
 
 
-def detect_component(path, component, files=None, quantised_ok=lambda layer: False):
+# quantised formats (as detect labels them) a loader can run as stored (weights.comfy_quant)
+RUNNABLE_QUANT = ("int8_tensorwise", "int8_tensorwise+convrot")
+# what each component's loader reads: the int8 formats as stored; the text encoder NVFP4 too
+# (dequantised at load, until h3cy has an NVFP4 GEMM)
+COMPONENT_QUANT = {"transformer": RUNNABLE_QUANT, "text_encoder": RUNNABLE_QUANT + ("nvfp4",),
+                   "video_vae": RUNNABLE_QUANT, "audio_vae": ()}
+
+
+def detect_component(path, component, files=None, quantised_ok=lambda layer: False, runs=None):
     """:func:`detect`, then the checks every loader of a single file makes: the file holds
     ``component`` (CheckpointError naming what it holds instead) and no quantised tensor
     h3cy cannot run yet (``quantised_ok(layer)`` lets a loader ignore layers it never reads,
-    like the video VAE's encoder)."""
+    like the video VAE's encoder; ``runs``: the formats the loader reads, by default
+    :data:`COMPONENT_QUANT` of the component)."""
+    runs = COMPONENT_QUANT.get(component, ()) if runs is None else runs
     kind = detect(path, files)
     if kind.component != component:
         raise checkpoint_error(path, None, f"this file holds the {kind.component}, not the {component}")
-    blocked = sorted(layer for layer in kind.quant_tensors if not quantised_ok(layer))
+    blocked = sorted(layer for layer, fmt in kind.quant_tensors.items()
+                     if fmt not in runs and not quantised_ok(layer))
     if blocked:
-        raise checkpoint_error(path, blocked[0], f"quantised tensors ({', '.join(sorted(kind.quant))}) are not "
-                               "supported yet; h3cy reads float (F32/BF16/F16) single files")
+        fmts = sorted({kind.quant_tensors[b] for b in blocked})
+        raise checkpoint_error(path, blocked[0], f"quantised tensors ({', '.join(fmts)}) are not "
+                               "supported yet; h3cy reads float (F32/BF16/F16) single files"
+                               + (f" and {', '.join(runs)}" if runs else ""))
     return kind
 
 
 def _quant_format(files, name):
-    """The format a ``<layer>.comfy_quant`` blob names (UTF-8 JSON in a U8 tensor)."""
-    raw = files.get(name, dtypes=("U8", "I8"))
-    try:
-        d = json.loads(bytes(raw.tobytes()).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise checkpoint_error(files.path_of(name), name, f"comfy_quant blob is not JSON: {e}") from None
-    if not isinstance(d, dict):
-        raise checkpoint_error(files.path_of(name), name, "comfy_quant blob is not a JSON object")
-    params = d.get("params") if isinstance(d.get("params"), dict) else {}
-    fmt = str(d.get("format", "?"))
-    if d.get("convrot") or params.get("convrot"):
-        fmt += "+convrot"
-    return fmt
+    """The format a ``<layer>.comfy_quant`` blob names (UTF-8 JSON in a U8 tensor; a
+    malformed blob is a CheckpointError naming it: weights.comfy_quant.parse_blob)."""
+    spec = parse_blob(files.get(name, dtypes=("U8", "I8")), files.path_of(name), name)
+    return spec.format + ("+convrot" if spec.convrot else "")
 
 
 def detect(path, files=None):

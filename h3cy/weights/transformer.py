@@ -58,6 +58,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..errors import H3ValueError
+from .comfy_quant import BLOB as QUANT_BLOB, SCALE as QUANT_SCALE, Int8Weight, read_int8
 from .files import TensorFiles, checkpoint_error, find_weights, load_json, report_once
 
 __all__ = ["TransformerConfig", "TensorEntry", "TransformerCheckpoint", "open_transformer",
@@ -292,7 +293,8 @@ class TensorEntry:
     ----------
     name : str          diffusers name (or ``<prefix>.ff.value.weight`` / ``.ff.gate.weight``)
     shape : tuple       the logical (diffusers) shape
-    dtype : str         stored dtype, "F32" or "BF16" (returned arrays: float32 / uint16 bits)
+    dtype : str         stored dtype, "F32", "BF16", "F16" or (a single file's quantised linear)
+                        "I8": then the tensor is a weights.comfy_quant.Int8Weight
     file : str          the safetensors file holding it
     source : str        the stored tensor's name in that file
     kind : str          "direct"; "rows" (row slice [start, stop) of source); "qkv_interleaved"
@@ -394,6 +396,8 @@ class TransformerCheckpoint:
 
     # -- arrays ----------------------------------------------------------------------------------
     def _raw(self, e):
+        if e.dtype == "I8":     # a quantised linear of a single file (weights.comfy_quant)
+            return read_int8(self._files, e.source[: -len(".weight")])
         return self._files.get(e.source, dtypes=None)
 
     def __getitem__(self, name):
@@ -414,6 +418,12 @@ class TransformerCheckpoint:
             return raw
         if e.kind == "rows":
             return raw[e.start:e.stop]
+        if isinstance(raw, Int8Weight):
+            if e.kind != "ff_swap":
+                raise checkpoint_error(self.path, e.source, f"{raw.spec.label} rows are stored stacked "
+                                       f"[q; k; v] only (qkv_layout={self.qkv_layout!r})")
+            half = e.shape[0] // 2
+            return Int8Weight.concat([raw[half:], raw[:half]])
         if e.kind == "qkv_interleaved":
             out = self._interleaved_part(raw, e.part).reshape(e.shape)   # copies (strided rows)
         else:  # ff_swap: original [gate; value] -> diffusers [value; gate]
@@ -594,7 +604,11 @@ def _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given=False, s
     table = expected_tensors(cfg)
     dnames = {d for d, _, _, _ in table}
     onames = {o for _, o, _, _ in table}
-    stored = [n for n in where if n not in BUFFER_TENSORS]
+    # a single file's quantised linears: <layer>.weight (I8) beside <layer>.weight_scale and
+    # <layer>.comfy_quant (weights.comfy_quant reads and checks them when the layer is built)
+    quantised = {n[: -len(QUANT_BLOB)] + ".weight" for n in where if single and n.endswith(QUANT_BLOB)}
+    companions = {q[: -len(".weight")] + sfx for q in quantised for sfx in (QUANT_BLOB, QUANT_SCALE)}
+    stored = [n for n in where if n not in BUFFER_TENSORS and n not in companions]
     nd = sum(n in dnames for n in stored)
     no = sum(n in onames for n in stored)
     if nd == 0 and no == 0:
@@ -652,7 +666,7 @@ def _build(folder, cfg, cfg_path, index, files, qkv_layout, theta_given=False, s
         if info.shape != want:
             raise checkpoint_error(where[n], n, f"shape {list(info.shape)} but config implies {list(want)} {hint}")
 
-    dtype_policy = _dtype_policy(table, layout, files, single)
+    dtype_policy = _dtype_policy(table, layout, files, single, quantised)
 
     rope = None
     if ROPE_INV_FREQ in where:
@@ -766,7 +780,7 @@ def infer_config(files, naming, path="<file>"):
     return cfg
 
 
-def _dtype_policy(table, layout, files, single):
+def _dtype_policy(table, layout, files, single, quantised=()):
     """A folder's dtypes follow one of three policies (the released F32/BF16 mix, all F32,
     all BF16); a single file (a re-publication: Comfy-Org's keep F16 AdaLN projections and an
     F32 curve table beside BF16 blocks) may hold any float dtype per tensor ("file")."""
@@ -774,7 +788,7 @@ def _dtype_policy(table, layout, files, single):
     if single:
         for n in names:
             got = files.info(n).dtype
-            if got not in SINGLE_FILE_DTYPES:
+            if got not in SINGLE_FILE_DTYPES and not (got == "I8" and n in quantised):
                 raise checkpoint_error(files.path_of(n), n, f"dtype {got}: expected one of "
                                        f"{', '.join(SINGLE_FILE_DTYPES)}")
         return "file"
