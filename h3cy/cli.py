@@ -126,6 +126,16 @@ def _streaming(text):
     raise argparse.ArgumentTypeError("streaming must be auto, on or off")
 
 
+def _preview_hook(args):
+    """``--preview PNG``: an on_step hook rewriting the PNG after every step (each latent
+    pixel drawn 4x4), or None."""
+    path = getattr(args, "preview", None)          # `demo` builds its own namespace without it
+    if path is None:
+        return None
+    from .preview import PreviewWriter
+    return PreviewWriter(path, mode=getattr(args, "preview_mode", "sheet"), scale=4)
+
+
 def generate(args):
     """Generate, streaming the decoded clips straight into the MP4 (and the PNG folder), so
     a long video never sits in memory; files appear under their names only when complete."""
@@ -160,6 +170,7 @@ def generate(args):
     try:
         res = pipe.generate(args.prompt, width=g.width, height=g.height, frames=g.frames, steps=args.steps,
                             seed=args.seed, reuse=args.reuse, layers=args.layers, on_progress=bars,
+                            on_step=_preview_hook(args),
                             output="video" if decode else "latent", on_frames=on_frames, on_audio=on_audio)
         bars.close()
         if "mp4" in sinks:
@@ -340,6 +351,10 @@ def main(argv=None):
     g.add_argument("--layers", type=int, default=None, help="approximation: run only K blocks")
     g.add_argument("--frames-dir", default=None, help="also write PNG frames here")
     g.add_argument("--latent-out", default=None, help="also write the latents (.npz)")
+    g.add_argument("--preview", default=None, metavar="PNG",
+                   help="rewrite this PNG after every step with the step's clean estimate (latent->RGB)")
+    g.add_argument("--preview-mode", default="sheet", choices=("sheet", "middle"),
+                   help="--preview shows every latent frame (sheet) or the middle one")
     g.add_argument("--cache-dir", default=None)
     g.add_argument("--isa", default=None)
     g.add_argument("--attention", default=None, choices=("auto", "fp32", "bf16"),

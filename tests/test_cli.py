@@ -54,6 +54,22 @@ def test_generate_writes_mp4_frames_and_latents(tiny_pipeline, tmp_path):
         assert phase in r.stderr          # one tqdm bar per phase
 
 
+def test_generate_preview_png_shows_the_last_clean_estimate(tiny_pipeline, tmp_path):
+    import numpy as np
+    from PIL import Image
+    from h3cy.preview import contact_sheet, latent_to_rgb
+    for mode in ("sheet", "middle"):
+        png, lat = tmp_path / f"{mode}.png", tmp_path / f"{mode}.npz"
+        r = _run("generate", "-m", tiny_pipeline.diffusers, "-p", "A red fox", "--width", "64", "--height", "64",
+                 "--steps", "2", "--weights", "fp32", "--latent-out", str(lat), "--preview", str(png),
+                 "--preview-mode", mode, "--cache-dir", str(tmp_path / "c"), "--attention", "fp32", "-q")
+        assert r.returncode == 0, r.stderr
+        z = np.load(lat)["video_latent"]            # the last step's clean estimate is the result
+        frames = latent_to_rgb(z) if mode == "sheet" else latent_to_rgb(z[:, z.shape[1] // 2:][:, :1])
+        with Image.open(png) as im:
+            np.testing.assert_array_equal(np.asarray(im.convert("RGB")), contact_sheet(frames, scale=4))
+
+
 def test_ctrl_c_stops_cleanly_and_writes_nothing(tiny_pipeline, tmp_path):
     out = tmp_path / "never.mp4"
     cmd = [sys.executable, "-m", "h3cy.cli", "generate", "-m", tiny_pipeline.diffusers, "-p", "x",
