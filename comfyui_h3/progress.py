@@ -70,3 +70,51 @@ def run_interruptible(fn, *args, **kwargs):
     except MemoryError as e:
         raise MemoryError(f"{e} -- h3cy ran out of memory: in 'H3 Model Loader' pick weights int4 (about half "
                           "of int8's memory) or streaming 'on', or generate a smaller size") from e
+
+
+def preview_size():
+    """ComfyUI's ``--preview-method`` / ``--preview-size`` (``comfy.cli_args.args``, as
+    ``latent_preview.get_previewer`` reads them): the largest preview side, or None when
+    previews are off (``--preview-method none``, ComfyUI's default).  Outside ComfyUI (no
+    ``comfy.cli_args``) previews are on at ComfyUI's default 512."""
+    try:
+        from comfy.cli_args import LatentPreviewMethod, args
+    except ImportError:
+        return 512
+    if args.preview_method == LatentPreviewMethod.NoPreviews:
+        return None
+    return int(args.preview_size)
+
+
+class StepPreview:
+    """``on_step`` for h3cy: the step's clean estimate as ComfyUI's sampler previews send
+    it -- ``ProgressBar.update_absolute(value, total, ("JPEG", PIL.Image, max_size))`` on
+    the node's bar, which ComfyUI's progress hook hands to the UI.  The image is h3cy's
+    linear latent->RGB preview (ComfyUI's published MiniMax-H3 factors) of every latent
+    frame as a contact sheet, each latent pixel enlarged (nearest) to use the preview
+    size."""
+
+    def __init__(self, progress, max_size):
+        self.progress = progress
+        self.max_size = int(max_size)
+        self.sent = 0
+
+    def __call__(self, state):
+        from PIL import Image
+        _h3.require()
+        from h3cy.preview import preview_image
+        sheet = preview_image(state.video_x0, "sheet")
+        scale = max(1, min(8, self.max_size // max(sheet.shape[:2])))
+        if scale > 1:
+            sheet = sheet.repeat(scale, axis=0).repeat(scale, axis=1)
+        bar = self.progress.bar
+        bar.update_absolute(bar.current, bar.total, ("JPEG", Image.fromarray(sheet), self.max_size))
+        self.sent += 1
+        comfy.model_management.throw_exception_if_processing_interrupted()
+
+
+def step_preview(progress):
+    """The ``on_step`` hook sending previews to ``progress``'s bar, or None when ComfyUI's
+    previews are off."""
+    size = preview_size()
+    return None if size is None else StepPreview(progress, size)

@@ -481,3 +481,41 @@ def test_weight_caches_stay_out_of_comfyui_folders(nodes, comfy_env, demo_root):
     written = [os.path.join(r, n) for r, _, ns in os.walk(mine) for n in ns if ".h3w" in n]
     assert written == []
     assert any(n.startswith("h3cy-int8-") for n in set(os.listdir(h3cy.cache_dir())) - before)
+
+
+# ---------------------------------------------------------------------------------------------
+# previews (ComfyUI's mechanism: ProgressBar.update_absolute(value, total, ("JPEG", image, size)))
+# ---------------------------------------------------------------------------------------------
+def test_sampler_sends_step_previews_through_the_progress_bar(nodes, comfy_env, reference, monkeypatch):
+    from PIL import Image
+    import comfy.cli_args as cli
+    from h3cy.preview import preview_image
+    model = load(nodes)
+    (cond,) = run(nodes["H3cyTextEncode"], model=model, prompt="a fox in snow")
+    seen = []
+    comfy_env["utils"].set_progress_bar_global_hook(lambda v, t, p, node_id=None: seen.append((v, t, p)))
+    (latent,) = run(nodes["H3cySampler"], model=model, conditioning=cond, **SMALL)
+    assert seen and all(p is None for _, _, p in seen)            # ComfyUI's default: --preview-method none
+
+    monkeypatch.setattr(cli.args, "preview_method", cli.LatentPreviewMethod.Auto)
+    seen.clear()
+    (latent2,) = run(nodes["H3cySampler"], model=model, conditioning=cond, **SMALL)
+    np.testing.assert_array_equal(latent2["samples"].numpy(), latent["samples"].numpy())   # unchanged result
+    previews = [(v, t, p) for v, t, p in seen if p is not None]
+    assert len(previews) == SMALL["steps"]
+    for v, t, p in previews:
+        fmt, img, size = p
+        assert fmt == "JPEG" and isinstance(img, Image.Image) and img.mode == "RGB" and size == 512
+        assert t == 1000 and 0 < v <= 1000
+    # the last step's clean estimate is the final latent: 7 latent frames of 4x4 as a 3x3 sheet
+    # (14 px with the gaps), each latent pixel enlarged 8x
+    sheet = preview_image(latent2["samples"][0].numpy(), "sheet")
+    assert sheet.shape == (14, 14, 3)
+    np.testing.assert_array_equal(np.asarray(previews[-1][2][1]), sheet.repeat(8, 0).repeat(8, 1))
+
+    monkeypatch.setattr(cli.args, "preview_size", 64)              # --preview-size bounds the image
+    seen.clear()
+    images, _ = run(nodes["H3cyGenerate"], model=model, prompt="a fox in snow", **SMALL)
+    previews = [p for _, _, p in seen if p is not None]
+    assert len(previews) == SMALL["steps"] and previews[-1][1].size == (56, 56) and previews[-1][2] == 64
+    np.testing.assert_array_equal((images.numpy() * 255).round().astype(np.uint8), reference.frames)
