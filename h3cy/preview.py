@@ -24,7 +24,7 @@ import numpy as np
 from .errors import H3ValueError
 
 __all__ = ["LATENT_RGB_FACTORS", "LATENT_RGB_BIAS", "latent_to_rgb_float", "latent_to_rgb",
-           "contact_sheet", "preview_image", "PreviewWriter"]
+           "contact_sheet", "preview_image", "tae_frames", "PreviewWriter"]
 
 # [channel, (R, G, B)] -- zoidypuh/ComfyUI@4441d221, comfy/latent_formats.py, MiniMaxH3Video
 LATENT_RGB_FACTORS = np.array([
@@ -111,17 +111,32 @@ def contact_sheet(frames, cols=None, scale=1, gap=1):
     return sheet
 
 
-def preview_image(latent, mode="sheet", scale=1):
-    """One uint8 ``(H, W, 3)`` image of a video latent: ``mode="sheet"`` all latent frames
-    as a contact sheet, ``"middle"`` the middle latent frame, ``"first"`` the first one (what
-    ComfyUI's own Latent2RGB previewer shows for a video)."""
+def tae_frames(decoder, latent, mode="sheet"):
+    """uint8 frames from the taeh3 decoder (:class:`h3cy.taeh3.TAEH3Decoder`): every decoded
+    frame (``"sheet"``), or the last one of the latents up to the middle / first latent frame
+    (its memory blocks read the previous frames, so frames after it are not decoded)."""
+    from .models.video_vae import to_uint8
     z = _check_latent(latent)
     if mode == "sheet":
+        return to_uint8(decoder.decode(z))
+    t = z.shape[1] // 2 if mode == "middle" else 0
+    return to_uint8(decoder.decode(z[:, :t + 1])[-1:])
+
+
+def preview_image(latent, mode="sheet", scale=1, tae=None):
+    """One uint8 ``(H, W, 3)`` image of a video latent: ``mode="sheet"`` all latent frames
+    as a contact sheet, ``"middle"`` the middle latent frame, ``"first"`` the first one (what
+    ComfyUI's own Latent2RGB previewer shows for a video).  ``tae``: a taeh3 decoder to
+    decode with instead of the linear map (:func:`tae_frames`)."""
+    z = _check_latent(latent)
+    if mode not in ("sheet", "middle", "first"):
+        raise H3ValueError(f"preview mode must be 'sheet', 'middle' or 'first', got {mode!r}")
+    if tae is not None:
+        return contact_sheet(tae_frames(tae, z, mode), scale=scale)
+    if mode == "sheet":
         return contact_sheet(latent_to_rgb(z), scale=scale)
-    if mode in ("middle", "first"):
-        t = z.shape[1] // 2 if mode == "middle" else 0
-        return contact_sheet(latent_to_rgb(z[:, t:t + 1]), scale=scale)
-    raise H3ValueError(f"preview mode must be 'sheet', 'middle' or 'first', got {mode!r}")
+    t = z.shape[1] // 2 if mode == "middle" else 0
+    return contact_sheet(latent_to_rgb(z[:, t:t + 1]), scale=scale)
 
 
 class PreviewWriter:
@@ -130,16 +145,17 @@ class PreviewWriter:
 
     ``mode`` as in :func:`preview_image`; ``scale`` enlarges each latent pixel (nearest).
     ``then`` is another ``on_step`` hook called afterwards (its return value is passed on).
+    ``tae``: a taeh3 decoder (:class:`h3cy.taeh3.TAEH3Decoder`) instead of the linear map.
     """
 
-    def __init__(self, path, mode="sheet", scale=4, then=None):
+    def __init__(self, path, mode="sheet", scale=4, then=None, tae=None):
         if mode not in ("sheet", "middle", "first"):
             raise H3ValueError(f"preview mode must be 'sheet', 'middle' or 'first', got {mode!r}")
-        self.path, self.mode, self.scale, self.then = path, mode, int(scale), then
+        self.path, self.mode, self.scale, self.then, self.tae = path, mode, int(scale), then, tae
         self.written = 0
 
     def __call__(self, state):
         from .media import write_png
-        write_png(self.path, preview_image(state.video_x0, self.mode, self.scale))
+        write_png(self.path, preview_image(state.video_x0, self.mode, self.scale, tae=self.tae))
         self.written += 1
         return self.then(state) if self.then is not None else None

@@ -196,10 +196,15 @@ class TAEH3Decoder:
 
     weights : "fp32" (default; exact to the torch reference within 1e-4) or "bf16"
     isa : h3cy's kernel path ("ref" = the scalar reference GEMMs); threads : pool size
+    space_upscale, time_upscale : False skips the three nearest upsamplings (frames at 2h x 2w,
+        ~1/40 of the work) / uses every TGrow as stride 1 with its last-time-step rows (one
+        frame per latent frame): TAEHV's ``decoder_space_upscale`` / ``decoder_time_upscale``
+        for a cheaper preview
     """
 
-    def __init__(self, state, weights="fp32", isa=None, threads=None):
+    def __init__(self, state, weights="fp32", isa=None, threads=None, space_upscale=True, time_upscale=True):
         compute = ops.Compute.resolve(weights, isa, threads, modes=("fp32", "bf16"), auto="fp32")
+        self.space_upscale, self.time_upscale = bool(space_upscale), bool(time_upscale)
         self.compute = compute
         want = expected_keys()
         for k, shape in want.items():
@@ -217,14 +222,16 @@ class TAEH3Decoder:
                 self.layers.append((kind, convs))
             elif kind == "tgrow":
                 c, s = a
+                s = s if self.time_upscale else 1
                 w = _f32(state[f"decoder.{i}.conv.weight"])[-c * s:]      # the last-timestep rows
                 self.layers.append((kind, (_Conv1x1(w, compute), s)))
             else:
                 self.layers.append((kind, None))
 
     @classmethod
-    def from_file(cls, path, weights="fp32", isa=None, threads=None):
-        return cls(load_state(path), weights=weights, isa=isa, threads=threads)
+    def from_file(cls, path, weights="fp32", isa=None, threads=None, space_upscale=True, time_upscale=True):
+        return cls(load_state(path), weights=weights, isa=isa, threads=threads, space_upscale=space_upscale,
+                   time_upscale=time_upscale)
 
     def decode_frames(self, latent):
         """The decoder alone: latent (24, T, h, w) -> list of 4T frames [2h*8, .., 12]
@@ -252,7 +259,7 @@ class TAEH3Decoder:
                     out.append(_relu(h))
                     prev = f
                 frames = out
-            elif kind == "up":
+            elif kind == "up" and self.space_upscale:
                 frames = [f.repeat(2, axis=0).repeat(2, axis=1) for f in frames]
             elif kind == "tgrow":
                 conv, s = op
@@ -266,12 +273,15 @@ class TAEH3Decoder:
 
     def decode(self, latent):
         """latent (24, T, h, w) -> float32 frames (F, 16h, 16w, 3) in [0, 1], H3's frame count
-        (T = 7 -> 22)."""
+        (T = 7 -> 22); without time upscaling F = T, without space upscaling 2h x 2w."""
         frames = self.decode_frames(latent)
         n = len(frames)
-        chunk = CHUNK_LATENTS * T_UPSCALE
-        keep = [i for i in range(-(-n // chunk) * chunk) if i % chunk >= TRIM]
-        keep = keep[:len(keep) - TAIL_LATENTS * T_UPSCALE]
+        if self.time_upscale:
+            chunk = CHUNK_LATENTS * T_UPSCALE
+            keep = [i for i in range(-(-n // chunk) * chunk) if i % chunk >= TRIM]
+            keep = keep[:len(keep) - TAIL_LATENTS * T_UPSCALE]
+        else:
+            keep = list(range(n))          # one frame per latent frame (its last time step)
         H, W, C = frames[0].shape
         zero = np.zeros((H, W, C), np.float32)
         out = np.empty((len(keep), H * PATCH, W * PATCH, C // (PATCH * PATCH)), np.float32)

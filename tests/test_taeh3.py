@@ -38,11 +38,11 @@ class Clamp(nn.Module):
         return torch.tanh(x / 3) * 3
 
 
-def reference_decoder():
+def reference_decoder(up=2, strides=(1, 2, 2)):
     w = (256, 128, 64, 64)
     seq = [Clamp(), nn.Conv2d(24, w[0], 3, padding=1), nn.ReLU()]
-    for i, s in ((0, 1), (1, 2), (2, 2)):
-        seq += [Mem(w[i]), Mem(w[i]), Mem(w[i]), nn.Upsample(scale_factor=2), Grow(w[i], s),
+    for i, s in enumerate(strides):
+        seq += [Mem(w[i]), Mem(w[i]), Mem(w[i]), nn.Upsample(scale_factor=up), Grow(w[i], s),
                 nn.Conv2d(w[i], w[i + 1], 3, padding=1, bias=False)]
     seq += [nn.ReLU(), nn.Conv2d(w[3], 12, 3, padding=1)]
     return nn.Sequential(*seq)
@@ -144,3 +144,30 @@ def test_bad_files_and_latents(checkpoint, tmp_path):
     with pytest.raises(H3ValueError):
         d.decode(np.zeros((16, 2, 2, 2), np.float32))
     assert taeh3.find_checkpoint([str(tmp_path / "nope"), str(tmp_path)]) == bad
+
+
+def test_cheap_preview_modes_match_the_reference(checkpoint):
+    """TAEHV's decoder_space_upscale / decoder_time_upscale off: Upsample(scale 1), TGrows of
+    stride 1 with the last time step's rows; one frame per latent frame."""
+    path, dec = checkpoint
+    sd = dec.state_dict()
+    z = np.random.default_rng(9).standard_normal((24, 3, 3, 2)).astype(np.float32)
+    for space, time in ((False, True), (True, False), (False, False)):
+        ref_dec = reference_decoder(up=2 if space else 1, strides=(1, 2, 2) if time else (1, 1, 1)).eval()
+        own = {k: (v[-ref_dec.state_dict()[k].shape[0]:] if k.endswith("conv.weight") and v.ndim == 4
+                   and v.shape[2] == 1 else v) for k, v in sd.items()}
+        ref_dec.load_state_dict(own)
+        with torch.no_grad():
+            x = torch.from_numpy(z).permute(1, 0, 2, 3).contiguous()
+            for b in ref_dec:
+                x = b(x, torch.cat([torch.zeros_like(x[:1]), x[:-1]], 0)) if isinstance(b, Mem) else b(x)
+            if time:
+                n = x.shape[0]
+                x = F.pad(x, (0, 0, 0, 0, 0, 0, 0, -n % 20))
+                x = x.reshape(-1, 20, *x.shape[1:])[:, 3:].flatten(0, 1)[:-12]
+            ref = F.pixel_shuffle(x, 2).clamp(0, 1).permute(0, 2, 3, 1).numpy()
+        got = taeh3.TAEH3Decoder.from_file(path, threads=2, space_upscale=space, time_upscale=time).decode(z)
+        f = 16 if space else 2
+        assert got.shape == ref.shape and got.shape[1:3] == (3 * f, 2 * f)
+        assert got.shape[0] == (ref.shape[0] if time else 3)
+        assert np.abs(got - ref).max() <= 1e-4, (space, time)
