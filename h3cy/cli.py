@@ -133,7 +133,12 @@ def _preview_hook(args):
     if path is None:
         return None
     from .preview import PreviewWriter
-    return PreviewWriter(path, mode=getattr(args, "preview_mode", "sheet"), scale=4)
+    tae = getattr(args, "preview_tae", None)
+    if tae is not None:
+        from .taeh3 import TAEH3Decoder
+        tae = TAEH3Decoder.from_file(tae, threads=args.threads, space_upscale=False, time_upscale=False)
+    return PreviewWriter(path, mode=getattr(args, "preview_mode", "sheet"), scale=4 if tae is None else 2,
+                         tae=tae)
 
 
 def generate(args):
@@ -355,6 +360,8 @@ def main(argv=None):
                    help="rewrite this PNG after every step with the step's clean estimate (latent->RGB)")
     g.add_argument("--preview-mode", default="sheet", choices=("sheet", "middle"),
                    help="--preview shows every latent frame (sheet) or the middle one")
+    g.add_argument("--preview-tae", default=None, metavar="SAFETENSORS",
+                   help="--preview decodes with this taeh3 file (TAE, at 2x latent size) instead of latent->RGB")
     g.add_argument("--cache-dir", default=None)
     g.add_argument("--isa", default=None)
     g.add_argument("--attention", default=None, choices=("auto", "fp32", "bf16"),

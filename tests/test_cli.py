@@ -70,6 +70,30 @@ def test_generate_preview_png_shows_the_last_clean_estimate(tiny_pipeline, tmp_p
             np.testing.assert_array_equal(np.asarray(im.convert("RGB")), contact_sheet(frames, scale=4))
 
 
+def test_generate_preview_tae_decodes_with_a_taeh3_file(tiny_pipeline, tmp_path):
+    import numpy as np
+    from PIL import Image
+    from safetensors.numpy import save_file
+    from h3cy import taeh3
+    from h3cy.preview import contact_sheet, tae_frames
+    rng = np.random.default_rng(0)
+    state = {k: (rng.standard_normal(s) * 0.05).astype(np.float32) for k, s in taeh3.expected_keys().items()}
+    save_file(state, str(tmp_path / "taeh3.safetensors"))
+    png, lat = tmp_path / "tae.png", tmp_path / "tae.npz"
+    r = _run("generate", "-m", tiny_pipeline.diffusers, "-p", "A red fox", "--width", "64", "--height", "64",
+             "--steps", "2", "--weights", "fp32", "--latent-out", str(lat), "--preview", str(png),
+             "--preview-tae", str(tmp_path / "taeh3.safetensors"), "--cache-dir", str(tmp_path / "c"),
+             "--attention", "fp32", "-q")
+    assert r.returncode == 0, r.stderr
+    z = np.load(lat)["video_latent"]
+    tae = taeh3.TAEH3Decoder(state, space_upscale=False, time_upscale=False)
+    with Image.open(png) as im:
+        got = np.asarray(im.convert("RGB"))
+    want = contact_sheet(tae_frames(tae, z, "sheet"), scale=2)       # 7 frames of 8x8 (2x the latent)
+    assert got.shape == want.shape == (3 * 16 + 2, 3 * 16 + 2, 3)       # 3x3 tiles of 16 px, 1 px gaps
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1       # threads may round differently
+
+
 def test_ctrl_c_stops_cleanly_and_writes_nothing(tiny_pipeline, tmp_path):
     out = tmp_path / "never.mp4"
     cmd = [sys.executable, "-m", "h3cy.cli", "generate", "-m", tiny_pipeline.diffusers, "-p", "x",
