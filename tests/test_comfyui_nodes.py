@@ -519,3 +519,37 @@ def test_sampler_sends_step_previews_through_the_progress_bar(nodes, comfy_env, 
     previews = [p for _, _, p in seen if p is not None]
     assert len(previews) == SMALL["steps"] and previews[-1][1].size == (56, 56) and previews[-1][2] == 64
     np.testing.assert_array_equal((images.numpy() * 255).round().astype(np.uint8), reference.frames)
+
+
+def test_taesd_previews_use_taeh3_from_vae_approx(nodes, comfy_env, monkeypatch):
+    from safetensors.numpy import save_file
+    import comfy.cli_args as cli
+    from h3cy import taeh3
+    from h3cy.preview import preview_image
+    model = load(nodes)
+    (cond,) = run(nodes["H3cyTextEncode"], model=model, prompt="a fox in snow")
+    seen = []
+    comfy_env["utils"].set_progress_bar_global_hook(lambda v, t, p, node_id=None: seen.append(p))
+    monkeypatch.setattr(cli.args, "preview_method", cli.LatentPreviewMethod.TAESD)
+    (latent,) = run(nodes["H3cySampler"], model=model, conditioning=cond, **SMALL)
+    previews = [p for p in seen if p is not None]                 # no taeh3 file: latent2rgb, as ComfyUI
+    z = latent["samples"][0].numpy()
+    np.testing.assert_array_equal(np.asarray(previews[-1][1]), preview_image(z, "sheet").repeat(8, 0).repeat(8, 1))
+
+    rng = np.random.default_rng(0)
+    state = {k: (rng.standard_normal(s) * 0.05).astype(np.float32) for k, s in taeh3.expected_keys().items()}
+    folder = os.path.join(comfy_env["folder_paths"].models_dir, "vae_approx")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "taeh3.safetensors")
+    save_file(state, path)
+    try:
+        seen.clear()
+        (latent2,) = run(nodes["H3cySampler"], model=model, conditioning=cond, **SMALL)
+        previews = [p for p in seen if p is not None]
+        assert len(previews) == SMALL["steps"]
+        tae = taeh3.TAEH3Decoder(state, space_upscale=False, time_upscale=False)
+        img = preview_image(latent2["samples"][0].numpy(), "first", tae=tae)   # 4x4 latent -> 8x8
+        assert img.shape == (8, 8, 3)
+        np.testing.assert_array_equal(np.asarray(previews[-1][1]), img.repeat(8, 0).repeat(8, 1))
+    finally:
+        os.remove(path)
