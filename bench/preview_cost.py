@@ -10,6 +10,7 @@
    with and without the ``--preview`` hook (alternated runs; wall time per step), and the
    per-step time extrapolated to the 50 blocks.
 3. The ratios against the per-step times documented in docs/performance.md.
+4. ``--tae``: the taeh3 preview decoder at 512x512, 22 frames (cheap and full modes).
 
     PYTHONPATH=$PWD python3 bench/preview_cost.py [--reps 200] [--blocks 1] [--width 128 --height 128]
 """
@@ -84,6 +85,27 @@ def preview_costs(g, reps, tmp):
     return x0.shape, rows
 
 
+def tae_costs(reps):
+    """The taeh3 decoder (random weights of the published shapes; the cost does not depend on
+    the values) at 512x512, 22 frames: the cheap preview (no upscaling) of every latent frame
+    and of the first one (what the ComfyUI node decodes), and the full decoder on the first
+    latent frame."""
+    from h3cy import taeh3
+    rng = np.random.default_rng(0)
+    state = {k: (rng.standard_normal(s) * 0.02).astype(np.float32) for k, s in taeh3.expected_keys().items()}
+    g = h3cy.Geometry(512, 512, 22)
+    z = rng.standard_normal((24, g.T, g.h, g.w)).astype(np.float32)
+    cheap = taeh3.TAEH3Decoder(state, space_upscale=False, time_upscale=False)
+    full = taeh3.TAEH3Decoder(state)
+    rows = [(f"taeh3 cheap, all {g.T} latent frames -> {g.T} x 64x64",
+             median_time(lambda: pv.tae_frames(cheap, z, "sheet"), reps)),
+            ("taeh3 cheap, first latent frame -> 64x64 (ComfyUI node)",
+             median_time(lambda: pv.tae_frames(cheap, z, "first"), reps)),
+            ("taeh3 full, first latent frame -> 4 x 512x512",
+             median_time(lambda: full.decode_frames(z[:, :1]), reps))]
+    return z.shape, cheap.compute.threads, rows
+
+
 def step_cost(blocks, weights, width, height, steps, tmp, threads):
     from synthetic import SyntheticSource
     from h3cy.models.dit import DiT
@@ -120,6 +142,8 @@ def main():
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--no-step", action="store_true", help="only the preview timings")
+    ap.add_argument("--tae", action="store_true", help="also time the taeh3 decoder (--tae-reps runs)")
+    ap.add_argument("--tae-reps", type=int, default=3)
     a = ap.parse_args()
     print(f"# bench/preview_cost.py {' '.join(sys.argv[1:])}; {time.strftime('%Y-%m-%d %H:%M')}; "
           f"CPU: {cpu_name()}; load avg {os.getloadavg()[0]:.1f}")
@@ -141,6 +165,13 @@ def main():
               f"{100 * worst / DOC_STEP_16CORE:.4f}%")
         print(f"  vs a documented full step on the 2-core Zen 4 (int8, 2.62 s/block x 50 = "
               f"{DOC_STEP_2CORE_ZEN4:.0f} s): {100 * worst / DOC_STEP_2CORE_ZEN4:.5f}%")
+        if a.tae:
+            shape, th, rows = tae_costs(a.tae_reps)
+            print(f"\ntaeh3 at 512x512, 22 frames: latent {shape}, threads {th} (median / min of {a.tae_reps})")
+            for name, (med, mn) in rows:
+                print(f"  {name:55s} {med:8.3f} s  {mn:8.3f} s")
+                print(f"    = {100 * med / DOC_STEP_16CORE:.2f}% of the 16-core SPR step, "
+                      f"{100 * med / DOC_STEP_2CORE_ZEN4:.2f}% of the 2-core Zen 4 one")
         if a.no_step:
             return
         g, S, threads, walls, spent = step_cost(a.blocks, a.weights, a.width, a.height, a.steps, tmp,
