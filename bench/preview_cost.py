@@ -28,6 +28,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import h3cy  # noqa: E402
+from h3cy import media  # noqa: E402
 from h3cy import preview as pv  # noqa: E402
 from h3cy.sampling.sampler import StepState  # noqa: E402
 
@@ -66,7 +67,7 @@ def preview_costs(g, reps, tmp):
     x0 = np.random.default_rng(0).standard_normal((24, g.T, g.h, g.w), dtype=np.float32)
     st = StepState(video_x0=x0)
     png = os.path.join(tmp, "p.png")
-    writer = pv.PreviewWriter(png, "sheet", 4)
+    writer = media.PreviewWriter(png, "sheet", 4)
     comfy_img = {}
 
     def comfy():
@@ -115,7 +116,7 @@ def step_cost(blocks, weights, width, height, steps, tmp, threads):
     print(f"# built {blocks} full-size {weights} block(s) in {time.perf_counter() - t0:.1f} s", flush=True)
     g = h3cy.Geometry(width, height, 22)
     pe = np.random.default_rng(0).standard_normal((6, 5120), dtype=np.float32)
-    writer = pv.PreviewWriter(os.path.join(tmp, "step.png"), "sheet", 4)
+    writer = media.PreviewWriter(os.path.join(tmp, "step.png"), "sheet", 4)
     spent = []
 
     def timed_writer(st):

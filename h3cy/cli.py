@@ -132,7 +132,7 @@ def _preview_hook(args):
     path = getattr(args, "preview", None)          # `demo` builds its own namespace without it
     if path is None:
         return None
-    from .preview import PreviewWriter
+    from .media import PreviewWriter
     tae = getattr(args, "preview_tae", None)
     if tae is not None:
         from .taeh3 import TAEH3Decoder

@@ -1,4 +1,5 @@
-"""Previews while sampling: the clean estimate of a step as small RGB frames.
+"""Previews while sampling: the clean estimate of a step as small RGB frames (the on_step
+hook that writes them to a PNG is :class:`h3cy.media.PreviewWriter`).
 
 The linear latent->RGB preview is ComfyUI's ``Latent2RGBPreviewer`` with the published
 MiniMax-H3 video factors: every latent pixel's 24 channels times a 24x3 matrix plus a bias,
@@ -24,7 +25,7 @@ import numpy as np
 from .errors import H3ValueError
 
 __all__ = ["LATENT_RGB_FACTORS", "LATENT_RGB_BIAS", "latent_to_rgb_float", "latent_to_rgb",
-           "contact_sheet", "preview_image", "tae_frames", "PreviewWriter"]
+           "contact_sheet", "preview_image", "tae_frames"]
 
 # [channel, (R, G, B)] -- zoidypuh/ComfyUI@4441d221, comfy/latent_formats.py, MiniMaxH3Video
 LATENT_RGB_FACTORS = np.array([
@@ -137,25 +138,3 @@ def preview_image(latent, mode="sheet", scale=1, tae=None):
         return contact_sheet(latent_to_rgb(z), scale=scale)
     t = z.shape[1] // 2 if mode == "middle" else 0
     return contact_sheet(latent_to_rgb(z[:, t:t + 1]), scale=scale)
-
-
-class PreviewWriter:
-    """An ``on_step`` hook that rewrites one PNG after every step with the step's clean
-    estimate (the file is replaced atomically, so a viewer never reads half a file).
-
-    ``mode`` as in :func:`preview_image`; ``scale`` enlarges each latent pixel (nearest).
-    ``then`` is another ``on_step`` hook called afterwards (its return value is passed on).
-    ``tae``: a taeh3 decoder (:class:`h3cy.taeh3.TAEH3Decoder`) instead of the linear map.
-    """
-
-    def __init__(self, path, mode="sheet", scale=4, then=None, tae=None):
-        if mode not in ("sheet", "middle", "first"):
-            raise H3ValueError(f"preview mode must be 'sheet', 'middle' or 'first', got {mode!r}")
-        self.path, self.mode, self.scale, self.then, self.tae = path, mode, int(scale), then, tae
-        self.written = 0
-
-    def __call__(self, state):
-        from .media import write_png
-        write_png(self.path, preview_image(state.video_x0, self.mode, self.scale, tae=self.tae))
-        self.written += 1
-        return self.then(state) if self.then is not None else None

@@ -6,6 +6,7 @@ import pytest
 
 import h3cy
 from h3cy import _config
+from h3cy import media
 from h3cy import preview as pv
 from h3cy.errors import H3ValueError
 
@@ -154,7 +155,7 @@ def test_preview_writer_rewrites_one_png_per_step(tiny_dit_factory, tmp_path):
         last["x0"] = st.video_x0.copy()
         with Image.open(path) as im:                # the file is complete after every step
             last["png"] = np.asarray(im.convert("RGB"))
-    w = pv.PreviewWriter(str(path), mode="sheet", scale=4, then=after)
+    w = media.PreviewWriter(str(path), mode="sheet", scale=4, then=after)
     h3cy.denoise(dit, pe, g, steps=2, seed=1, on_step=w)
     assert w.written == 2
     assert np.array_equal(last["png"], pv.contact_sheet(pv.latent_to_rgb(last["x0"]), scale=4))
