@@ -130,10 +130,13 @@ def _preview_hook(args):
     """``--preview PNG``: an on_step hook rewriting the PNG after every step (each latent
     pixel drawn 4x4), or None."""
     path = getattr(args, "preview", None)          # `demo` builds its own namespace without it
+    tae = getattr(args, "preview_tae", None)
     if path is None:
+        if tae is not None:
+            from .errors import H3ValueError
+            raise H3ValueError("--preview-tae needs --preview PNG (the image it draws)")
         return None
     from .media import PreviewWriter
-    tae = getattr(args, "preview_tae", None)
     if tae is not None:
         from .taeh3 import TAEH3Decoder
         tae = TAEH3Decoder.from_file(tae, threads=args.threads, space_upscale=False, time_upscale=False)
@@ -148,6 +151,7 @@ def generate(args):
 
     import h3cy
     from . import media
+    on_step = _preview_hook(args)                   # a bad --preview-tae file fails before the load
     pipe = h3cy.load(args.model, weights=args.weights, streaming=args.streaming, threads=args.threads,
                      cache_dir=args.cache_dir, vae_weights=args.vae_weights, isa=args.isa,
                      attention=args.attention, dit=args.dit, text_encoder=args.text_encoder,
@@ -175,7 +179,7 @@ def generate(args):
     try:
         res = pipe.generate(args.prompt, width=g.width, height=g.height, frames=g.frames, steps=args.steps,
                             seed=args.seed, reuse=args.reuse, layers=args.layers, on_progress=bars,
-                            on_step=_preview_hook(args),
+                            on_step=on_step,
                             output="video" if decode else "latent", on_frames=on_frames, on_audio=on_audio)
         bars.close()
         if "mp4" in sinks:

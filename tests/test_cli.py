@@ -94,6 +94,14 @@ def test_generate_preview_tae_decodes_with_a_taeh3_file(tiny_pipeline, tmp_path)
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1       # threads may round differently
 
 
+def test_preview_tae_without_preview_or_with_a_bad_file_is_a_clear_error(tmp_path):
+    r = _run("generate", "-m", "/nonexistent/model", "-p", "x", "--preview-tae", str(tmp_path / "t.safetensors"))
+    assert r.returncode == 2 and "--preview-tae needs --preview" in r.stderr
+    r = _run("generate", "-m", "/nonexistent/model", "-p", "x", "--preview", str(tmp_path / "p.png"),
+             "--preview-tae", str(tmp_path / "missing.safetensors"))
+    assert r.returncode == 2 and "missing.safetensors" in r.stderr and "/nonexistent/model" not in r.stderr
+
+
 def test_ctrl_c_stops_cleanly_and_writes_nothing(tiny_pipeline, tmp_path):
     out = tmp_path / "never.mp4"
     cmd = [sys.executable, "-m", "h3cy.cli", "generate", "-m", tiny_pipeline.diffusers, "-p", "x",
