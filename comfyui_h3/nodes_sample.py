@@ -3,7 +3,7 @@ import numpy as np
 
 from . import _h3
 from .convert import audio_from_result, image_from_frames, latent_from_result
-from .progress import InterruptToken, PhaseProgress, run_interruptible
+from .progress import InterruptToken, PhaseProgress, run_interruptible, step_preview
 
 DECODE_PHASES = ("decode_audio", "decode_video")
 
@@ -76,7 +76,7 @@ def sample(model, conditioning, width, height, frames, seconds, steps, seed, reu
         pipe = model.pipeline()
         res = run_interruptible(
             pipe.generate, prompt_embeds=np.array(conditioning.embeds, np.float32, copy=True),
-            output="latent", on_progress=prog, cancel=InterruptToken(),
+            output="latent", on_progress=prog, on_step=step_preview(prog), cancel=InterruptToken(),
             **_sampler_kwargs(width, height, frames, seconds, steps, seed, reuse, layers, sampler, preset))
     return (latent_from_result(res.video_latent, res.audio_latent, res.geometry),)
 
@@ -92,7 +92,8 @@ def generate(model, prompt, width, height, frames, seconds, steps, seed, reuse=1
     prog = PhaseProgress(["encode", "denoise", *DECODE_PHASES])
     with model.lock:
         pipe = model.pipeline()
-        res = run_interruptible(pipe.generate, prompt, output="video", on_progress=prog, cancel=InterruptToken(),
+        res = run_interruptible(pipe.generate, prompt, output="video", on_progress=prog,
+                                on_step=step_preview(prog), cancel=InterruptToken(),
                                 **_sampler_kwargs(width, height, frames, seconds, steps, seed, reuse, layers,
                                                   sampler, preset))
     return _outputs(res)

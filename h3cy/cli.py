@@ -190,6 +190,24 @@ def _sampling_args(args):
     return loras, kw
 
 
+def _preview_hook(args):
+    """``--preview PNG``: an on_step hook rewriting the PNG after every step (each latent
+    pixel drawn 4x4), or None."""
+    path = getattr(args, "preview", None)          # `demo` builds its own namespace without it
+    tae = getattr(args, "preview_tae", None)
+    if path is None:
+        if tae is not None:
+            from .errors import H3ValueError
+            raise H3ValueError("--preview-tae needs --preview PNG (the image it draws)")
+        return None
+    from .media import PreviewWriter
+    if tae is not None:
+        from .taeh3 import TAEH3Decoder
+        tae = TAEH3Decoder.from_file(tae, threads=args.threads, space_upscale=False, time_upscale=False)
+    return PreviewWriter(path, mode=getattr(args, "preview_mode", "sheet"), scale=4 if tae is None else 2,
+                         tae=tae)
+
+
 def generate(args):
     """Generate, streaming the decoded clips straight into the MP4 (and the PNG folder), so
     a long video never sits in memory; files appear under their names only when complete."""
@@ -198,6 +216,7 @@ def generate(args):
     import h3cy
     from . import media
     loras, sampling = _sampling_args(args)           # bad values fail before any model is built
+    on_step = _preview_hook(args)                   # a bad --preview-tae file fails before the load
     args.model = _model_arg(args.model, args.cache_dir)
     pipe = h3cy.load(args.model, weights=args.weights, streaming=args.streaming, threads=args.threads,
                      cache_dir=args.cache_dir, vae_weights=args.vae_weights, isa=args.isa,
@@ -225,7 +244,8 @@ def generate(args):
     bars = _PhaseBars(not args.quiet)
     t0 = time.perf_counter()
     try:
-        res = pipe.generate(args.prompt, width=g.width, height=g.height, frames=g.frames, seed=args.seed, reuse=args.reuse, layers=args.layers, on_progress=bars,
+        res = pipe.generate(args.prompt, width=g.width, height=g.height, frames=g.frames, seed=args.seed,
+                            reuse=args.reuse, layers=args.layers, on_progress=bars, on_step=on_step,
                             output="video" if decode else "latent", on_frames=on_frames, on_audio=on_audio,
                             **sampling)
         bars.close()
@@ -538,6 +558,12 @@ def main(argv=None):
     g.add_argument("--layers", type=int, default=None, help="approximation: run only K blocks")
     g.add_argument("--frames-dir", default=None, help="also write PNG frames here")
     g.add_argument("--latent-out", default=None, help="also write the latents (.npz)")
+    g.add_argument("--preview", default=None, metavar="PNG",
+                   help="rewrite this PNG after every step with the step's clean estimate (latent->RGB)")
+    g.add_argument("--preview-mode", default="sheet", choices=("sheet", "middle"),
+                   help="--preview shows every latent frame (sheet) or the middle one")
+    g.add_argument("--preview-tae", default=None, metavar="SAFETENSORS",
+                   help="--preview decodes with this taeh3 file (TAE, at 2x latent size) instead of latent->RGB")
     g.add_argument("--cache-dir", default=None)
     g.add_argument("--isa", default=None)
     g.add_argument("--attention", default=None, choices=("auto", "fp32", "bf16"),

@@ -18,9 +18,11 @@ import zlib
 import numpy as np
 
 from .errors import H3ValueError
+from .preview import preview_image
 from .models.video_vae import to_uint8  # noqa: F401  (re-exported: frames -> uint8 for the writers)
 
-__all__ = ["Mp4Writer", "write_mp4", "write_wav", "write_png", "write_frames", "to_uint8", "fit_audio"]
+__all__ = ["Mp4Writer", "write_mp4", "write_wav", "write_png", "write_frames", "to_uint8", "fit_audio",
+           "PreviewWriter"]
 
 
 def fit_audio(audio, n_frames, fps, sample_rate):
@@ -230,3 +232,24 @@ def write_frames(folder, frames, first_index=0, pattern="frame_{:05d}.png"):
     os.makedirs(folder, exist_ok=True)
     return [write_png(os.path.join(folder, pattern.format(first_index + i)), f)
             for i, f in enumerate(frames)]
+
+
+class PreviewWriter:
+    """An ``on_step`` hook that rewrites one PNG after every step with the step's clean
+    estimate (the file is replaced atomically, so a viewer never reads half a file).
+
+    ``mode`` as in :func:`h3cy.preview.preview_image`; ``scale`` enlarges each latent pixel (nearest).
+    ``then`` is another ``on_step`` hook called afterwards (its return value is passed on).
+    ``tae``: a taeh3 decoder (:class:`h3cy.taeh3.TAEH3Decoder`) instead of the linear map.
+    """
+
+    def __init__(self, path, mode="sheet", scale=4, then=None, tae=None):
+        if mode not in ("sheet", "middle", "first"):
+            raise H3ValueError(f"preview mode must be 'sheet', 'middle' or 'first', got {mode!r}")
+        self.path, self.mode, self.scale, self.then, self.tae = path, mode, int(scale), then, tae
+        self.written = 0
+
+    def __call__(self, state):
+        write_png(self.path, preview_image(state.video_x0, self.mode, self.scale, tae=self.tae))
+        self.written += 1
+        return self.then(state) if self.then is not None else None

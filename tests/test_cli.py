@@ -54,6 +54,54 @@ def test_generate_writes_mp4_frames_and_latents(tiny_pipeline, tmp_path):
         assert phase in r.stderr          # one tqdm bar per phase
 
 
+def test_generate_preview_png_shows_the_last_clean_estimate(tiny_pipeline, tmp_path):
+    import numpy as np
+    from PIL import Image
+    from h3cy.preview import contact_sheet, latent_to_rgb
+    for mode in ("sheet", "middle"):
+        png, lat = tmp_path / f"{mode}.png", tmp_path / f"{mode}.npz"
+        r = _run("generate", "-m", tiny_pipeline.diffusers, "-p", "A red fox", "--width", "64", "--height", "64",
+                 "--steps", "2", "--weights", "fp32", "--latent-out", str(lat), "--preview", str(png),
+                 "--preview-mode", mode, "--cache-dir", str(tmp_path / "c"), "--attention", "fp32", "-q")
+        assert r.returncode == 0, r.stderr
+        z = np.load(lat)["video_latent"]            # the last step's clean estimate is the result
+        frames = latent_to_rgb(z) if mode == "sheet" else latent_to_rgb(z[:, z.shape[1] // 2:][:, :1])
+        with Image.open(png) as im:
+            np.testing.assert_array_equal(np.asarray(im.convert("RGB")), contact_sheet(frames, scale=4))
+
+
+def test_generate_preview_tae_decodes_with_a_taeh3_file(tiny_pipeline, tmp_path):
+    import numpy as np
+    from PIL import Image
+    from safetensors.numpy import save_file
+    from h3cy import taeh3
+    from h3cy.preview import contact_sheet, tae_frames
+    rng = np.random.default_rng(0)
+    state = {k: (rng.standard_normal(s) * 0.05).astype(np.float32) for k, s in taeh3.expected_keys().items()}
+    save_file(state, str(tmp_path / "taeh3.safetensors"))
+    png, lat = tmp_path / "tae.png", tmp_path / "tae.npz"
+    r = _run("generate", "-m", tiny_pipeline.diffusers, "-p", "A red fox", "--width", "64", "--height", "64",
+             "--steps", "2", "--weights", "fp32", "--latent-out", str(lat), "--preview", str(png),
+             "--preview-tae", str(tmp_path / "taeh3.safetensors"), "--cache-dir", str(tmp_path / "c"),
+             "--attention", "fp32", "-q")
+    assert r.returncode == 0, r.stderr
+    z = np.load(lat)["video_latent"]
+    tae = taeh3.TAEH3Decoder(state, space_upscale=False, time_upscale=False)
+    with Image.open(png) as im:
+        got = np.asarray(im.convert("RGB"))
+    want = contact_sheet(tae_frames(tae, z, "sheet"), scale=2)       # 7 frames of 8x8 (2x the latent)
+    assert got.shape == want.shape == (3 * 16 + 2, 3 * 16 + 2, 3)       # 3x3 tiles of 16 px, 1 px gaps
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1       # threads may round differently
+
+
+def test_preview_tae_without_preview_or_with_a_bad_file_is_a_clear_error(tmp_path):
+    r = _run("generate", "-m", "/nonexistent/model", "-p", "x", "--preview-tae", str(tmp_path / "t.safetensors"))
+    assert r.returncode == 2 and "--preview-tae needs --preview" in r.stderr
+    r = _run("generate", "-m", "/nonexistent/model", "-p", "x", "--preview", str(tmp_path / "p.png"),
+             "--preview-tae", str(tmp_path / "missing.safetensors"))
+    assert r.returncode == 2 and "missing.safetensors" in r.stderr and "/nonexistent/model" not in r.stderr
+
+
 def test_ctrl_c_stops_cleanly_and_writes_nothing(tiny_pipeline, tmp_path):
     out = tmp_path / "never.mp4"
     cmd = [sys.executable, "-m", "h3cy.cli", "generate", "-m", tiny_pipeline.diffusers, "-p", "x",

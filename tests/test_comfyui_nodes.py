@@ -602,3 +602,75 @@ def test_sampler_choice_and_preset(nodes, demo_root):
     assert tuple(images.shape) == (22, 64, 64, 3)
     with pytest.raises(ValueError, match="sampler must be one of"):
         _latent(nodes, model, sampler="dpmpp_2m")
+
+
+# ---------------------------------------------------------------------------------------------
+# previews (ComfyUI's mechanism: ProgressBar.update_absolute(value, total, ("JPEG", image, size)))
+# ---------------------------------------------------------------------------------------------
+def test_sampler_sends_step_previews_through_the_progress_bar(nodes, comfy_env, reference, monkeypatch):
+    from PIL import Image
+    import comfy.cli_args as cli
+    from h3cy.preview import preview_image
+    model = load(nodes)
+    (cond,) = run(nodes["H3cyTextEncode"], model=model, prompt="a fox in snow")
+    seen = []
+    comfy_env["utils"].set_progress_bar_global_hook(lambda v, t, p, node_id=None: seen.append((v, t, p)))
+    (latent,) = run(nodes["H3cySampler"], model=model, conditioning=cond, **SMALL)
+    assert seen and all(p is None for _, _, p in seen)            # ComfyUI's default: --preview-method none
+
+    monkeypatch.setattr(cli.args, "preview_method", cli.LatentPreviewMethod.Auto)
+    seen.clear()
+    (latent2,) = run(nodes["H3cySampler"], model=model, conditioning=cond, **SMALL)
+    np.testing.assert_array_equal(latent2["samples"].numpy(), latent["samples"].numpy())   # unchanged result
+    previews = [(v, t, p) for v, t, p in seen if p is not None]
+    assert len(previews) == SMALL["steps"]
+    for v, t, p in previews:
+        fmt, img, size = p
+        assert fmt == "JPEG" and isinstance(img, Image.Image) and img.mode == "RGB" and size == 512
+        assert t == 1000 and 0 < v <= 1000
+    # the last step's clean estimate is the final latent: 7 latent frames of 4x4 as a 3x3 sheet
+    # (14 px with the gaps), each latent pixel enlarged 8x
+    sheet = preview_image(latent2["samples"][0].numpy(), "sheet")
+    assert sheet.shape == (14, 14, 3)
+    np.testing.assert_array_equal(np.asarray(previews[-1][2][1]), sheet.repeat(8, 0).repeat(8, 1))
+
+    monkeypatch.setattr(cli.args, "preview_size", 64)              # --preview-size bounds the image
+    seen.clear()
+    images, _ = run(nodes["H3cyGenerate"], model=model, prompt="a fox in snow", **SMALL)
+    previews = [p for _, _, p in seen if p is not None]
+    assert len(previews) == SMALL["steps"] and previews[-1][1].size == (56, 56) and previews[-1][2] == 64
+    np.testing.assert_array_equal((images.numpy() * 255).round().astype(np.uint8), reference.frames)
+
+
+def test_taesd_previews_use_taeh3_from_vae_approx(nodes, comfy_env, monkeypatch):
+    from safetensors.numpy import save_file
+    import comfy.cli_args as cli
+    from h3cy import taeh3
+    from h3cy.preview import preview_image
+    model = load(nodes)
+    (cond,) = run(nodes["H3cyTextEncode"], model=model, prompt="a fox in snow")
+    seen = []
+    comfy_env["utils"].set_progress_bar_global_hook(lambda v, t, p, node_id=None: seen.append(p))
+    monkeypatch.setattr(cli.args, "preview_method", cli.LatentPreviewMethod.TAESD)
+    (latent,) = run(nodes["H3cySampler"], model=model, conditioning=cond, **SMALL)
+    previews = [p for p in seen if p is not None]                 # no taeh3 file: latent2rgb, as ComfyUI
+    z = latent["samples"][0].numpy()
+    np.testing.assert_array_equal(np.asarray(previews[-1][1]), preview_image(z, "sheet").repeat(8, 0).repeat(8, 1))
+
+    rng = np.random.default_rng(0)
+    state = {k: (rng.standard_normal(s) * 0.05).astype(np.float32) for k, s in taeh3.expected_keys().items()}
+    folder = os.path.join(comfy_env["folder_paths"].models_dir, "vae_approx")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "taeh3.safetensors")
+    save_file(state, path)
+    try:
+        seen.clear()
+        (latent2,) = run(nodes["H3cySampler"], model=model, conditioning=cond, **SMALL)
+        previews = [p for p in seen if p is not None]
+        assert len(previews) == SMALL["steps"]
+        tae = taeh3.TAEH3Decoder(state, space_upscale=False, time_upscale=False)
+        img = preview_image(latent2["samples"][0].numpy(), "first", tae=tae)   # 4x4 latent -> 8x8
+        assert img.shape == (8, 8, 3)
+        np.testing.assert_array_equal(np.asarray(previews[-1][1]), img.repeat(8, 0).repeat(8, 1))
+    finally:
+        os.remove(path)

@@ -74,6 +74,16 @@ class StepState:
         """Run the following steps in another weights mode (see DiT.with_weights)."""
         self._next_weights = weights
 
+    def preview(self, frame=None):
+        """The step's clean estimate ``video_x0`` as small RGB frames (one pixel per latent
+        pixel): uint8 ``(T, h, w, 3)``, or ``(h, w, 3)`` for one latent frame index.  The
+        linear latent->RGB map ComfyUI uses for MiniMax-H3 (:mod:`h3cy.preview`)."""
+        from ..preview import latent_to_rgb
+        if frame is None:
+            return latent_to_rgb(self.video_x0)
+        t = range(self.video_x0.shape[1])[frame]       # IndexError for a frame out of range
+        return latent_to_rgb(self.video_x0[:, t:t + 1])[0]
+
 
 def initial_noise(geometry, seed, channels=24, audio_channels=32):
     """Seeded noise: ``SeedSequence(seed).spawn(2)`` -> PCG64 (video, then audio) ->
