@@ -288,6 +288,6 @@ def test_convrot_video_vae_file(vae_released_head, tmp_path):
     want = h3cy.VideoDecoder.from_pretrained(src, weights="fp32", threads=2).decode(latent, uint8=False)
     got = h3cy.VideoDecoder.from_pretrained(path, weights="auto", threads=2).decode(latent, uint8=False)
     same = h3cy.VideoDecoder.from_pretrained(path, weights="int8", threads=2).decode(latent, uint8=False)
-    assert np.array_equal(got, same)
+    assert np.array_equal(got, same)     # "auto" on an int8 file is int8 (a float file's is fp32)
     assert_nontrivial(want)
     assert rel_l2(got, want) < 1e-2      # observed 1.9e-3 (h3cy's int8 VAE mode: 2.2e-3); unrotated x: O(1)

@@ -337,7 +337,8 @@ class VideoDecoder:
             ``source/model.safetensors``; fused per-head-interleaved ``attn.to_qkv`` and
             ``[gate; up]`` ``ff.w1`` are used as stored).
         weights : {"auto", "fp32", "bf16", "fp16", "int8"} — "auto" (the default): a float
-            file runs fp32, as released
+            file runs fp32, as released; a file with int8(-convrot) linears runs int8, those
+            linears as stored
         threads : int, optional — default :func:`h3cy.get_num_threads`
         isa : str, optional — kernel path (default ``H3CY_ISA`` or the best available)
         attention : {None, "auto", "fp32", "bf16"} — products inside the ViT attention, as
@@ -350,8 +351,12 @@ class VideoDecoder:
         CheckpointError — missing/unreadable files, bad config, a missing tensor or one of
             the wrong shape or dtype (the message names it).
         """
+        if weights == "auto" and os.path.isfile(os.fspath(path)):
+            from ..weights.single_file import detect
+            if any(f.startswith("int8") for f in detect(path).quant):
+                weights = "int8"        # an int8(-convrot) file's linears run as stored
         compute = ops.Compute.resolve(weights, isa, threads, modes=WEIGHT_MODES, auto="fp32")
-        attn_bf16 = ops.attention_bf16(attention, weights)
+        attn_bf16 = ops.attention_bf16(attention, compute.weights)
         conf, files = _open(path)
         try:
             return cls(conf, files, compute, attn_bf16)
