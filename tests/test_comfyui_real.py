@@ -95,7 +95,7 @@ def comfy(tmp_path_factory, comfy_files):
     log_path = base / "comfyui.log"
     python = os.environ.get("COMFYUI_PYTHON", sys.executable)
     cmd = [python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port), "--base-directory", str(base),
-           "--disable-auto-launch", "--database-url", "sqlite:///:memory:"]
+           "--disable-auto-launch", "--database-url", "sqlite:///:memory:", "--preview-method", "auto"]
     env = dict(os.environ, H3CY_CACHE_DIR=str(base / "h3cy-cache"), PYTHONUNBUFFERED="1")
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=COMFYUI_DIR, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -233,3 +233,50 @@ def test_a_corrupt_file_fails_in_the_files_loader(comfy, comfy_files):
     assert h["status"]["status_str"] == "error" and errors, h["status"]
     assert errors[0]["node_type"] == "H3cyFilesLoader", errors[0]
     assert "cut_dit.safetensors" in errors[0]["exception_message"], errors[0]
+
+
+# a websocket client run by the server's own interpreter (aiohttp is one of ComfyUI's
+# requirements, not one of h3cy's): submits a prompt under its client id and counts the
+# binary preview frames ComfyUI sends that client until the prompt has run
+WS_CLIENT = r"""
+import asyncio, json, sys, aiohttp
+async def main(url, prompt):
+    cid = "h3cy-preview-test"
+    out = {"previews": 0, "magic": [], "error": None}
+    async with aiohttp.ClientSession() as s:
+        async with s.ws_connect(url.replace("http", "ws", 1) + "/ws?clientId=" + cid) as ws:
+            async with s.post(url + "/prompt", json={"prompt": json.loads(prompt), "client_id": cid}) as r:
+                pid = (await r.json())["prompt_id"]
+            while True:
+                m = await ws.receive(timeout=300)
+                if m.type == aiohttp.WSMsgType.BINARY:
+                    event = int.from_bytes(m.data[:4], "big")
+                    if event in (1, 4):          # PREVIEW_IMAGE, PREVIEW_IMAGE_WITH_METADATA
+                        out["previews"] += 1
+                        out["magic"].append(m.data[8:11].hex())
+                elif m.type == aiohttp.WSMsgType.TEXT:
+                    d = json.loads(m.data)
+                    if d["type"] == "execution_error":
+                        out["error"] = d["data"].get("exception_message")
+                        break
+                    if d["type"] == "executing" and d["data"].get("node") is None and d["data"].get("prompt_id") == pid:
+                        break
+                else:
+                    break
+    print(json.dumps(out))
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def test_sampler_previews_reach_the_websocket_client(comfy):
+    """With --preview-method auto, ComfyUI sends the client one JPEG preview per sampling
+    step from H3 Sampler (h3cy's latent->RGB preview through ComfyUI's progress bar)."""
+    python = os.environ.get("COMFYUI_PYTHON", sys.executable)
+    prompt = small_prompt(comfy, seed=21)
+    r = subprocess.run([python, "-c", WS_CLIENT, comfy.url, json.dumps(prompt)], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["error"] is None, out
+    assert out["previews"] >= SMALL["steps"], out
+    assert set(out["magic"]) == {"ffd8ff"}, out            # JPEG images
