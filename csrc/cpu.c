@@ -23,12 +23,12 @@
 enum {
     F_AVX, F_FMA, F_F16C, F_AVX2, F_AVX512F, F_AVX512DQ, F_AVX512BW, F_AVX512VL,
     F_AVX512VNNI, F_AVX512BF16, F_AMXTILE, F_AMXBF16, F_AMXINT8, F_OS_AVX, F_OS_AVX512,
-    F_OS_AMX, F_AMX_PERM, F_NEON, F_NEON_DOTPROD, F_COUNT
+    F_OS_AMX, F_AMX_PERM, F_NEON, F_NEON_DOTPROD, F_AVXVNNI, F_COUNT
 };
 static const char *feature_names[F_COUNT] = {
     "avx", "fma", "f16c", "avx2", "avx512f", "avx512dq", "avx512bw", "avx512vl",
     "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8", "os_avx", "os_avx512",
-    "os_amx", "amx_permission", "neon", "asimddp"};
+    "os_amx", "amx_permission", "neon", "asimddp", "avx_vnni"};
 
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 static uint64_t features;
@@ -83,6 +83,7 @@ static void detect(void) {
         unsigned maxsub = a;
         if (maxsub >= 1) {
             __cpuid_count(7, 1, a, b, c, d);
+            if ((a >> 4) & 1) f |= 1ull << F_AVXVNNI;
             if ((a >> 5) & 1) f |= 1ull << F_AVX512BF16;
         }
     }
@@ -114,7 +115,7 @@ int h3_cpu_has_avx512_bf16(void) { h3_cpu_features(); return (int)HAS(F_AVX512BF
 int h3_cpu_has_avx512_vnni(void) { h3_cpu_features(); return (int)HAS(F_AVX512VNNI); }
 int h3_cpu_has_neon_dotprod(void) { h3_cpu_features(); return (int)HAS(F_NEON_DOTPROD); }
 
-static const char *isa_names[H3_ISA_COUNT] = {"ref", "avx2", "avx512", "amx", "neon"};
+static const char *isa_names[H3_ISA_COUNT] = {"ref", "avx2", "avx512", "amx", "neon", "avxvnni"};
 
 const char *h3_isa_name(h3_isa isa) {
     return ((unsigned)isa < H3_ISA_COUNT) ? isa_names[isa] : "?";
@@ -141,6 +142,7 @@ int h3_isa_supported(h3_isa isa) {
     case H3_ISA_REF: return 1;
 #if H3_X86
     case H3_ISA_AVX2: return avx2_ok();
+    case H3_ISA_AVXVNNI: return avx2_ok() && HAS(F_AVXVNNI);
     case H3_ISA_AVX512: return avx512_ok();
     case H3_ISA_AMX: return avx512_ok() && HAS(F_AMX_PERM);
 #endif
@@ -152,13 +154,15 @@ int h3_isa_supported(h3_isa isa) {
 }
 
 h3_isa h3_isa_vector(h3_isa isa) {
-    return isa == H3_ISA_AMX ? H3_ISA_AVX512 : isa;
+    if (isa == H3_ISA_AMX) return H3_ISA_AVX512;
+    if (isa == H3_ISA_AVXVNNI) return H3_ISA_AVX2;
+    return isa;
 }
 
 h3_isa h3_isa_best(void) {
     /* AMX first: its kernel tests passed on a Sapphire Rapids-class machine with
      * H3CY_ISA=amx (bench/results/amx_kernel_tests.log), which made it the default. */
-    static const h3_isa order[] = {H3_ISA_AMX, H3_ISA_AVX512, H3_ISA_AVX2, H3_ISA_NEON};
+    static const h3_isa order[] = {H3_ISA_AMX, H3_ISA_AVX512, H3_ISA_AVXVNNI, H3_ISA_AVX2, H3_ISA_NEON};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         if (h3_isa_supported(order[i])) return order[i];
     return H3_ISA_REF;
@@ -181,6 +185,9 @@ h3_status h3_isa_check(h3_isa isa, h3_err *err) {
                              : "the CPU has no AVX-512";
     } else if (isa == H3_ISA_AVX2) {
         why = "the CPU lacks AVX2/FMA/F16C or the OS does not enable AVX state";
+    } else if (isa == H3_ISA_AVXVNNI) {
+        why = avx2_ok() ? "the CPU has no AVX-VNNI (VEX vpdpbusd)"
+                        : "the CPU lacks AVX2/FMA/F16C or the OS does not enable AVX state";
     }
 #endif
     return h3_fail(err, H3_EUNSUPPORTED, "ISA path '%s' is not available on this machine: %s",

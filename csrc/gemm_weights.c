@@ -15,6 +15,7 @@ static const gemm_kernels *raw_table(h3_isa isa) {
     switch (isa) {
 #if H3_X86
     case H3_ISA_AVX2: return &gemm_kernels_avx2;
+    case H3_ISA_AVXVNNI: return &gemm_kernels_avxvnni;
     case H3_ISA_AVX512: return h3_cpu_has_avx512_vnni() ? &gemm_kernels_avx512 : &gemm_kernels_avx512_novnni;
     case H3_ISA_AMX: return &gemm_kernels_amx;
 #endif

@@ -38,7 +38,8 @@ typedef enum {
     H3_ISA_AVX512 = 2,  /* AVX-512 F/BW/VL/DQ (+BF16, +VNNI used when present) */
     H3_ISA_AMX = 3,     /* AVX512 + AMX-TILE/BF16/INT8 with Linux permission granted */
     H3_ISA_NEON = 4,    /* AArch64 Advanced SIMD (always present on AArch64) */
-    H3_ISA_COUNT = 5
+    H3_ISA_AVXVNNI = 5, /* AVX2 + AVX-VNNI (VEX vpdpbusd): AVX2's kernels, VNNI int GEMMs */
+    H3_ISA_COUNT = 6
 } h3_isa;
 
 /* ---- CPU features and dispatch (cpu.c) ------------------------------------- */

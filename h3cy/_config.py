@@ -1,8 +1,8 @@
 """Process-wide defaults.  Environment variables are read here, once, at import.
 
-H3CY_ISA      default kernel path: ref | avx2 | avx512 | amx | neon (default: the best the
+H3CY_ISA      default kernel path: ref | avx2 | avxvnni | avx512 | amx | neon (default: the best the
               CPU supports).  Every op and model also takes ``isa=`` to override it.
-H3CY_ISA_MAX  hide the paths above this one: ref < avx2 (or neon) < avx512 < amx.  With
+H3CY_ISA_MAX  hide the paths above this one: ref < avx2 (or neon) < avxvnni < avx512 < amx.  With
               H3CY_ISA_MAX=avx2 an AVX-512 machine behaves as an AVX2-only one would
               (available_isas, the default path, warnings, the tests' skips); naming a
               hidden path raises UnsupportedCPUError.  For testing the common CPUs' paths.

@@ -528,7 +528,7 @@ def main(argv=None):
     sub = p.add_subparsers(dest="cmd", required=True)
     sc = sub.add_parser("selfcheck", help="print the kernel path, threads and GEMM speed")
     sc.add_argument("--threads", type=int, default=None)
-    sc.add_argument("--isa", default=None, help="ref, avx2, avx512, amx or neon")
+    sc.add_argument("--isa", default=None, help="ref, avx2, avxvnni, avx512, amx or neon")
     sc.add_argument("--size", type=_size, default=(512, 2048, 2048), help="M,N,K")
 
     g = sub.add_parser("generate", help="prompt -> MP4 with sound")

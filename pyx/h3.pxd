@@ -20,6 +20,7 @@ cdef extern from "h3.h" nogil:
         H3_ISA_AVX512
         H3_ISA_AMX
         H3_ISA_NEON
+        H3_ISA_AVXVNNI
         H3_ISA_COUNT
 
     const char *h3_isa_name(h3_isa isa)

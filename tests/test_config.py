@@ -41,7 +41,7 @@ def test_isa_max_hides_the_paths_above_it():
     code = ("import numpy as np, h3cy\n"
             "print(h3cy.ops.available_isas(), h3cy.ops.active_isa())\n"
             "w = np.ones((4, 8), np.float32)\n"
-            "for isa in ('avx2', 'avx512', 'amx', 'neon'):\n"
+            "for isa in ('avx2', 'avxvnni', 'avx512', 'amx', 'neon'):\n"
             "    try:\n"
             "        h3cy.ops.Linear(w, weights='fp32', isa=isa); print(isa, 'ran')\n"
             "    except h3cy.UnsupportedCPUError as e:\n"
@@ -50,7 +50,7 @@ def test_isa_max_hides_the_paths_above_it():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "['ref'] ref"
-    for isa in ("avx2", "avx512", "amx", "neon"):
+    for isa in ("avx2", "avxvnni", "avx512", "amx", "neon"):
         said = f"{isa} refused {h3cy._kernels.isa_supported(isa)}"   # hidden, or absent
         assert said in lines, (isa, lines)
     best = h3cy.ops.available_isas()[-1]
@@ -66,7 +66,7 @@ def test_isa_argument_overrides_and_is_reported():
     w = np.ones((4, 8), np.float32)
     for isa in h3cy.ops.available_isas():
         assert h3cy.ops.Linear(w, weights="fp32", isa=isa).isa == isa
-    missing = [i for i in ("ref", "avx2", "avx512", "amx", "neon") if i not in h3cy.ops.available_isas()]
+    missing = [i for i in ("ref", "avx2", "avxvnni", "avx512", "amx", "neon") if i not in h3cy.ops.available_isas()]
     for isa in missing:
         with pytest.raises(UnsupportedCPUError, match=isa):
             h3cy.ops.Linear(w, weights="fp32", isa=isa)
@@ -79,6 +79,23 @@ def test_best_isa_is_supported_and_ref_always_present():
     assert "ref" in avail
     assert h3cy.ops.resolve_isa(None) in avail or os.environ.get("H3CY_ISA")
     assert all(isinstance(f, str) for f in h3cy.ops.cpu_features())
+
+
+def test_avxvnni_path_follows_the_cpu_feature():
+    """avxvnni runs where CPUID says AVX-VNNI (and AVX2 is usable), never elsewhere; on such
+    a CPU without AVX-512 it is the default, and its int GEMMs are reported as avxvnni."""
+    feats = set(h3cy.ops.cpu_features())
+    has = "avx_vnni" in feats and h3cy._kernels.isa_supported("avx2")
+    assert h3cy._kernels.isa_supported("avxvnni") == has
+    assert h3cy._kernels.isa_vector("avxvnni") == "avx2"
+    if has and not h3cy._kernels.isa_supported("avx512"):
+        assert h3cy._kernels.isa_best() == "avxvnni"
+    if not has:
+        assert h3cy._kernels.isa_best() != "avxvnni"
+        with pytest.raises(UnsupportedCPUError, match="AVX-VNNI|AVX2"):
+            h3cy.ops.Linear(np.ones((4, 8), np.float32), weights="int8", isa="avxvnni")
+    else:
+        assert h3cy.ops.Linear(np.ones((4, 8), np.float32), weights="int8", isa="avxvnni").isa == "avxvnni"
 
 
 def test_set_num_threads_sets_the_default():

@@ -16,10 +16,10 @@ ThreadPool = _kernels.ThreadPool
 cpu_features = _kernels.cpu_features
 
 
-# Each path's rank for H3CY_ISA_MAX (ref < avx2 | neon < avx512 < amx), and the order in
-# which the default is picked (the C library's h3_isa_best order).
-_ISA_RANK = {"ref": 0, "avx2": 1, "neon": 1, "avx512": 2, "amx": 3}
-_BEST_FIRST = ("amx", "avx512", "avx2", "neon", "ref")
+# Each path's rank for H3CY_ISA_MAX (ref < avx2 | neon < avxvnni < avx512 < amx), and the
+# order in which the default is picked (the C library's h3_isa_best order).
+_ISA_RANK = {"ref": 0, "avx2": 1, "neon": 1, "avxvnni": 2, "avx512": 3, "amx": 4}
+_BEST_FIRST = ("amx", "avx512", "avxvnni", "avx2", "neon", "ref")
 
 
 def _isa_cap():
@@ -46,7 +46,7 @@ def isa_supported(name):
 def available_isas():
     """The ISA paths this machine can run, slowest first (``ref`` is always there);
     ``H3CY_ISA_MAX`` hides the paths above the one it names."""
-    return [name for name in _kernels.ISA_NAMES if isa_supported(name)]
+    return sorted((name for name in _kernels.ISA_NAMES if isa_supported(name)), key=lambda n: _ISA_RANK.get(n, 0))
 
 
 def _best_isa():
