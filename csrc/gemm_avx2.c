@@ -19,8 +19,6 @@
 #define NR 16
 #define IRB 3 /* int row block (vpmaddubsw path) */
 
-/* never reached on this path (vnni = 0): AVX-VNNI code lives in gemm_avxvnni.c */
-#define H3_DPBUSD(acc, u, s) (acc)
 #include "gemm_int_avx2.inc" /* lane_mask, store_row, bcast4, int_rows, DEFINE_INT_UKR */
 
 static void ukr_f32_avx2(int mr_, int nr_, int64_t kc, const float *ap, const float *bp, float *c,
