@@ -11,6 +11,7 @@
  *   - thread pool with 1 and 2 threads (results must not depend on the thread count);
  *   - element-wise, RoPE, norm and attention kernels when their files are built in;
  *   - the LoRA tile add of every path bit-exact against ref (test_kernels_lora.inc);
+ *   - on AArch64, the SMMLA/BFMMLA tables and their dispatch (test_kernels_neon.inc);
  *   - error paths: the documented h3_status, a non-empty message, outputs untouched.
  * Output buffers carry guard elements that must come back unchanged.
  *
@@ -958,6 +959,7 @@ static void test_cpu(void) {
 #include "test_kernels_loop.inc"
 #include "test_kernels_lora.inc"
 #include "test_kernels_hadamard.inc"
+#include "test_kernels_neon.inc"
 
 /* ------------------------------------------------------------------ main */
 
@@ -986,6 +988,9 @@ int main(int argc, char **argv) {
 #if defined(__aarch64__) && defined(__linux__)
     /* which NEON integer GEMM kernel runs: SDOT (asimddp) or the ARMv8.0 SMULL one */
     printf("aarch64 asimddp: %s\n", (getauxval(AT_HWCAP) & (1ul << 20)) ? "yes" : "no");
+    /* and whether the SMMLA / BFMMLA tables can be chosen (HWCAP2_I8MM, HWCAP2_BF16) */
+    printf("aarch64 i8mm: %s, bf16: %s\n", (getauxval(AT_HWCAP2) & (1ul << 13)) ? "yes" : "no",
+           (getauxval(AT_HWCAP2) & (1ul << 14)) ? "yes" : "no");
 #endif
     h3_err err;
     if (h3_pool_create(1, &pool1, &err) || h3_pool_create(2, &pool2, &err)) {
@@ -997,7 +1002,7 @@ int main(int argc, char **argv) {
         {"gemm errors", test_gemm_errors}, {"gemm tables", test_gemm_tables}, {"int kernels", test_int_kernels}, {"bf16 unpack", test_bf16_unpack}, {"gemm", test_gemm}, {"gemm parts", test_gemm_parts}, {"ops", test_ops},
         {"audio", test_audio}, {"dit", test_dit},
         {"qwen", test_qwen}, {"vit", test_vit}, {"loop", test_loop}, {"lora", test_lora},
-        {"hadamard", test_hadamard},
+        {"hadamard", test_hadamard}, {"neon ext", test_neon_ext},
     };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         if (only && strcmp(only, parts[i].name)) continue;
