@@ -799,17 +799,36 @@ static void test_gemm_tables(void) {
         H3_ISA_NEON,
 #endif
     };
+    const gemm_kernels *tabs[8];
+    h3_isa simd_of[8];
+    size_t nt = 0;
     for (size_t i = 0; i < sizeof simd / sizeof simd[0]; i++) {
-        const gemm_kernels *kt = gemm_kernels_for(simd[i]);
+        simd_of[nt] = simd[i];
+        tabs[nt++] = gemm_kernels_for(simd[i]);
+    }
+#if H3_ARM64
+    /* the extension tables are complete tables a linear points at directly (no NULL member) */
+    const gemm_kernels *ext[2] = {&gemm_kernels_neon_i8mm, &gemm_kernels_neon_bf16};
+    for (int e = 0; e < 2; e++) {
+        CHECK(ext[e]->ukr_f32 && ext[e]->unpack && ext[e]->gemv && ext[e]->ukr_i8 && ext[e]->ukr_i4 &&
+              ext[e]->quant_row && ext[e]->swiglu_row && ext[e]->lora_add, "neon ext table %d has a NULL member", e);
+        CHECK(ext[e]->nr == gemm_kernels_neon.nr && ext[e]->kc_int == gemm_kernels_neon.kc_int,
+              "neon ext table %d: another int layout or K block than neon's", e);
+        tabs[nt++] = ext[e];
+        simd_of[nt - 1] = H3_ISA_NEON;
+    }
+#endif
+    for (size_t i = 0; i < nt; i++) {
+        const gemm_kernels *kt = tabs[i];
         CHECK(kt->swiglu_row != gemm_swiglu_row_ref, "%s: the SwiGLU epilogue is the scalar reference",
-              h3_isa_name(simd[i]));
-        if (simd[i] != H3_ISA_NEON)
+              h3_isa_name(simd_of[i]));
+        if (simd_of[i] != H3_ISA_NEON)
             CHECK(kt->quant_row != gemm_quant_row_ref, "%s: activations quantised by the scalar reference",
-                  h3_isa_name(simd[i]));
+                  h3_isa_name(simd_of[i]));
         CHECK(kt->ukr_i8 != gemm_ukr_i8_ref && kt->ukr_f32 != gemm_ukr_f32_ref,
-              "%s: a scalar reference micro-kernel", h3_isa_name(simd[i]));
+              "%s: a scalar reference micro-kernel", h3_isa_name(simd_of[i]));
         CHECK(kt->lora_add != gemm_lora_add_ref, "%s: the LoRA tile add is the scalar reference",
-              h3_isa_name(simd[i]));
+              h3_isa_name(simd_of[i]));
     }
 }
 
