@@ -107,6 +107,11 @@ extern const gemm_kernels gemm_kernels_avx512_bf16dp; /* bf16 weights x bf16-val
 #endif
 #if H3_ARM64
 extern const gemm_kernels gemm_kernels_neon;
+/* The same tile and packed int layout with the int micro-kernels on SMMLA (i8mm); and
+ * bf16 weights x bf16-valued inputs on BFMMLA (bf16).  Complete tables (no NULL member):
+ * a linear points at them directly (set_geometry), as at gemm_kernels_avx512_bf16dp. */
+extern const gemm_kernels gemm_kernels_neon_i8mm;
+extern const gemm_kernels gemm_kernels_neon_bf16;
 #endif
 
 /* Reference pieces, reusable by SIMD files for their tails. */

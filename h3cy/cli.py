@@ -35,6 +35,17 @@ def _time(fn, repeat=3):
     return best
 
 
+def _print_extensions(isa):
+    """On the neon path: the ARMv8.6 extensions its GEMMs use (H3CY_NEON_EXT filters them)."""
+    from . import _config, _kernels
+    from . import ops
+    if isa != "neon" and not _kernels.cpu_extensions():
+        return
+    use = ops.neon_extensions()
+    print(f"neon ext     : {' '.join(use) or 'none'}   (CPU has: {' '.join(_kernels.cpu_extensions()) or 'none'};"
+          f" H3CY_NEON_EXT allows: {','.join(_config.neon_extensions()) or 'none'})")
+
+
 def selfcheck(args):
     import h3cy
     from h3cy import ops
@@ -44,6 +55,7 @@ def selfcheck(args):
     print(f"h3cy {h3cy.__version__}")
     print(f"ISA path     : {isa}   (available: {', '.join(ops.available_isas())})")
     print(f"CPU features : {' '.join(ops.cpu_features()) or '-'}")
+    _print_extensions(isa)
     print(f"threads      : {threads}")
     M, N, K = args.size
     rng = np.random.default_rng(0)
@@ -63,8 +75,9 @@ def selfcheck(args):
         good = err <= bounds[mode]
         ok &= good
         t = _time(lambda: lin(x, out=out))
+        ext = "".join(f" +{e}" for e in lin.extensions)
         print(f"  h3cy {mode:5s} {flop / t / 1e9:8.1f} GFLOP/s  ({np.median(t_np) / t:4.2f}x numpy)"
-              f"  rel-L2 vs float64 {err:.1e} {'ok' if good else 'FAILED'}")
+              f"  rel-L2 vs float64 {err:.1e} {'ok' if good else 'FAILED'}{ext}")
     print("selfcheck: " + ("ok" if ok else "FAILED"))
     return 0 if ok else 1
 
@@ -310,6 +323,14 @@ def info(args):
     if os.path.isfile(args.model):
         return info_file(args.model)
     mf = find_model(args.model)
+    from . import ops
+    from .errors import H3Error
+    try:  # the path this machine runs (an invalid H3CY_ISA/H3CY_NEON_EXT is shown, not fatal here)
+        isa = ops.resolve_isa(None)
+        ext = "".join(f" +{e}" for e in ops.neon_extensions()) if isa == "neon" else ""
+        print(f"kernels : {isa}{ext}   (H3CY_ISA, H3CY_NEON_EXT choose)")
+    except H3Error as e:
+        print(f"kernels : {e}")
     print(f"model   : {mf.root}")
     print(f"layout  : {mf.layout}")
     sizes = mf.sizes()

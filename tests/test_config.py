@@ -167,3 +167,32 @@ def test_env_hugepages_off_is_passed_down_and_keeps_the_bits():
     assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
     assert on.stdout.split()[0] == "True" and off.stdout.split()[0] == "False"
     assert on.stdout.split()[1] == off.stdout.split()[1]
+
+
+@pytest.mark.parametrize("value, want", [
+    ("", ("i8mm", "bf16")), ("all", ("i8mm", "bf16")), ("none", ()), ("i8mm", ("i8mm",)),
+    ("bf16", ("bf16",)), ("bf16,i8mm", ("i8mm", "bf16")), (" I8MM ", ("i8mm",)),
+])
+def test_env_neon_ext_is_parsed_in_config(value, want):
+    """H3CY_NEON_EXT (the neon path's SMMLA / BFMMLA switch) is read by h3cy._config; the
+    C library gets it per linear as h3_linear_opts.ext_off.  Off ARM no linear uses an
+    extension, whatever the variable says (on AArch64 the qemu C test checks the choice)."""
+    code = ("import numpy as np, h3cy; from h3cy import _config, _kernels;"
+            "l = h3cy.ops.Linear(np.ones((4, 8), np.float32), weights='int8', isa='ref');"
+            "print(','.join(_config.neon_extensions()) or '-', ','.join(l.extensions) or '-',"
+            " ','.join(h3cy.ops.neon_extensions()) or '-', ','.join(_kernels.cpu_extensions()) or '-')")
+    r = run_py(code, H3CY_NEON_EXT=value)
+    assert r.returncode == 0, r.stderr
+    allowed, used, active, cpu = r.stdout.split()
+    assert allowed == (",".join(want) or "-")
+    assert used == "-"                       # isa='ref' never uses an extension
+    assert active == (",".join(n for n in cpu.split(",") if n in want) or "-")
+    if os.uname().machine not in ("aarch64", "arm64"):
+        assert cpu == "-" and active == "-"  # HWCAP2 exists on AArch64 only
+
+
+@pytest.mark.parametrize("value", ["sve", "i8mm,sve", ","])
+def test_env_neon_ext_unknown_is_a_clear_error(value):
+    r = run_py("import numpy as np, h3cy; h3cy.ops.Linear(np.ones((4, 8), np.float32), weights='int8')",
+               H3CY_NEON_EXT=value)
+    assert r.returncode != 0 and "H3CY_NEON_EXT" in r.stderr and "i8mm" in r.stderr

@@ -7,13 +7,21 @@ from .. import _config
 from .. import _kernels
 from ..errors import H3ValueError, UnsupportedCPUError
 
-__all__ = ["active_isa", "available_isas", "isa_supported", "cpu_features", "resolve_isa", "ThreadPool", "Compute",
+__all__ = ["active_isa", "available_isas", "isa_supported", "cpu_features", "neon_extensions", "resolve_isa", "ThreadPool", "Compute",
            "Linear", "WEIGHT_MODES", "ATTENTION_MODES", "attention_bf16"]
 
 WEIGHT_MODES = ("fp32", "bf16", "fp16", "int8", "int4")
 ATTENTION_MODES = ("auto", "fp32", "bf16")
 ThreadPool = _kernels.ThreadPool
 cpu_features = _kernels.cpu_features
+
+
+def neon_extensions():
+    """The neon path's extensions its linears use on this machine: those the CPU has
+    (``_kernels.cpu_extensions``) that ``H3CY_NEON_EXT`` allows, e.g. ``("i8mm", "bf16")``
+    on a Graviton 3; ``()`` on x86."""
+    allowed = _config.neon_extensions()
+    return tuple(n for n in _kernels.cpu_extensions() if n in allowed)
 
 
 # Each path's rank for H3CY_ISA_MAX (ref < avx2 | neon < avxvnni < avx512 < amx), and the
@@ -340,6 +348,14 @@ class Linear:
     def weight_bytes(self):
         """Bytes held for the converted weight and its scales."""
         return self._c.weight_bytes
+
+    @property
+    def extensions(self):
+        """The optional CPU extensions this linear's kernels use, beyond its ``isa``: on
+        ``neon``, ``"i8mm"`` (SMMLA, int8/int4 weights; same bits as without) and
+        ``"bf16"`` (BFMMLA, bf16 weights with ``bf16_inputs``), where the CPU has them and
+        ``H3CY_NEON_EXT`` allows them; ``()`` on every other path."""
+        return self._c.extensions
 
     @property
     def activation_dtype(self):
