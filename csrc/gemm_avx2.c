@@ -134,10 +134,10 @@ static void gemv_avx2(int wtype, int64_t M, int64_t K, const float *x, int64_t l
 
 /* ---- integer kernels (bodies in gemm_int_avx2.inc) ------------------------------ */
 
-/* vpmaddubsw in row blocks of 3 (6 x 2 accumulators + weights and temporaries fill the 16
- * ymm registers) */
+/* vpmaddubsw: int8 in row blocks of 3 (6 x 2 accumulators + weights and temporaries fill
+ * the 16 ymm registers), int4 in blocks of 2 with int16 partial sums (quads2_i4_i16) */
 static DEFINE_INT_UKR(ukr_i8_avx2, INT_I8, 0, IRB, gemm_ukr_i8_ref)
-static DEFINE_INT_UKR(ukr_i4_avx2, INT_I4, 0, IRB, gemm_ukr_i4_ref)
+static DEFINE_INT_UKR(ukr_i4_avx2, INT_I4, 0, 2, gemm_ukr_i4_ref)
 
 /* gemm_quant_row_ref with 8 lanes; the tail uses the same scalar operations. */
 static void quant_row_avx2(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_t *q,
