@@ -269,8 +269,16 @@ class GGUFFile:
             hname = llama_to_comfy(name) if self.naming == "llama.cpp" else name
             if hname in self.tensors:
                 raise _err(self.path, name, "tensor name appears twice")
-            self.tensors[hname] = GGUFTensorInfo(hname, name, tname, tid, tuple(int(d) for d in reversed(ne)),
-                                                 start, nbytes, row_bytes)
+            shape = tuple(int(d) for d in reversed(ne))
+            orig = self.metadata.get(f"comfy.gguf.orig_shape.{name}")
+            if orig is not None:
+                # ComfyUI-GGUF's converter stores tensors of more than 4 dimensions (the
+                # vision tower's Conv3d) reshaped, with their true shape under this key
+                if not isinstance(orig, np.ndarray) or orig.ndim != 1 or orig.size > 8 or np.any(orig < 0) \
+                        or int(np.prod(orig.astype(np.int64))) != count or (blk > 1 and int(orig[-1]) != ne[0]):
+                    raise _err(self.path, name, f"comfy.gguf.orig_shape {orig!r} does not fit its {count} values")
+                shape = tuple(int(d) for d in orig)
+            self.tensors[hname] = GGUFTensorInfo(hname, name, tname, tid, shape, start, nbytes, row_bytes)
             if nbytes:
                 spans.append((start, start + nbytes, name))
         spans.sort()
