@@ -15,7 +15,10 @@
  * output columns, fixed per thread, so results do not depend on the thread count): each
  * weight row is decoded once to int8 values with a scale and offset per 16
  * (gguf_decode_row_ref), then dotted with every quantised row in integers per 16, the
- * scales applied in float32 (gguf_dot_ref).  Reference kernels on every isa for now. */
+ * scales applied in float32 (gguf_dot_ref; gguf_dot_avx2 on x86 paths).  Rows of x are
+ * taken GGUF_MB at a time (their activation blocks stay in L2 while the thread's columns
+ * pass), each weight row decoded once per row block: the decode costs K per row block and
+ * column, the dots MB * K. */
 #include "gemm_linear.h"
 #include "gguf_impl.h"
 
@@ -106,8 +109,11 @@ static decoded decode(const h3_linear *l, int64_t r, char *buf) {
     return d;
 }
 
+#define GGUF_MB 64
+
 typedef struct {
     const h3_linear *l;
+    gguf_dot_fn dot;
     const float *x;
     int64_t M;
     float *y;
@@ -126,32 +132,37 @@ static void quant_task(void *p, int ith, int nth) {
 static void mul_task(void *p, int ith, int nth) {
     gguf_ctx *c = (gguf_ctx *)p;
     const h3_linear *l = c->l;
+    const gguf_dot_fn dot = c->dot;
     const int64_t K = l->K, nb = K / GGUF_ACT, M = c->M;
     const int kind = c->epi ? c->epi->kind : H3_EPI_NONE;
     const int64_t ncol = kind == H3_EPI_SWIGLU ? l->H : l->N;
     char *buf = c->tws + (size_t)ith * 2 * decoded_bytes(K);
-    for (int64_t n = ncol * ith / nth; n < ncol * (ith + 1) / nth; n++) {
-        decoded w = decode(l, n, buf);
-        if (kind == H3_EPI_SWIGLU) {
-            decoded v = decode(l, l->H + n, buf + decoded_bytes(K));
-            for (int64_t m = 0; m < M; m++) {
-                float g = gguf_dot_ref(w.q, w.sc, w.mn, w.has_min, c->act + m * nb, K);
-                float u = gguf_dot_ref(v.q, v.sc, v.mn, v.has_min, c->act + m * nb, K);
-                gemm_swiglu_row_ref(&g, &u, 1, l->bias ? l->bias + n : NULL, l->bias ? l->bias + l->H + n : NULL);
-                c->y[m * ncol + n] = g;
+    const int64_t n0 = ncol * ith / nth, n1 = ncol * (ith + 1) / nth;
+    for (int64_t m0 = 0; m0 < M; m0 += GGUF_MB) {
+        const int64_t m1 = H3_MIN(M, m0 + GGUF_MB);
+        for (int64_t n = n0; n < n1; n++) {
+            decoded w = decode(l, n, buf);
+            if (kind == H3_EPI_SWIGLU) {
+                decoded v = decode(l, l->H + n, buf + decoded_bytes(K));
+                for (int64_t m = m0; m < m1; m++) {
+                    float g = dot(w.q, w.sc, w.mn, w.has_min, c->act + m * nb, K);
+                    float u = dot(v.q, v.sc, v.mn, v.has_min, c->act + m * nb, K);
+                    gemm_swiglu_row_ref(&g, &u, 1, l->bias ? l->bias + n : NULL, l->bias ? l->bias + l->H + n : NULL);
+                    c->y[m * ncol + n] = g;
+                }
+                continue;
             }
-            continue;
-        }
-        const float b = l->bias ? l->bias[n] : 0.0f;
-        for (int64_t m = 0; m < M; m++) {
-            float acc = gguf_dot_ref(w.q, w.sc, w.mn, w.has_min, c->act + m * nb, K);
-            if (l->bias) acc += b;
-            if (kind == H3_EPI_RESID) {
-                const h3_epilogue *e = c->epi;
-                if (e->gate) acc *= e->gate[(e->gate_row ? e->gate_row[m] : m) * ncol + n];
-                acc = e->resid[m * ncol + n] + acc;
+            const float b = l->bias ? l->bias[n] : 0.0f;
+            for (int64_t m = m0; m < m1; m++) {
+                float acc = dot(w.q, w.sc, w.mn, w.has_min, c->act + m * nb, K);
+                if (l->bias) acc += b;
+                if (kind == H3_EPI_RESID) {
+                    const h3_epilogue *e = c->epi;
+                    if (e->gate) acc *= e->gate[(e->gate_row ? e->gate_row[m] : m) * ncol + n];
+                    acc = e->resid[m * ncol + n] + acc;
+                }
+                c->y[m * ncol + n] = acc;
             }
-            c->y[m * ncol + n] = acc;
         }
     }
 }
@@ -163,7 +174,7 @@ h3_status gemm_gguf_forward(const h3_linear *l, h3_pool *pool, const float *x, i
     void *own = NULL;
     h3_status st = h3_workspace(&ws, &ws_bytes, need, &own, "linear_forward", err);
     if (st) return st;
-    gguf_ctx c = {l, x, M, y, epi, NULL, NULL};
+    gguf_ctx c = {l, gguf_dot_for(l->isa), x, M, y, epi, NULL, NULL};
     h3_arena ar = {(char *)ws, 0, ws_bytes};
     c.act = h3_arena_take(&ar, act_bytes(M, l->K));
     c.tws = h3_arena_take(&ar, (size_t)nth * 2 * decoded_bytes(l->K));

@@ -28,7 +28,16 @@ void gguf_decode_row_ref(int type, const uint8_t *row, int64_t K, int8_t *q, flo
 /* one row of K values (K % 32 == 0) -> K/32 activation blocks */
 void gguf_quant_act_row_ref(const float *x, int64_t K, gguf_act_blk *a);
 /* sum_k w[k] x[k] of a decoded row and a quantised activation row */
+typedef float (*gguf_dot_fn)(const int8_t *q, const float *sc, const float *mn, int has_min,
+                             const gguf_act_blk *a, int64_t K);
 float gguf_dot_ref(const int8_t *q, const float *sc, const float *mn, int has_min,
                    const gguf_act_blk *a, int64_t K);
+#if H3_X86
+float gguf_dot_avx2(const int8_t *q, const float *sc, const float *mn, int has_min,
+                    const gguf_act_blk *a, int64_t K);
+#endif
+/* the dot product a linear on path `isa` runs (the reference for ref and where no SIMD
+ * version exists: NEON for now) */
+gguf_dot_fn gguf_dot_for(h3_isa isa);
 
 #endif

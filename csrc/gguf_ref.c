@@ -280,3 +280,11 @@ float gguf_dot_ref(const int8_t *q, const float *sc, const float *mn, int has_mi
     }
     return acc;
 }
+
+gguf_dot_fn gguf_dot_for(h3_isa isa) {
+#if H3_X86
+    if (isa == H3_ISA_AVX2 || isa == H3_ISA_AVX512 || isa == H3_ISA_AMX) return gguf_dot_avx2;
+#endif
+    (void)isa;
+    return gguf_dot_ref;
+}
