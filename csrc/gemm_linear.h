@@ -31,6 +31,10 @@ struct h3_linear {
     const void *part[H3_LINEAR_MAX_PARTS];
     int nparts;
     int64_t part_rows;
+    /* H3_DT_GGUF (gemm_gguf.c): part i holds GGUF blocks of type gtype[i], a row every
+     * grow_bytes[i] bytes */
+    int gtype[H3_LINEAR_MAX_PARTS];
+    int64_t grow_bytes[H3_LINEAR_MAX_PARTS];
     /* h3_linear_set_lora: a low-rank addend, borrowed (the caller keeps it alive and
      * detaches it before freeing it); NULL: the plain linear, bit for bit */
     const h3_lora *lora;
@@ -64,6 +68,12 @@ h3_status gemm_lora_u(const h3_linear *l, h3_pool *pool, const float *x, int64_t
 /* The tile add target[m, j] += sum_r u[m, r] * bt[r, c0 + j] is the table's lora_add
  * (gemm_lora_add_fn in gemm_impl.h; the reference in gemm_lora.c, SIMD in
  * gemm_lora_body.inc). */
+
+/* The GGUF linear (gemm_gguf.c), routed to from gemm.c and gemm_weights.c */
+size_t gemm_gguf_workspace_bytes(const h3_linear *l, int64_t M, int nth);
+h3_status gemm_gguf_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
+                            const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err);
+h3_status gemm_gguf_dequant(const h3_linear *l, float *out, h3_err *err);
 
 /* The base of the float rows holding logical row r, and r's index there. */
 static inline const void *rows_at(const h3_linear *l, int64_t r, int64_t *local) {

@@ -87,7 +87,8 @@ h3_status h3_convert(const void *src, int src_dtype, void *dst, int dst_dtype, i
                      h3_isa isa, h3_err *err);
 h3_status h3_convert_mt(const void *src, int src_dtype, void *dst, int dst_dtype, int64_t n,
                         h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err);
-enum { H3_DT_F32 = 0, H3_DT_BF16 = 1, H3_DT_F16 = 2, H3_DT_I8 = 3, H3_DT_I4 = 4 };
+enum { H3_DT_F32 = 0, H3_DT_BF16 = 1, H3_DT_F16 = 2, H3_DT_I8 = 3, H3_DT_I4 = 4,
+       H3_DT_GGUF = 5 /* a linear over GGUF blocks as stored (h3_linear_attach_gguf) */ };
 
 /* ---- GEMM: y[M,N] = x[M,K] . W[N,K]^T (+ epilogue)  (gemm_weights.c, gemm.c) ------ */
 /* A "linear" owns W converted to the storage the chosen mode computes from:
@@ -223,6 +224,37 @@ size_t h3_linear_workspace_bytes(const h3_linear *lin, int64_t M, int n_threads,
 h3_status h3_linear_forward(const h3_linear *lin, h3_pool *pool, const float *x, int64_t M,
                             float *y, const h3_epilogue *epi, void *ws, size_t ws_bytes,
                             h3_err *err);
+
+/* ---- GGUF blocks (gguf_ref.c: formats; gemm_gguf.c: the linear) --------------- */
+/* ggml's tensor types by their GGUF ids.  A row of K values is K / blk blocks of
+ * `bytes` bytes each (h3_gguf_type_size); quantised types need K % blk == 0. */
+enum {
+    H3_GGUF_F32 = 0, H3_GGUF_F16 = 1, H3_GGUF_Q4_0 = 2, H3_GGUF_Q4_1 = 3, H3_GGUF_Q5_0 = 6,
+    H3_GGUF_Q5_1 = 7, H3_GGUF_Q8_0 = 8, H3_GGUF_Q2_K = 10, H3_GGUF_Q3_K = 11, H3_GGUF_Q4_K = 12,
+    H3_GGUF_Q5_K = 13, H3_GGUF_Q6_K = 14, H3_GGUF_BF16 = 30
+};
+/* 1 and the block's values and bytes for a type h3cy reads, else 0 (outputs untouched). */
+int h3_gguf_type_size(int type, int *blk, int *bytes);
+/* src: n values of `type` as stored (n a multiple of its block) -> out [n] float32.
+ * Float types are widened exactly; a quantised value is computed as the format defines it
+ * (scale * q - min, in float32).  EINVAL on an unknown type or a partial block. */
+h3_status h3_gguf_dequant(int type, const void *src, int64_t n, float *out, h3_err *err);
+/* The activation quantiser the GGUF linear applies to each row of x, exposed for tests:
+ * per block of 32 values d = max|x| / 127, q = rint(x / d) (ties to even; 0 when d = 0).
+ * x: [n] (n % 32 == 0) -> q [n] int8, d [n / 32] float32. */
+h3_status h3_gguf_quant_act(const float *x, int64_t n, int8_t *q, float *d, h3_err *err);
+/* A linear over GGUF blocks, borrowed (the caller keeps them alive and unchanged): the
+ * [N, K] weight's rows lie in nparts equal parts (rows [i*N/nparts, (i+1)*N/nparts) in
+ * parts[i], of quantised type types[i]; parts may differ in type, as llama.cpp's mixed
+ * "_M" files do for q/k/v).  pair: rows are [gate; value] halves (H3_EPI_SWIGLU), then
+ * nparts is 1 or 2.  h3_linear_forward quantises each row of x per 32 values
+ * (h3_gguf_quant_act), multiplies every weight sub-block (16 or 32 values) by its int8
+ * activations in integers and applies both scales in float32 (the dot product is AVX2 on
+ * x86 paths, the reference elsewhere).  No LoRA (EUNSUPPORTED), no conv rows, no cache
+ * layout (EINVAL). */
+h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int nparts, int64_t N,
+                                int64_t K, const float *bias, int pair, h3_isa isa,
+                                h3_linear **out, h3_err *err);
 
 /* ---- Block Hadamard rotation (hadamard.c) ------------------------------------ */
 /* x: [rows, n] in place: each run of `group` consecutive values of a row becomes

@@ -359,6 +359,83 @@ def linear_create_q8(const int8_t[:, ::1] q, const float[::1] scales, bias, str 
     return core
 
 
+def gguf_type_size(int type):
+    """(values per block, bytes per block) of GGUF type id ``type``, or None if h3cy
+    does not read it."""
+    cdef int blk = 0, nb = 0
+    if not h3_gguf_type_size(type, &blk, &nb):
+        return None
+    return blk, nb
+
+
+def gguf_dequant(int type, const uint8_t[::1] src, int64_t n, float[::1] out):
+    """out[:n] = the n values of GGUF type ``type`` stored in src (whole blocks)."""
+    cdef int blk = 0, nb = 0
+    cdef h3_err err
+    cdef h3_status rc
+    if not h3_gguf_type_size(type, &blk, &nb):
+        raise H3ValueError(f"unknown GGUF type {type}")
+    if n < 0 or n % blk or <int64_t>src.shape[0] < n // blk * nb or out.shape[0] < n:
+        raise H3ValueError(f"gguf_dequant: {n} values need {n // blk * nb} bytes (got {src.shape[0]}) "
+                           f"and {n} outputs (got {out.shape[0]})")
+    if n == 0:
+        return
+    with nogil:
+        rc = h3_gguf_dequant(type, &src[0], n, &out[0], &err)
+    check(rc, &err)
+
+
+def gguf_quant_act(const float[::1] x, int8_t[::1] q, float[::1] d):
+    """The GGUF linear's activation quantiser (per 32 values), for tests."""
+    cdef h3_err err
+    cdef int64_t n = x.shape[0]
+    if n % 32 or q.shape[0] != n or d.shape[0] != n // 32:
+        raise H3ValueError("gguf_quant_act: x of 32k values, q of the same length, d of k")
+    if n == 0:
+        return
+    check(h3_gguf_quant_act(&x[0], n, &q[0], &d[0], &err), &err)
+
+
+def linear_attach_gguf(parts, types, int64_t N, int64_t K, bias, int pair, str isa, ThreadPool pool):
+    """A LinearCore over GGUF blocks the caller keeps alive (parts: up to 3 C-contiguous
+    uint8 arrays, each the N/len(parts) rows of one tensor as stored; types: their GGUF
+    type ids).  No copy; the core keeps the arrays."""
+    cdef const void *pp[3]
+    cdef int tt[3]
+    cdef int nparts = len(parts)
+    cdef cnp.ndarray pa
+    cdef cnp.ndarray ba
+    cdef const float *bp = NULL
+    cdef h3_err err
+    cdef int blk = 0, nb = 0
+    if not 1 <= nparts <= 3 or len(types) != nparts:
+        raise H3ValueError(f"a GGUF linear comes in 1 to 3 parts with a type each, got {nparts}")
+    if N < 1 or N % nparts:
+        raise H3ValueError(f"{N} rows do not split into {nparts} parts")
+    for i in range(nparts):
+        pa = parts[i]
+        tt[i] = types[i]
+        if not h3_gguf_type_size(tt[i], &blk, &nb) or blk == 1:
+            raise H3ValueError(f"part {i}: GGUF type {tt[i]} is not a quantised type h3cy reads")
+        if pa.dtype != np.uint8 or not pa.flags.c_contiguous or K % blk or \
+                <int64_t>pa.nbytes != (N // nparts) * (K // blk) * nb:
+            raise H3ValueError(f"part {i}: expected {(N // nparts) * (K // blk) * nb} C-contiguous uint8 bytes "
+                               f"for {N // nparts} rows of {K} values")
+        pp[i] = cnp.PyArray_DATA(pa)
+    if bias is not None:
+        ba = bias
+        if ba.dtype != np.float32 or not ba.flags.c_contiguous or ba.size != N:
+            raise H3ValueError(f"bias must be {N} C-contiguous float32 values")
+        bp = <const float *>cnp.PyArray_DATA(ba)
+    cdef LinearCore core = LinearCore(None, isa=isa, pool=pool)
+    check(h3_linear_attach_gguf(pp, tt, nparts, N, K, bp, pair, isa_id(isa), &core.c, &err), &err)
+    core.N = N
+    core.K = K
+    core.pair = pair
+    core.storage = tuple(parts)
+    return core
+
+
 def hadamard(float[:, ::1] x, int group, str isa, ThreadPool pool):
     """Rotate every run of `group` values of x (rows, n) in place by the normalised
     regular Hadamard H_group (h3_hadamard); returns the ISA that ran."""

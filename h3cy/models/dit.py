@@ -26,6 +26,7 @@ from .. import _kernels
 from .. import ops
 from ..weights import pages as _pages
 from ..weights.comfy_quant import Int8Weight
+from ..weights.gguf import GGUFWeight
 from ..weights.linears import make_linear
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
 from ..errors import H3Error, H3ValueError
@@ -100,11 +101,15 @@ def adaln_curve_input(table, t):
 
 def _f32(a):
     """A weight as float32 (bf16 bits widened exactly; a file's int8 linear dequantised)."""
-    if isinstance(a, Int8Weight):
+    if isinstance(a, (Int8Weight, GGUFWeight)):
         return a.dequantized()
     if a.dtype == np.uint16:
         return bf16_bits_to_f32(a)
     return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _is_gguf(w):
+    return isinstance(w, GGUFWeight) or (isinstance(w, (list, tuple)) and any(isinstance(p, GGUFWeight) for p in w))
 
 
 class _Block:
@@ -156,6 +161,7 @@ class _CheckpointSource:
         self.config = ckpt.config.to_dict()
         # the release's stored RoPE frequencies (validated), or None: computed from rope_theta
         self.rope_inv_freq = ckpt.rope_inv_freq
+        self.as_stored = getattr(ckpt, "as_stored", False)
 
     def get(self, name):
         return self.ckpt.tensor(name)
@@ -252,6 +258,9 @@ class DiT:
         from ..weights.cache import ComponentCache
         compute = ops.Compute.resolve(weights, isa, threads)     # the one resolution of this load
         ckpt = open_transformer(path, qkv_layout=qkv_layout)
+        # a GGUF file with weights="auto" runs every tensor as stored: its quantised blocks on
+        # the GGUF GEMM (the int8 mode "auto" resolves to), its float tensors as float32
+        ckpt.as_stored = weights == "auto" and os.fspath(path).endswith(".gguf")
         try:
             files = [os.path.join(ckpt.path, f) if not os.path.isabs(f) else f for f in ckpt.files]
             params = dict(ffn_act_group=ffn_act_group, qkv=ckpt.qkv_layout)
@@ -312,6 +321,8 @@ class DiT:
         # (reader, writer) of a converted-weight cache file (h3cy.weights.cache), or None
         self._cache_reader, self._cache_writer = cache if cache is not None else (None, None)
         self.linears_attached = 0   # linears mapped from a cache or the checkpoint (no copy)
+        # a GGUF file loaded with weights="auto": float tensors stay float (fp32 mode)
+        self._as_stored = getattr(source, "as_stored", False)
         # what the last h3cy.denoise over this DiT ran: {"loop": "cython" | "python", ...}
         self.loop_stats = None
         self._build_lock = threading.Lock()   # blocks are built on several threads
@@ -369,6 +380,8 @@ class DiT:
     def _linear(self, w, bias=None, pair=False, act_group=None, name=None, mode=None):
         """A checkpoint weight in this model's mode (h3cy.weights.linears.make_linear):
         mapped from the weight cache, used in place, or converted (and cached)."""
+        if mode is None and self._as_stored and not _is_gguf(w):
+            mode = "fp32"
         cache = (self._cache_reader, self._cache_writer) if mode is None else None
         lin, attached = make_linear(w, self.compute, name=name, cache=cache, bias=bias, pair=pair,
                                     act_group=act_group, mode=mode,

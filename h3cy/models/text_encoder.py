@@ -30,6 +30,7 @@ from .. import _kernels
 from ..weights import pages as _pages
 from .. import ops
 from ..weights.comfy_quant import Int8Weight, read_quant
+from ..weights.gguf import GGUFWeight, RUNNABLE_TYPES as GGUF_TYPES
 from ..weights.files import TensorFiles, find_weights, load_json, report_once
 from ..weights.linears import make_linear
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
@@ -166,6 +167,11 @@ class TextEncoderSource:
                     read_quant(self._files, st[:-len(".weight")], shape)   # checked now, read when built
                     self._quant[st] = shape
                     continue
+                if (self._single and self._files.has(st) and self._files.info(st).dtype in GGUF_TYPES
+                        and len(shape) == 2):
+                    # a GGUF file's quantised linear (weights.gguf.GGUFWeight): run as stored
+                    self._files.get(st, shape, GGUF_TYPES)
+                    continue
                 self._files.get(st, shape, _FLOAT_DTYPES)   # present, float, its shape
         except BaseException:
             self.close()
@@ -235,9 +241,15 @@ def infer_text_config(files, path):
 
 
 def _f32(a):
+    if isinstance(a, GGUFWeight):
+        return a.dequantized()
     if a.dtype == np.uint16:
         return bf16_bits_to_f32(a)
     return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _is_gguf(w):
+    return isinstance(w, GGUFWeight) or (isinstance(w, (list, tuple)) and any(isinstance(p, GGUFWeight) for p in w))
 
 
 class _Layer:
@@ -315,6 +327,9 @@ class TextEncoder:
             raise _err(folder, "not a folder or a file (expected a text_encoder folder with config.json "
                                "or a single .safetensors file)")
         src = TextEncoderSource(folder, int(output_layer))
+        # a GGUF file with weights="auto" runs every tensor as stored: quantised blocks on the
+        # GGUF GEMM (the int8 mode "auto" resolves to), float tensors as float32
+        src.as_stored = weights == "auto" and folder.endswith(".gguf")
         try:
             shards = src.shards
             params = dict(kind="qwen3vl_text", layers=int(output_layer))
@@ -348,6 +363,7 @@ class TextEncoder:
         self.threads = compute.threads
         self._source = source
         self._cache_reader, self._cache_writer = cache if cache is not None else (None, None)
+        self._as_stored = getattr(source, "as_stored", False)
         self._build_lock = threading.Lock()
         self._run_lock = threading.Lock()
         self.files = source.files
@@ -372,6 +388,10 @@ class TextEncoder:
         if w is not None and self.weights in ("int8", "int4"):
             K = (w[0] if isinstance(w, (list, tuple)) else w).shape[1]
             ag = 1024 if K % 1024 == 0 else None
+        if self._as_stored and w is not None and not _is_gguf(w):
+            # a GGUF file's float tensor, as stored: float32 (not cached: nothing converted)
+            lin, _ = make_linear(w, self.compute, mode="fp32", pair=pair)
+            return lin
         lin, _ = make_linear(w, self.compute, name=name, cache=(self._cache_reader, self._cache_writer),
                              pair=pair, act_group=ag)
         return lin
@@ -430,7 +450,8 @@ class TextEncoder:
         if ids.min() < 0 or ids.max() >= V:
             raise H3ValueError(f"token ids must be in [0, {V}), got range [{ids.min()}, {ids.max()}]")
         ids = ids.astype(np.int64)
-        x = self._embed.take_rows(ids) if isinstance(self._embed, Int8Weight) else _f32(self._embed[ids])
+        x = (self._embed.take_rows(ids) if isinstance(self._embed, (Int8Weight, GGUFWeight))
+             else _f32(self._embed[ids]))
         if self.round_bf16:
             round_bf16(x, out=x)
         return np.ascontiguousarray(x, np.float32)

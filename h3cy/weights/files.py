@@ -107,6 +107,14 @@ def open_tensor_file(path):
 register_reader(".safetensors", SafetensorsFile)
 
 
+def _open_gguf(path):
+    from .gguf import GGUFFile
+    return GGUFFile(path)
+
+
+register_reader(".gguf", _open_gguf)
+
+
 def find_weights(folder, candidates):
     """The weight files of a component folder: exactly one of ``candidates`` (file names; a
     name ending in ``.index.json`` is a shard index) must be present.

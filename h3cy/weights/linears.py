@@ -25,6 +25,24 @@ from .. import _kernels
 from .. import ops
 from ..ops.bf16 import bf16_bits_to_f32
 from .comfy_quant import Int8Weight, Nvfp4Weight
+from .gguf import GGUFWeight
+
+
+def _gguf_linear(w, mode, isa, pool, pair, bias):
+    """A GGUF file's quantised rows (a :class:`~h3cy.weights.gguf.GGUFWeight` or a list of
+    up to three, possibly of different types) as a linear over the blocks as stored, in the
+    int modes ("auto" resolves to int8: a GGUF file runs as stored); None when they cannot
+    (other modes, a type h3cy has no GEMM for, float parts mixed in): then the caller
+    dequantises them and converts as any float weight."""
+    parts = list(w) if isinstance(w, (list, tuple)) else [w]
+    if (mode not in ("int8", "int4") or not 1 <= len(parts) <= 3
+            or not all(isinstance(p, GGUFWeight) and p.runnable for p in parts)
+            or len({p.shape for p in parts}) != 1 or (pair and len(parts) > 2)):
+        return None
+    N, K = parts[0].shape[0] * len(parts), parts[0].shape[1]
+    core = _kernels.linear_attach_gguf([np.ascontiguousarray(p.blocks) for p in parts],
+                                       [p.type_id for p in parts], N, K, bias, int(pair), isa, pool)
+    return ops.Linear.from_core(core, mode, pool)
 
 
 def linear_in_place(w, mode, isa, pool, pair=False, bias=None):
@@ -88,6 +106,12 @@ def make_linear(w, compute, *, mode=None, name=None, cache=None, bias=None, pair
     ``attached`` is True when no weight was copied (mapped from the cache or the checkpoint).
     """
     mode, isa, pool = mode or compute.weights, compute.isa, compute.pool
+    if isinstance(w, GGUFWeight) or (isinstance(w, (list, tuple)) and any(isinstance(p, GGUFWeight) for p in w)):
+        lin = _gguf_linear(w, mode, isa, pool, pair, bias)
+        if lin is not None:
+            return lin, True
+        w = ([p.dequantized() if isinstance(p, GGUFWeight) else p for p in w]
+             if isinstance(w, (list, tuple)) else w.dequantized())
     if isinstance(w, Nvfp4Weight):     # no NVFP4 GEMM yet: the float weight it stands for
         w = w.dequantized(isa, pool)
     if isinstance(w, (list, tuple)) and any(isinstance(p, Nvfp4Weight) for p in w):

@@ -34,6 +34,16 @@ _DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I8
                 "BOOL": 1, "I16": 2, "U16": 2}
 
 
+def _add_gguf_types():
+    """A GGUF file's block types, in bytes per value (Q4_K: 144 / 256)."""
+    from .gguf import GGML_TYPES
+    for name, blk, nb in GGML_TYPES.values():
+        _DTYPE_BYTES.setdefault(name, nb / blk)
+
+
+_add_gguf_types()
+
+
 def _is_tokenizer(d):
     return (os.path.isfile(os.path.join(d, "tokenizer.json"))
             or (os.path.isfile(os.path.join(d, "vocab.json")) and os.path.isfile(os.path.join(d, "merges.txt"))))
@@ -98,11 +108,11 @@ def tensor_sizes(tensors):
         for d in shape:
             n *= d
         params += n
-        disk += n * _DTYPE_BYTES.get(dt, 4)
+        disk += int(n * _DTYPE_BYTES.get(dt, 4))
         dtypes[dt] = dtypes.get(dt, 0) + n
         if len(shape) >= 2 and "embed_tokens" not in name and min(shape[:2]) > 1:
             matrix += n
-            matrix_disk += n * _DTYPE_BYTES.get(dt, 4)
+            matrix_disk += int(n * _DTYPE_BYTES.get(dt, 4))
     return {"params": params, "bytes_on_disk": disk, "dtypes": dtypes, "matrix_params": matrix,
             "matrix_bytes_on_disk": matrix_disk}
 

@@ -74,6 +74,8 @@ ORIGINAL_INDEX = "model.safetensors.index.json"
 ORIGINAL_SINGLE = "model.safetensors"
 ROPE_INV_FREQ = "rope.inv_freq"
 SINGLE_FILE_DTYPES = ("F32", "BF16", "F16")
+# a GGUF file's quantised tensors (weights.gguf.GGUFWeight): run as stored
+from .gguf import RUNNABLE_TYPES as GGUF_TYPES  # noqa: E402
 ADALN_TABLE = "adaln_t_table"       # the curve form's AdaLN input table (Comfy-Org pruned files)
 # stored tensors that are buffers, not diffusers parameters: not among keys() nor in nbytes
 BUFFER_TENSORS = (ROPE_INV_FREQ,)
@@ -788,7 +790,7 @@ def _dtype_policy(table, layout, files, single, quantised=()):
     if single:
         for n in names:
             got = files.info(n).dtype
-            if got not in SINGLE_FILE_DTYPES and not (got == "I8" and n in quantised):
+            if got not in SINGLE_FILE_DTYPES + GGUF_TYPES and not (got == "I8" and n in quantised):
                 raise checkpoint_error(files.path_of(n), n, f"dtype {got}: expected one of "
                                        f"{', '.join(SINGLE_FILE_DTYPES)}")
         return "file"

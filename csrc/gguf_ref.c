@@ -1,0 +1,291 @@
+/* gguf_ref.c — ggml's block formats as GGUF files store them, decoded by plain loops (the
+ * executable spec of every GGUF kernel), plus the per-32 int8 activation quantiser and the
+ * integer dot product the GGUF linear runs (gemm_gguf.c).
+ *
+ * Written from the format description (llama.cpp's docs and gguf-py's quants.py name the
+ * fields); block by block, values in the order they follow in the row:
+ *   Q8_0  (32, 34 B): f16 d; int8 q[32].                            w = d * q
+ *   Q4_0  (32, 18 B): f16 d; u8 qs[16]: value j low nibble of qs[j], j + 16 the high one.
+ *                                                                   w = d * (q - 8)
+ *   Q4_1  (32, 20 B): f16 d, m; qs[16] as Q4_0.                     w = d * q + m
+ *   Q5_0  (32, 22 B): f16 d; u32 qh (bit j = 5th bit of value j); qs[16] as Q4_0.
+ *                                                                   w = d * (q - 16)
+ *   Q5_1  (32, 24 B): f16 d, m; qh; qs[16].                         w = d * q + m
+ *   Q2_K (256, 84 B): u8 scales[16] (low nibble scale, high nibble min, per 16 values);
+ *                     u8 qs[64]; f16 d, dmin.  Value e = 128 h + 32 j + l (h < 2, j < 4,
+ *                     l < 32): 2 bits at shift 2 j of qs[32 h + l]; sub-block 8 h + 2 j + l/16.
+ *                                                                   w = d*sc * q - dmin*m
+ *   Q3_K (256,110 B): u8 hmask[32]; qs[64]; scales[12] (16 six-bit scales, biased by 32);
+ *                     f16 d.  Value e as Q2_K for the 2 low bits; high bit = bit 4 h + j of
+ *                     hmask[l]; q = low - (high ? 0 : 4).               w = d*(s-32) * q
+ *   Q4_K (256,144 B): f16 d, dmin; scales[12] (8 six-bit scales and mins, per 32);
+ *                     qs[128].  Value 64 j + l: low nibble of qs[32 j + l] (sub-block 2 j),
+ *                     64 j + 32 + l: its high nibble (sub-block 2 j + 1).
+ *                                                                   w = d*sc * q - dmin*m
+ *   Q5_K (256,176 B): f16 d, dmin; scales[12]; qh[32]; qs[128]: Q4_K's nibbles plus a
+ *                     5th bit, bit 2 j (low) or 2 j + 1 (high) of qh[l].
+ *   Q6_K (256,210 B): ql[128]; qh[64]; int8 scales[16] (per 16); f16 d.  Half h (128
+ *                     values): for l < 32, values l, l+32, l+64, l+96 take the low nibble of
+ *                     ql[64h+l], ql[64h+l+32], then their high nibbles, with bits 0-1, 2-3,
+ *                     4-5, 6-7 of qh[32h+l] on top; q - 32.        w = d*sc * (q - 32)
+ * The six-bit scale packing of Q4_K/Q5_K (sub-block j < 8): j < 4: scale = b[j] & 63,
+ * min = b[j+4] & 63; else scale = (b[j+4] & 15) | (b[j-4] >> 6) << 4,
+ * min = (b[j+4] >> 4) | (b[j] >> 6) << 4.  Q3_K (j < 16): low 4 bits from b[j] (j < 8,
+ * low nibble) or b[j-8] (high nibble), top 2 bits from b[8 + j%4] at shift 2 (j/4). */
+#include "gguf_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+int h3_gguf_type_size(int type, int *blk, int *bytes) {
+    int b, n;
+    switch (type) {
+    case H3_GGUF_F32: b = 1; n = 4; break;
+    case H3_GGUF_F16: case H3_GGUF_BF16: b = 1; n = 2; break;
+    case H3_GGUF_Q4_0: b = 32; n = 18; break;
+    case H3_GGUF_Q4_1: b = 32; n = 20; break;
+    case H3_GGUF_Q5_0: b = 32; n = 22; break;
+    case H3_GGUF_Q5_1: b = 32; n = 24; break;
+    case H3_GGUF_Q8_0: b = 32; n = 34; break;
+    case H3_GGUF_Q2_K: b = 256; n = 84; break;
+    case H3_GGUF_Q3_K: b = 256; n = 110; break;
+    case H3_GGUF_Q4_K: b = 256; n = 144; break;
+    case H3_GGUF_Q5_K: b = 256; n = 176; break;
+    case H3_GGUF_Q6_K: b = 256; n = 210; break;
+    default: return 0;
+    }
+    if (blk) *blk = b;
+    if (bytes) *bytes = n;
+    return 1;
+}
+
+int gguf_is_quant(int type) {
+    int b;
+    return h3_gguf_type_size(type, &b, NULL) && b > 1;
+}
+
+int gguf_has_min(int type) {
+    return type == H3_GGUF_Q4_1 || type == H3_GGUF_Q5_1 || type == H3_GGUF_Q2_K ||
+           type == H3_GGUF_Q4_K || type == H3_GGUF_Q5_K;
+}
+
+static float f16_at(const uint8_t *p) { return h3_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+static uint32_t u32_at(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Q4_K / Q5_K: six-bit scale and min of sub-block j (of 32 values) */
+static void k4_scale_min(const uint8_t *b, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = b[j] & 63;
+        *m = b[j + 4] & 63;
+    } else {
+        *sc = (b[j + 4] & 15) | (b[j - 4] >> 6) << 4;
+        *m = (b[j + 4] >> 4) | (b[j] >> 6) << 4;
+    }
+}
+
+/* Q3_K: six-bit scale of sub-block j (of 16 values), unbiased */
+static int k3_scale(const uint8_t *b, int j) {
+    int lo = j < 8 ? (b[j] & 15) : (b[j - 8] >> 4);
+    int hi = (b[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* one block -> q[blk], sc/mn[blk/16] */
+static void decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *mn) {
+    switch (type) {
+    case H3_GGUF_Q8_0: {
+        float d = f16_at(p);
+        for (int i = 0; i < 32; i++) q[i] = (int8_t)p[2 + i];
+        sc[0] = sc[1] = d;
+        mn[0] = mn[1] = 0.0f;
+        return;
+    }
+    case H3_GGUF_Q4_0: case H3_GGUF_Q4_1: {
+        const int has_m = type == H3_GGUF_Q4_1;
+        const uint8_t *qs = p + (has_m ? 4 : 2);
+        float d = f16_at(p), m = has_m ? f16_at(p + 2) : 0.0f;
+        for (int j = 0; j < 16; j++) {
+            q[j] = (int8_t)((qs[j] & 15) - (has_m ? 0 : 8));
+            q[j + 16] = (int8_t)((qs[j] >> 4) - (has_m ? 0 : 8));
+        }
+        sc[0] = sc[1] = d;
+        mn[0] = mn[1] = m;
+        return;
+    }
+    case H3_GGUF_Q5_0: case H3_GGUF_Q5_1: {
+        const int has_m = type == H3_GGUF_Q5_1;
+        const uint8_t *h = p + (has_m ? 4 : 2);
+        const uint8_t *qs = h + 4;
+        uint32_t qh = u32_at(h);
+        float d = f16_at(p), m = has_m ? f16_at(p + 2) : 0.0f;
+        for (int j = 0; j < 16; j++) {
+            int lo = (qs[j] & 15) | (int)((qh >> j) & 1) << 4;
+            int hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            q[j] = (int8_t)(lo - (has_m ? 0 : 16));
+            q[j + 16] = (int8_t)(hi - (has_m ? 0 : 16));
+        }
+        sc[0] = sc[1] = d;
+        mn[0] = mn[1] = m;
+        return;
+    }
+    case H3_GGUF_Q2_K: {
+        const uint8_t *scales = p, *qs = p + 16;
+        float d = f16_at(p + 80), dmin = f16_at(p + 82);
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 32; l++) q[128 * h + 32 * j + l] = (int8_t)((qs[32 * h + l] >> (2 * j)) & 3);
+        for (int s = 0; s < 16; s++) {
+            sc[s] = d * (float)(scales[s] & 15);
+            mn[s] = -(dmin * (float)(scales[s] >> 4));
+        }
+        return;
+    }
+    case H3_GGUF_Q3_K: {
+        const uint8_t *hm = p, *qs = p + 32, *scales = p + 96;
+        float d = f16_at(p + 108);
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 32; l++) {
+                    int lo = (qs[32 * h + l] >> (2 * j)) & 3;
+                    int hi = (hm[l] >> (4 * h + j)) & 1;
+                    q[128 * h + 32 * j + l] = (int8_t)(lo - (hi ? 0 : 4));
+                }
+        for (int s = 0; s < 16; s++) {
+            sc[s] = d * (float)k3_scale(scales, s);
+            mn[s] = 0.0f;
+        }
+        return;
+    }
+    case H3_GGUF_Q4_K: case H3_GGUF_Q5_K: {
+        const int five = type == H3_GGUF_Q5_K;
+        const uint8_t *scales = p + 4, *qh = p + 16, *qs = p + (five ? 48 : 16);
+        float d = f16_at(p), dmin = f16_at(p + 2);
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++) {
+                int lo = qs[32 * j + l] & 15, hi = qs[32 * j + l] >> 4;
+                if (five) {
+                    lo |= ((qh[l] >> (2 * j)) & 1) << 4;
+                    hi |= ((qh[l] >> (2 * j + 1)) & 1) << 4;
+                }
+                q[64 * j + l] = (int8_t)lo;
+                q[64 * j + 32 + l] = (int8_t)hi;
+            }
+        for (int j = 0; j < 8; j++) {
+            int s, m;
+            k4_scale_min(scales, j, &s, &m);
+            sc[2 * j] = sc[2 * j + 1] = d * (float)s;
+            mn[2 * j] = mn[2 * j + 1] = -(dmin * (float)m);
+        }
+        return;
+    }
+    case H3_GGUF_Q6_K: {
+        const uint8_t *ql = p, *qh = p + 128;
+        const int8_t *scales = (const int8_t *)(p + 192);
+        float d = f16_at(p + 208);
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t a = ql[64 * h + l], b = ql[64 * h + l + 32], c = qh[32 * h + l];
+                int8_t *o = q + 128 * h + l;
+                o[0] = (int8_t)(((a & 15) | (c & 3) << 4) - 32);
+                o[32] = (int8_t)(((b & 15) | ((c >> 2) & 3) << 4) - 32);
+                o[64] = (int8_t)(((a >> 4) | ((c >> 4) & 3) << 4) - 32);
+                o[96] = (int8_t)(((b >> 4) | ((c >> 6) & 3) << 4) - 32);
+            }
+        for (int s = 0; s < 16; s++) {
+            sc[s] = d * (float)scales[s];
+            mn[s] = 0.0f;
+        }
+        return;
+    }
+    default:
+        return;
+    }
+}
+
+void gguf_decode_row_ref(int type, const uint8_t *row, int64_t K, int8_t *q, float *sc, float *mn) {
+    int blk = 1, bytes = 0;
+    h3_gguf_type_size(type, &blk, &bytes);
+    for (int64_t b = 0; b < K / blk; b++)
+        decode_block(type, row + b * bytes, q + b * blk, sc + b * (blk / GGUF_SUB), mn + b * (blk / GGUF_SUB));
+}
+
+h3_status h3_gguf_dequant(int type, const void *src, int64_t n, float *out, h3_err *err) {
+    int blk, bytes;
+    if (!src || !out) return h3_fail(err, H3_EINVAL, "gguf_dequant: NULL argument");
+    if (!h3_gguf_type_size(type, &blk, &bytes)) return h3_fail(err, H3_EINVAL, "gguf_dequant: unknown type %d", type);
+    if (n < 0 || n % blk) return h3_fail(err, H3_EINVAL, "gguf_dequant: %lld values are not whole blocks of %d", (long long)n, blk);
+    const uint8_t *p = (const uint8_t *)src;
+    if (type == H3_GGUF_F32) { memcpy(out, p, (size_t)n * 4); return H3_OK; }
+    if (type == H3_GGUF_F16 || type == H3_GGUF_BF16) {
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
+            out[i] = type == H3_GGUF_F16 ? h3_f16_to_f32(h) : h3_bf16_to_f32(h);
+        }
+        return H3_OK;
+    }
+    int8_t q[256];
+    float sc[256 / GGUF_SUB], mn[256 / GGUF_SUB];
+    for (int64_t b = 0; b < n / blk; b++) {
+        decode_block(type, p + b * bytes, q, sc, mn);
+        for (int i = 0; i < blk; i++) out[b * blk + i] = sc[i / GGUF_SUB] * (float)q[i] + mn[i / GGUF_SUB];
+    }
+    return H3_OK;
+}
+
+void gguf_quant_act_row_ref(const float *x, int64_t K, gguf_act_blk *a) {
+    for (int64_t b = 0; b < K / GGUF_ACT; b++, a++) {
+        const float *xb = x + b * GGUF_ACT;
+        float amax = 0.0f;
+        for (int i = 0; i < GGUF_ACT; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        const float d = amax / 127.0f;
+        a->d = d;
+        a->s[0] = a->s[1] = 0;
+        for (int i = 0; i < GGUF_ACT; i++) {
+            int v = d > 0.0f ? (int)nearbyintf(xb[i] / d) : 0;
+            v = v > 127 ? 127 : (v < -127 ? -127 : v);
+            a->q[i] = (int8_t)v;
+            a->s[i / GGUF_SUB] += v;
+        }
+    }
+}
+
+h3_status h3_gguf_quant_act(const float *x, int64_t n, int8_t *q, float *d, h3_err *err) {
+    if (!x || !q || !d) return h3_fail(err, H3_EINVAL, "gguf_quant_act: NULL argument");
+    if (n < 0 || n % GGUF_ACT) return h3_fail(err, H3_EINVAL, "gguf_quant_act: n = %lld is not a multiple of 32", (long long)n);
+    gguf_act_blk a;
+    for (int64_t b = 0; b < n / GGUF_ACT; b++) {
+        gguf_quant_act_row_ref(x + b * GGUF_ACT, GGUF_ACT, &a);
+        memcpy(q + b * GGUF_ACT, a.q, GGUF_ACT);
+        d[b] = a.d;
+    }
+    return H3_OK;
+}
+
+float gguf_dot_ref(const int8_t *q, const float *sc, const float *mn, int has_min,
+                   const gguf_act_blk *a, int64_t K) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < K / GGUF_ACT; b++, a++) {
+        const int8_t *qb = q + b * GGUF_ACT;
+        float part = 0.0f;
+        for (int h = 0; h < 2; h++) {
+            int32_t dot = 0;
+            for (int i = 0; i < GGUF_SUB; i++) dot += (int32_t)qb[GGUF_SUB * h + i] * a->q[GGUF_SUB * h + i];
+            const int64_t s = 2 * b + h;
+            part += sc[s] * (float)dot;
+            if (has_min) part += mn[s] * (float)a->s[h];
+        }
+        acc += a->d * part;
+    }
+    return acc;
+}
+
+gguf_dot_fn gguf_dot_for(h3_isa isa) {
+#if H3_X86
+    /* every x86 SIMD path has AVX2 (avxvnni and amx included) */
+    if (h3_isa_vector(isa) == H3_ISA_AVX2 || h3_isa_vector(isa) == H3_ISA_AVX512) return gguf_dot_avx2;
+#endif
+    (void)isa;
+    return gguf_dot_ref;
+}

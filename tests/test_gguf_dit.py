@@ -1,0 +1,108 @@
+"""A tiny H3 DiT written as GGUF (the published files' tensor names: Comfy-Org's, no metadata,
+as stable-diffusion.cpp's converter writes them) with mixed block types and float layers,
+loaded with weights="auto" (quantised blocks on the GGUF GEMM, float tensors as float)."""
+import numpy as np
+import pytest
+import torch
+
+import h3cy
+from _compare import assert_close, assert_nontrivial
+from _comfy_files import dit_state, save
+from _gguf_files import TYPES, oracle_dequant, random_blocks, write_gguf
+from test_dit_parity import packed_inputs
+
+import gguf  # noqa: F401  the test dependency whose dequantiser is the oracle
+
+CYCLE = ["Q8_0", "Q4_0", "Q5_1", "Q4_1", "Q5_0"]
+
+
+def _gguf_dit(t, tmp_path, rng):
+    """(gguf path, safetensors path of the same model with every quantised weight replaced
+    by its dequantised float32 values)."""
+    sd = dit_state(t)
+    tensors, deq, i = [], {}, 0
+    for name, v in sd.items():
+        a = v.float().numpy()
+        if a.ndim == 2 and name.endswith(".weight") and ("blocks." in name) and a.shape[1] % 32 == 0:
+            tname = CYCLE[i % len(CYCLE)]
+            i += 1
+            b = random_blocks(tname, a.shape[0], a.shape[1], rng, scale=float(np.abs(a).max()) / 8)
+            tensors.append((name, tname, a.shape, b))
+            deq[name] = torch.from_numpy(oracle_dequant(tname, b, a.shape))
+        elif v.dtype == torch.bfloat16:
+            tensors.append((name, "BF16", a.shape, v.view(torch.int16).numpy().view(np.uint16)))
+            deq[name] = v
+        else:
+            f16 = a.ndim == 2 and i % 2 == 0       # some float layers F16, as converters leave them
+            tensors.append((name, "F16" if f16 else "F32", a.shape, a.astype(np.float16 if f16 else np.float32)))
+            deq[name] = torch.from_numpy(a.astype(np.float16).astype(np.float32) if f16 else a)
+    assert i >= 8, "too few quantised layers to test"
+    gp = tmp_path / "dit-mixed.gguf"
+    write_gguf(gp, tensors)
+    sp = save(deq, tmp_path / "dit-dequantised.safetensors")
+    return str(gp), sp, {n for n, tn, _, _ in tensors if tn in TYPES and TYPES[tn][1] > 1}
+
+
+def test_gguf_dit_runs_as_stored_and_matches_the_dequantised_model(tiny_dit_factory, tmp_path):
+    t = tiny_dit_factory("b")
+    gp, sp, quantised = _gguf_dit(t, tmp_path, np.random.default_rng(0))
+    inputs = packed_inputs(t.config, seed=3)
+    dit = h3cy.DiT.from_pretrained(gp, threads=2)          # weights="auto"
+    got_v, got_a = dit.forward(**inputs)
+    # the reference: the same weights dequantised, in float32 (h3cy's fp32 path, itself
+    # checked against diffusers at 1e-4 in test_single_file.py)
+    want_v, want_a = h3cy.DiT.from_pretrained(sp, weights="fp32", threads=2).forward(**inputs)
+    assert_nontrivial(want_v)
+    # only the activation quantisation (int8 per 32) differs: observed rel L2 2.3e-3 / 3.4e-3;
+    # a wrong name mapping, block layout or QKV order gives O(1)
+    for got, want in ((got_v, want_v), (got_a, want_a)):
+        rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert rel <= 2e-2, rel
+    # and the quantised layers did run on the GGUF GEMM: dequantised fp32 weights give the
+    # reference bit for bit
+    got32_v, _ = h3cy.DiT.from_pretrained(gp, weights="fp32", threads=2).forward(**inputs)
+    assert_close(got32_v, want_v, max_rel_tol=1e-5, what="video")
+    assert len(quantised) >= 8   # 20 in config b
+
+
+def test_gguf_unsupported_type_is_named(tiny_dit_factory, tmp_path):
+    from h3cy.errors import CheckpointError
+    t = tiny_dit_factory("b")
+    sd = dit_state(t)
+    tensors = []
+    victim = None
+    for name, v in sd.items():
+        a = v.float().numpy()
+        if victim is None and name.endswith("attn.qkv_proj.weight"):
+            victim = name
+            # IQ4_NL (id 20, 32 values in 18 bytes): a type h3cy reads but has no GEMM for
+            tensors.append((name, "Q4_0", a.shape, random_blocks("Q4_0", a.shape[0], a.shape[1],
+                                                                np.random.default_rng(1))))
+        else:
+            tensors.append((name, "F32", a.shape, a.astype(np.float32)))
+    p = tmp_path / "iq.gguf"
+    write_gguf(p, tensors)
+    raw = bytearray(p.read_bytes())
+    enc = victim.encode()
+    at = raw.index(enc) + len(enc) + 4 + 16
+    assert raw[at] == TYPES["Q4_0"][0]
+    raw[at] = 20
+    p.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match=r"IQ4_NL") as ei:
+        h3cy.DiT.from_pretrained(str(p), threads=1)
+    assert "qkv_proj" in str(ei.value)
+
+
+def test_info_lists_gguf_types_and_counts(tiny_dit_factory, tmp_path, capsys):
+    from h3cy.cli import info_file
+    t = tiny_dit_factory("b")
+    gp, _, quantised = _gguf_dit(t, tmp_path, np.random.default_rng(2))
+    assert info_file(gp) == 0
+    out = capsys.readouterr().out
+    assert "component : transformer" in out
+    for tname in ("Q8_0", "Q4_0", "Q5_1", "Q4_1", "Q5_0"):
+        assert f"{tname} x" in out, out
+    # bytes on disk counted from the blocks (Q8_0: 34 bytes per 32 values), not 4 per value
+    import os
+    disk = [ln for ln in out.splitlines() if ln.startswith("params")][0]
+    assert "on disk" in disk and os.path.getsize(gp) > 0
