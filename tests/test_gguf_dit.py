@@ -106,3 +106,44 @@ def test_info_lists_gguf_types_and_counts(tiny_dit_factory, tmp_path, capsys):
     import os
     disk = [ln for ln in out.splitlines() if ln.startswith("params")][0]
     assert "on disk" in disk and os.path.getsize(gp) > 0
+
+
+def _lossless_gguf(sd, path):
+    """The Comfy state dict as GGUF with every tensor as stored (BF16 stays BF16, the rest
+    F32): the same values as the release folder, so the pipeline must give the same bits."""
+    tensors = []
+    for name, v in sd.items():
+        if v.dtype == torch.bfloat16:
+            tensors.append((name, "BF16", tuple(v.shape), v.view(torch.int16).numpy().view(np.uint16)))
+        else:
+            tensors.append((name, "F32", tuple(v.shape), v.float().numpy()))
+    write_gguf(path, tensors)
+    return str(path)
+
+
+def test_load_and_cli_take_a_gguf_transformer(tiny_pipeline, tiny_dit_factory, tmp_path):
+    """h3cy.load(dit=FILE.gguf) and `h3cy generate --dit FILE.gguf`: the GGUF file takes the
+    folder's transformer, and a file of float tensors gives the release folder's bits."""
+    import os
+    import subprocess
+    import sys
+    from test_pipeline import F, H, W
+    tp = tiny_pipeline
+    gp = _lossless_gguf(dit_state(tiny_dit_factory("p")), tmp_path / "dit.gguf")
+    kw = dict(prompt="a red fox in the snow", width=W, height=H, frames=F, steps=2, output="latent", seed=3)
+    want = h3cy.load(tp.release, weights="fp32").generate(**kw)
+    pipe = h3cy.load(tp.diffusers, weights="fp32", dit=gp)
+    assert pipe.folder.paths["transformer"] == gp
+    got = pipe.generate(**kw)
+    assert np.array_equal(got.video_latent, want.video_latent)
+    assert np.array_equal(got.audio_latent, want.audio_latent)
+    lat = tmp_path / "lat.npz"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(h3cy.__file__)), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "h3cy", "generate", "-m", tp.diffusers, "--dit", gp, "-p",
+                        "a red fox in the snow", "--width", str(W), "--height", str(H), "--frames", str(F),
+                        "--steps", "2", "--seed", "3", "--weights", "fp32", "--latent-out", str(lat), "-q"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    with np.load(lat) as z:
+        assert np.array_equal(z["video_latent"], want.video_latent)
