@@ -228,11 +228,19 @@ def stft_loss(x, y):
     return loss / 3
 
 
-def lr_at(step, total, peak, warmup):
+REWARM = 50
+
+
+def lr_at(step, total, peak, warmup, rewarm_from=None):
+    """Linear warm-up, cosine decay to 10% at ``total``; after a resume without optimizer
+    moments (from a pack), REWARM steps of linear re-warm-up."""
     if step < warmup:
         return peak * (step + 1) / warmup
     p = min(1.0, (step - warmup) / max(1, total - warmup))
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+    lr = peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+    if rewarm_from is not None and step - rewarm_from < REWARM:
+        lr *= (step - rewarm_from + 1) / REWARM
+    return lr
 
 
 class Clock:
@@ -240,7 +248,7 @@ class Clock:
 
     def __init__(self, minutes, t_start):
         self.t_start = t_start
-        self.deadline = None if minutes is None else t_start + minutes * 60.0 - 25.0   # room to save
+        self.deadline = None if minutes is None else t_start + minutes * 60.0 - 30.0   # room to save, pack, export
 
     def out_of_time(self):
         return self.deadline is not None and time.time() >= self.deadline
@@ -343,9 +351,12 @@ def run_vae(cfg, args, device, clock):
         ck = torch.load(path, map_location=device, weights_only=False)
         vvae.load_state_dict(ck["video_vae"])
         avae.load_state_dict(ck["audio_vae"])
-        ov.load_state_dict(ck["opt_v"])
-        oa.load_state_dict(ck["opt_a"])
         state = ck["state"]
+        if ck.get("opt_v") is not None:
+            ov.load_state_dict(ck["opt_v"])
+            oa.load_state_dict(ck["opt_a"])
+        else:                      # from a pack: fresh optimizer moments, a short re-warm-up
+            state["rewarm_from"] = state["step"]
         gen.manual_seed(cfg["seed"] + 2 + 7919 * state["step"])
         log(f"vae: resumed at step {state['step']} / {state['total_steps']}")
         if state["done"]:
@@ -362,7 +373,7 @@ def run_vae(cfg, args, device, clock):
         if clock.out_of_time():
             break
         t0 = time.time()
-        lr = lr_at(state["step"], state["total_steps"] or 10 ** 9, tc["lr"], tc["warmup"])
+        lr = lr_at(state["step"], state["total_steps"] or 10 ** 9, tc["lr"], tc["warmup"], state.get("rewarm_from"))
         for o in (ov, oa):
             for g in o.param_groups:
                 g["lr"] = lr
@@ -618,8 +629,11 @@ def run_dit(cfg, args, device, clock):
         ck = torch.load(path, map_location=device, weights_only=False)
         model.load_state_dict(ck["dit"])
         ema.load_state_dict(ck["ema"])
-        opt.load_state_dict(ck["opt"])
         state = ck["state"]
+        if ck.get("opt") is not None:
+            opt.load_state_dict(ck["opt"])
+        else:                      # from a pack: fresh optimizer moments, a short re-warm-up
+            state["rewarm_from"] = state["step"]
         gen.manual_seed(cfg["seed"] + 4 + 7919 * state["step"])
         cgen.manual_seed(cfg["seed"] + 5 + 7919 * state["step"])
         log(f"dit: resumed at step {state['step']} / {state['total_steps']}")
@@ -640,7 +654,7 @@ def run_dit(cfg, args, device, clock):
         if clock.out_of_time():
             break
         t0 = time.time()
-        lr = lr_at(state["step"], state["total_steps"] or 10 ** 9, tc["lr"], tc["warmup"])
+        lr = lr_at(state["step"], state["total_steps"] or 10 ** 9, tc["lr"], tc["warmup"], state.get("rewarm_from"))
         for g in opt.param_groups:
             g["lr"] = lr
         combos, text, L = captions.draw(B, cgen)
@@ -780,7 +794,8 @@ def save_sharded(folder, state, shards=2):
 
 def video_vae_release(sd, c):
     """Decoder-only release state dict (decoder.x_embedder, fused per-head interleaved to_qkv,
-    ff.w1 = [gate; up], decoder.mask_token); the encoder is left out (h3cy never reads it)."""
+    ff.w1 = [gate; up], decoder.mask_token), matrices in bf16; the encoder is left out (h3cy
+    never reads it; the checkpoint in --run keeps it)."""
     heads, D = c["decoder_num_attention_heads"], c["decoder_attention_head_dim"]
     out = {}
     for k, v in sd.items():
@@ -800,7 +815,8 @@ def video_vae_release(sd, c):
         elif ".ff.net.0.proj." in k:
             up, gate = v.chunk(2, dim=0)
             v = torch.cat([gate, up], dim=0)
-        out[name] = v.contiguous()
+        # bf16 storage (h3cy widens it to float32 at load); the few vectors stay float32
+        out[name] = (v.to(torch.bfloat16) if v.ndim >= 2 else v).contiguous()
     out["decoder.mask_token"] = torch.zeros(1, 1, sd["decoder.proj_in.weight"].shape[0])
     return out
 
@@ -877,6 +893,111 @@ def export(cfg, args, out_root):
 
 
 # ---------------------------------------------------------------------------------------------
+# packs: the run as a few files of <= 15 MiB (weights in bf16, no optimizer moments), for moving
+# it between machines that keep nothing (a GPU lease returns at most 8 files of 16 MiB)
+# ---------------------------------------------------------------------------------------------
+PART_BYTES = 15 * 2 ** 20
+
+
+def _bf16_flat(prefix, sd):
+    return {prefix + k: v.detach().to("cpu", torch.bfloat16 if v.is_floating_point() else v.dtype).contiguous()
+            for k, v in sd.items()}
+
+
+def write_tar_parts(src_dir, out_dir, stem):
+    """Tar src_dir's contents and split the tar into out_dir/stem.tar.NN parts of PART_BYTES."""
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in sorted(os.listdir(src_dir)):
+            tar.add(os.path.join(src_dir, name), arcname=name)
+    data = buf.getvalue()
+    os.makedirs(out_dir, exist_ok=True)
+    for old in os.listdir(out_dir):
+        if old.startswith(stem + ".tar."):
+            os.remove(os.path.join(out_dir, old))
+    n = 0
+    for i in range(0, len(data), PART_BYTES):
+        with open(os.path.join(out_dir, f"{stem}.tar.{n:02d}"), "wb") as f:
+            f.write(data[i:i + PART_BYTES])
+        n += 1
+    log(f"wrote {n} part(s) {out_dir}/{stem}.tar.* ({len(data) / 2 ** 20:.1f} MiB)")
+
+
+def read_tar_parts(in_dir, stem, dest):
+    import io
+    import tarfile
+    parts = sorted(n for n in os.listdir(in_dir) if n.startswith(stem + ".tar."))
+    if not parts:
+        return False
+    data = b"".join(open(os.path.join(in_dir, n), "rb").read() for n in parts)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        tar.extractall(dest, filter="data")
+    return True
+
+
+def pack(args, out_dir):
+    """out_dir/run.tar.NN: tokenizer, text encoder, config, the stages' weights (bf16) and state."""
+    from safetensors.torch import save_file
+    tmp = os.path.join(args.run, "pack.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for name in ("tokenizer", "text_encoder"):
+        shutil.copytree(os.path.join(args.run, name), os.path.join(tmp, name))
+    shutil.copy(os.path.join(args.run, "config.json"), tmp)
+    meta = {}
+    vp, dp = os.path.join(args.run, "vae.pt"), os.path.join(args.run, "dit.pt")
+    if os.path.exists(vp):
+        ck = torch.load(vp, map_location="cpu", weights_only=False)
+        save_file({**_bf16_flat("video_vae.", ck["video_vae"]), **_bf16_flat("audio_vae.", ck["audio_vae"])},
+                  os.path.join(tmp, "vae.safetensors"))
+        meta["vae"] = {"state": ck["state"], "stats": ck.get("stats")}
+    if os.path.exists(dp):
+        ck = torch.load(dp, map_location="cpu", weights_only=False)
+        save_file({**_bf16_flat("dit.", ck["dit"]), **_bf16_flat("ema.", ck["ema"])},
+                  os.path.join(tmp, "dit.safetensors"))
+        meta["dit"] = {"state": ck["state"]}
+    with open(os.path.join(tmp, "pack.json"), "w") as f:
+        json.dump(meta, f, indent=2, default=float)
+    write_tar_parts(tmp, out_dir, "run")
+    shutil.rmtree(tmp)
+
+
+def unpack(args, in_dir):
+    """Restore --run from in_dir/run.tar.NN (a pack), unless --run already holds checkpoints."""
+    from safetensors.torch import load_file
+    if any(os.path.exists(os.path.join(args.run, n)) for n in ("vae.pt", "dit.pt")):
+        log(f"unpack: {args.run} already holds checkpoints; {in_dir} not used")
+        return
+    tmp = args.run + ".unpack"
+    shutil.rmtree(tmp, ignore_errors=True)
+    if not read_tar_parts(in_dir, "run", tmp):
+        raise SystemExit(f"unpack: no run.tar.* in {in_dir}")
+    os.makedirs(args.run, exist_ok=True)
+    for name in ("tokenizer", "text_encoder"):
+        shutil.rmtree(os.path.join(args.run, name), ignore_errors=True)
+        shutil.move(os.path.join(tmp, name), os.path.join(args.run, name))
+    with open(os.path.join(tmp, "pack.json")) as f:
+        meta = json.load(f)
+
+    def split(flat, *prefixes):
+        return [{k[len(p):]: v.float() if v.is_floating_point() else v for k, v in flat.items() if k.startswith(p)}
+                for p in prefixes]
+    if "vae" in meta:
+        v, a = split(load_file(os.path.join(tmp, "vae.safetensors")), "video_vae.", "audio_vae.")
+        ck = {"video_vae": v, "audio_vae": a, "opt_v": None, "opt_a": None, "state": meta["vae"]["state"]}
+        if meta["vae"].get("stats") is not None:
+            ck["stats"] = meta["vae"]["stats"]
+        atomic_save(ck, os.path.join(args.run, "vae.pt"))
+    if "dit" in meta:
+        d, e = split(load_file(os.path.join(tmp, "dit.safetensors")), "dit.", "ema.")
+        atomic_save({"dit": d, "ema": e, "opt": None, "state": meta["dit"]["state"]}, os.path.join(args.run, "dit.pt"))
+    shutil.rmtree(tmp)
+    log(f"unpacked {in_dir}/run.tar.* into {args.run}: {sorted(meta)}")
+
+
+# ---------------------------------------------------------------------------------------------
 def prepare_run(cfg, args):
     """The run folder: config copy, tokenizer and text encoder (made once; reused on resume)."""
     os.makedirs(args.run, exist_ok=True)
@@ -903,7 +1024,15 @@ def main(argv=None):
     p.add_argument("--smoke", action="store_true", help="tiny batches/steps at 64x64 (the config's smoke block)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--export", default=None, metavar="OUT", help="write OUT/FL2VA (release layout) at the end")
+    p.add_argument("--export-tar", default=None, metavar="DIR",
+                   help="also write the export as DIR/demo-model.tar.NN (<= 15 MiB parts; untar in h3cy/data/)")
+    p.add_argument("--pack", default=None, metavar="DIR",
+                   help="at the end, write the run as DIR/run.tar.NN (<= 15 MiB parts, bf16, no optimizer state)")
+    p.add_argument("--unpack", default=None, metavar="DIR",
+                   help="start from DIR/run.tar.NN when --run holds no checkpoint (implies --resume)")
     args = p.parse_args(argv)
+    if args.export_tar and not args.export:
+        p.error("--export-tar needs --export")
     t_start = time.time()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -913,6 +1042,9 @@ def main(argv=None):
         torch.backends.cudnn.allow_tf32 = True
         torch.backends.cudnn.benchmark = True
     cfg = load_config(args.config, args.smoke)
+    if args.unpack:
+        unpack(args, args.unpack)
+        args.resume = True
     have = [n for n in ("vae.pt", "dit.pt") if os.path.exists(os.path.join(args.run, n))]
     if have and not args.resume and args.stage != "none":
         raise SystemExit(f"{args.run} already holds {have}: pass --resume to continue, or another --run")
@@ -927,8 +1059,17 @@ def main(argv=None):
             run_dit(cfg, args, device, clock)
         else:
             log("dit: waiting for the vae stage to finish (run again with --resume)")
+    if args.pack:
+        pack(args, args.pack)
     if args.export:
         export(cfg, args, args.export)
+        if args.export_tar:
+            tmp = os.path.join(args.run, "export.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(os.path.join(tmp, "demo-model"))
+            shutil.copytree(os.path.join(args.export, "FL2VA"), os.path.join(tmp, "demo-model", "FL2VA"))
+            write_tar_parts(tmp, args.export_tar, "demo-model")
+            shutil.rmtree(tmp)
     log(f"finished in {(time.time() - t_start) / 60:.2f} min")
 
 
