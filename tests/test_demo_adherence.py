@@ -88,3 +88,23 @@ def test_the_random_demo_fails_the_same_test(tmp_path):
     s, _ = generate_and_judge(root, tmp_path, demo_mod.SHAPES_SETTINGS)
     print("random demo model:", s)
     assert s["all"] < 0.6, s
+
+
+def test_the_training_layout_is_h3cys():
+    """training/train_demo.py packs rows as h3cy's sampler does (positions, tags, indices,
+    patchify, audio rows), so what the transformer learned is what h3cy asks of it."""
+    torch = pytest.importorskip("torch")
+    import train_demo as td
+    from h3cy.sampling import layout as hl
+    for (w, hgt, frames, L) in ((128, 128, 22, 9), (64, 96, 39, 11)):
+        g = h3cy.Geometry(w, hgt, frames)
+        ref = h3cy.Layout(g, L)
+        mine = td.Layout(g.T, g.h, g.w, g.A, L, "cpu")
+        assert np.array_equal(mine.position_ids.numpy(), ref.position_ids.astype(np.float32))
+        for name in ("token_tags", "text_indices", "audio_indices", "video_indices"):
+            assert np.array_equal(getattr(mine, name).numpy(), getattr(ref, name)), name
+        assert ds.Spec(w, hgt, frames).audio_latents == g.A
+    z = np.random.default_rng(0).standard_normal((1, 24, 7, 8, 6)).astype(np.float32)
+    assert np.array_equal(td.patchify(torch.from_numpy(z))[0].numpy(), hl.patchify(z[0]))
+    a = np.random.default_rng(1).standard_normal((1, 2, 8, 37)).astype(np.float32)
+    assert np.array_equal(td.pack_audio(torch.from_numpy(a))[0].numpy(), hl.pack_audio(a[0]))

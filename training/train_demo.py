@@ -170,13 +170,20 @@ def text_states(te_folder, tokenizer, captions, device):
     computed in float32, as ``h3cy.load(..., weights="fp32")`` does."""
     from transformers import Qwen3VLForConditionalGeneration
     model = Qwen3VLForConditionalGeneration.from_pretrained(te_folder, dtype=torch.float32).to(device).eval()
+    groups = {}
+    for c in captions:                  # one forward per token count (no padding, no mask)
+        ids = tokenizer.encode(c, add_special_tokens=False).ids
+        groups.setdefault(len(ids), []).append((c, ids))
     out = {}
     with torch.no_grad():
-        for c in captions:
-            ids = torch.tensor([tokenizer.encode(c, add_special_tokens=False).ids], device=device)
-            hs = model.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False,
-                             output_hidden_states=True).hidden_states[50]
-            out[c] = hs[0].float()
+        for items in groups.values():
+            for i in range(0, len(items), 256):
+                chunk = items[i:i + 256]
+                ids = torch.tensor([x[1] for x in chunk], device=device)
+                hs = model.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False,
+                                 output_hidden_states=True).hidden_states[50]
+                for (c, _), h in zip(chunk, hs):
+                    out[c] = h.float().clone()
     del model
     return out
 
@@ -309,7 +316,7 @@ def audio_vae_loss(vae, audio, tc, gen):
 
 
 @torch.no_grad()
-def latent_stats(vvae, avae, cfg, device, gen, batches=8, batch=8):
+def latent_stats(vvae, avae, cfg, device, gen, batches, batch):
     spec = spec_of(cfg)
     vs, as_ = [], []
     for _ in range(batches):
@@ -364,7 +371,7 @@ def run_vae(cfg, args, device, clock):
     spec = spec_of(cfg)
     vvae.train()
     avae.train()
-    step_times, last_save, t_log, acc, nacc = [], time.time(), time.time(), np.zeros(6), 0
+    step_times, last_save, t_log, acc_t, nacc = [], time.time(), time.time(), None, 0
     while True:
         calibrate(state, tc, step_times, "vae")
         if state["total_steps"] is not None and state["step"] >= state["total_steps"]:
@@ -391,22 +398,20 @@ def run_vae(cfg, args, device, clock):
         la.backward()
         torch.nn.utils.clip_grad_norm_(avae.parameters(), 1.0)
         oa.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
         dt = time.time() - t0
         step_times.append(dt)
         state["trained_s"] += dt
         state["step"] += 1
-        acc += np.array([float(x.detach()) for x in (lv, rv, kv, la, wa, sa)])
+        acc_t = torch.stack([x.detach().float() for x in (lv, rv, kv, la, wa, sa)]) + (acc_t if nacc else 0)
         nacc += 1
         if time.time() - t_log > (30 if device.type == "cuda" else 10) or state["step"] == 1:
-            a = acc / nacc
+            a = acc_t.cpu().numpy() / nacc
             log(f"vae step {state['step']}/{state['total_steps']} lr {lr:.2e} video loss {a[0]:.4f} "
                 f"(rec {a[1]:.4f} kl {a[2]:.3f}) audio loss {a[3]:.4f} (l1 {a[4]:.4f} stft {a[5]:.4f}) "
                 f"{dt * 1000:.0f} ms/step")
-            state["last_losses"] = {"video": a[0], "video_rec": a[1], "video_kl": a[2], "audio": a[3],
-                                    "audio_l1": a[4], "audio_stft": a[5]}
-            acc[:], nacc, t_log = 0, 0, time.time()
+            state["last_losses"] = {k: float(x) for k, x in zip(
+                ("video", "video_rec", "video_kl", "audio", "audio_l1", "audio_stft"), a)}
+            nacc, t_log = 0, time.time()
         if time.time() - last_save > SAVE_EVERY_S:
             _save_vae(path, vvae, avae, ov, oa, state, None)
             last_save = time.time()
@@ -414,7 +419,7 @@ def run_vae(cfg, args, device, clock):
     if state["done"]:
         vvae.eval()
         avae.eval()
-        stats = latent_stats(vvae, avae, cfg, device, gen)
+        stats = latent_stats(vvae, avae, cfg, device, gen, tc["stats_batches"], tc["stats_batch"])
         log(f"vae: done after {state['step']} steps ({state['trained_s'] / 60:.1f} min); latent std video "
             f"{np.mean(stats[1]):.3f} audio {np.mean(stats[3]):.3f}")
     _save_vae(path, vvae, avae, ov, oa, state, stats)
@@ -555,35 +560,65 @@ def sample_sigma(n, shift, gen, device):
 
 
 class Captions:
-    """Every caption of every combination (both article forms), its token count and text
-    states; training draws a batch from one token-count bucket so a batch shares a layout."""
+    """Every training caption (both article forms) with its drawing weight, token count and
+    text states."""
 
     def __init__(self, tokenizer, states, combos, article_drop):
-        self.states = states
-        self.buckets = {}
+        self.items = []                       # (combo, caption, weight, token count)
         for c in combos:
             for art, p in ((True, 1 - article_drop), (False, article_drop)):
                 cap = ds.caption(*c, article=art)
-                L = len(tokenizer.encode(cap, add_special_tokens=False).ids)
-                self.buckets.setdefault(L, []).append((c, cap, p))
-        self.keys = sorted(self.buckets)
-        w = np.array([sum(p for _, _, p in self.buckets[k]) for k in self.keys])
-        self.bucket_p = torch.tensor(w / w.sum())
+                self.items.append((c, cap, p, len(tokenizer.encode(cap, add_special_tokens=False).ids)))
+        self.p = torch.tensor([x[2] for x in self.items], dtype=torch.float64)
+        self.lengths = torch.tensor([x[3] for x in self.items])
+        self.states = [states[x[1]] for x in self.items]
 
     def draw(self, n, gen):
-        k = self.keys[int(torch.multinomial(self.bucket_p, 1, generator=gen))]
-        items = self.buckets[k]
-        p = torch.tensor([x[2] for x in items], dtype=torch.float64)
-        idx = torch.multinomial(p, n, replacement=True, generator=gen).tolist()
-        combos = [items[i][0] for i in idx]
-        text = torch.stack([self.states[items[i][1]] for i in idx])
-        return combos, text, k
+        """n caption indices, drawn by weight."""
+        return torch.multinomial(self.p, n, replacement=True, generator=gen)
+
+
+class LatentBank:
+    """A ring of encoded clips (normalised video rows, audio rows, caption index).  Each step
+    encodes ``refresh`` new clips into it and trains on ``batch`` drawn from it, all with one
+    caption length (one packed layout per batch), so the frozen encoders cost a fraction of a
+    step while every clip is still new after size/refresh steps."""
+
+    def __init__(self, size, encode, captions, gen, device):
+        self.size, self.encode, self.captions, self.device = size, encode, captions, device
+        self.pos, self.full = 0, False
+        self.v = self.a = None
+        self.cap = torch.zeros(size, dtype=torch.long)
+        while not self.full:
+            self.add(min(64, size), gen)
+
+    def add(self, n, gen):
+        idx = self.captions.draw(n, gen)
+        v, a = self.encode([self.captions.items[i][0] for i in idx.tolist()])
+        if self.v is None:
+            self.v = torch.zeros((self.size,) + v.shape[1:], dtype=torch.bfloat16, device=self.device)
+            self.a = torch.zeros((self.size,) + a.shape[1:], dtype=torch.bfloat16, device=self.device)
+        slots = (torch.arange(n) + self.pos) % self.size
+        self.v[slots.to(self.device)] = v.to(torch.bfloat16)
+        self.a[slots.to(self.device)] = a.to(torch.bfloat16)
+        self.cap[slots] = idx
+        self.full = self.full or self.pos + n >= self.size
+        self.pos = int((self.pos + n) % self.size)
+
+    def draw(self, n, gen):
+        """(video rows, audio rows, text states, caption length) of n clips with one length."""
+        lengths = self.captions.lengths[self.cap]
+        pick = int(torch.randint(self.size, (1,), generator=gen))
+        same = torch.nonzero(lengths == lengths[pick]).flatten()
+        sel = same[torch.randint(len(same), (n,), generator=gen)]
+        text = torch.stack([self.captions.states[i] for i in self.cap[sel].tolist()])
+        d = sel.to(self.device)
+        return self.v[d].float(), self.a[d].float(), text, int(lengths[pick])
 
 
 def ema_update(ema, model, decay):
     with torch.no_grad():
-        for pe, pm in zip(ema.parameters(), model.parameters()):
-            pe.lerp_(pm.detach(), 1.0 - decay)
+        torch._foreach_lerp_(list(ema.parameters()), [p.detach() for p in model.parameters()], 1.0 - decay)
 
 
 def load_vaes(args, cfg, device):
@@ -642,9 +677,21 @@ def run_dit(cfg, args, device, clock):
     spec = spec_of(cfg)
     T = (spec.frames - 5) // 17 * 5 + 2
     h, w, A = spec.height // 16, spec.width // 16, spec.audio_latents
-    layouts = {L: Layout(T, h, w, A, L, device) for L in captions.keys}
+    layouts = {int(L): Layout(T, h, w, A, int(L), device) for L in set(captions.lengths.tolist())}
+
+    def encode(combos):
+        video, audio, _ = ds.make_batch(combos, spec, generator=gen, device=device)
+        with torch.no_grad(), autocast(device):
+            zv = vvae.encode(pixel_norm(video)[0]).latent_dist.mean.float()
+            za = avae.encode(audio.reshape(-1, 1, audio.shape[-1])).latent_dist.mean.float()
+        zv = (zv - vm.view(1, -1, 1, 1, 1)) / vsd.view(1, -1, 1, 1, 1)
+        za = ((za - am.view(1, -1, 1)) / asd.view(1, -1, 1)).reshape(len(combos), 2, za.shape[1], za.shape[2])
+        return patchify(zv), pack_audio(za)
+    t0 = time.time()
+    bank = LatentBank(tc["bank"], encode, captions, cgen, device)
+    log(f"dit: latent bank of {tc['bank']} clips in {time.time() - t0:.1f}s")
     model.train()
-    step_times, last_save, t_log, acc, nacc = [], time.time(), time.time(), np.zeros(3), 0
+    step_times, last_save, t_log, acc_t, nacc = [], time.time(), time.time(), None, 0
     B = tc["batch"]
     while True:
         calibrate(state, tc, step_times, "dit")
@@ -657,15 +704,9 @@ def run_dit(cfg, args, device, clock):
         lr = lr_at(state["step"], state["total_steps"] or 10 ** 9, tc["lr"], tc["warmup"], state.get("rewarm_from"))
         for g in opt.param_groups:
             g["lr"] = lr
-        combos, text, L = captions.draw(B, cgen)
+        bank.add(tc["refresh"], cgen)
+        xv, xa, text, L = bank.draw(B, cgen)
         text = text.to(device)
-        video, audio, _ = ds.make_batch(combos, spec, generator=gen, device=device)
-        with torch.no_grad(), autocast(device):
-            zv = vvae.encode(pixel_norm(video)[0]).latent_dist.mean.float()
-            za = avae.encode(audio.reshape(-1, 1, audio.shape[-1])).latent_dist.mean.float()
-        zv = (zv - vm.view(1, -1, 1, 1, 1)) / vsd.view(1, -1, 1, 1, 1)
-        za = ((za - am.view(1, -1, 1)) / asd.view(1, -1, 1)).reshape(B, 2, za.shape[1], za.shape[2])
-        xv, xa = patchify(zv), pack_audio(za)
         sv = sample_sigma(B, tc["shift"], gen, device)
         sa = torch.where(torch.rand(B, generator=gen, device=device) < tc["same_t"], sv,
                          sample_sigma(B, tc["shift"], gen, device))
@@ -683,20 +724,18 @@ def run_dit(cfg, args, device, clock):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         ema_update(ema, model, 0.0 if state["step"] < tc["warmup"] else tc["ema"])
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        dt = time.time() - t0
+        dt = time.time() - t0       # no per-step sync: the launch queue keeps the GPU busy
         step_times.append(dt)
         state["trained_s"] += dt
         state["step"] += 1
-        acc += np.array([float(x.detach()) for x in (loss, lv, la)])
+        acc_t = torch.stack([loss, lv, la]).detach() + (acc_t if nacc else 0)
         nacc += 1
         if time.time() - t_log > (30 if device.type == "cuda" else 10) or state["step"] == 1:
-            a = acc / nacc
+            a = acc_t.float().cpu().numpy() / nacc
             log(f"dit step {state['step']}/{state['total_steps']} lr {lr:.2e} loss {a[0]:.4f} "
                 f"(video {a[1]:.4f} audio {a[2]:.4f}) {dt * 1000:.0f} ms/step")
-            state["last_losses"] = {"loss": a[0], "video": a[1], "audio": a[2]}
-            acc[:], nacc, t_log = 0, 0, time.time()
+            state["last_losses"] = {"loss": float(a[0]), "video": float(a[1]), "audio": float(a[2])}
+            nacc, t_log = 0, time.time()
         if time.time() - last_save > SAVE_EVERY_S:
             _save_dit(path, model, ema, opt, state)
             last_save = time.time()
