@@ -399,7 +399,7 @@ def demo(args):
         args.width, args.height, args.frames, args.steps = 384, 256, 39, 10
         args.shift = None
     args.weights, args.vae_weights, args.streaming = "fp32", "fp32", False
-    args.seconds, args.seed = None, args.seed
+    args.seconds = None
     args.reuse, args.layers, args.frames_dir, args.latent_out = 1, None, None, None
     args.attention = None
     args.lora, args.preset, args.sampler = None, None, None

@@ -939,8 +939,10 @@ PART_BYTES = 15 * 2 ** 20
 
 
 def _bf16_flat(prefix, sd):
-    return {prefix + k: v.detach().to("cpu", torch.bfloat16 if v.is_floating_point() else v.dtype).contiguous()
-            for k, v in sd.items()}
+    """bf16 copies of the large float tensors (float32 kept below 64k elements: norms, biases,
+    the small input/output projections, which the export keeps in float32)."""
+    return {prefix + k: v.detach().to("cpu", torch.bfloat16 if v.is_floating_point() and v.numel() >= 65536
+                                      else v.dtype).contiguous() for k, v in sd.items()}
 
 
 def write_tar_parts(src_dir, out_dir, stem):
