@@ -56,8 +56,9 @@ def test_demo_runs_the_trained_model_and_says_it_is_a_toy(tmp_path):
     r = _run("demo", "-o", str(out), "-p", "a blue square moves up, low tone", "-q")
     assert r.returncode == 0, r.stderr
     assert "toy model trained on synthetic shapes" in r.stdout and "RANDOM" not in r.stdout
+    st = demo_mod.trained_settings(demo_mod.trained_model())      # 128x128, 22 frames as shipped
     p = _probe(out)
-    assert (p["frames"], p["w"], p["h"], p["ch"]) == (22, 128, 128, 2)
+    assert (p["frames"], p["w"], p["h"], p["ch"]) == (st["frames"], st["width"], st["height"], 2)
 
 
 def test_generate_writes_mp4_frames_and_latents(tiny_pipeline, tmp_path):
