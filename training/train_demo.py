@@ -1,10 +1,13 @@
 """Train h3cy's demo model -- MiniMax-H3's architecture at toy size -- on procedural shapes, and
 export it in the release layout (FL2VA/) that ``h3cy.load`` reads.
 
-    python3 training/train_demo.py --stage vae --minutes 7.5            # GPU chunk 1 (resumable)
-    python3 training/train_demo.py --stage dit --minutes 7.5 --resume   # GPU chunks 2, 3
-    python3 training/train_demo.py --export h3cy/data/demo-model        # writes .../FL2VA
+    python3 training/train_demo.py --stage all --minutes 7.5 --pack $OUT                  # GPU call 1
+    python3 training/train_demo.py --stage all --minutes 7.5 --unpack PACK --pack $OUT    # GPU call 2
+    python3 training/train_demo.py --stage all --minutes 7.5 --unpack PACK --pack $OUT \
+        --export h3cy/data/demo-model --export-tar $OUT                                   # GPU call 3
     python3 training/train_demo.py --device cpu --smoke --minutes 3 --export /tmp/demo   # CPU proof
+
+(docs/demo.md has the whole recipe; ``--resume`` continues from --run on the same machine.)
 
 Stages (checkpoints under --run, default training/runs/demo):
 
@@ -28,16 +31,19 @@ checkpoint is also written every few minutes.  Needs torch, diffusers, transform
 safetensors, tokenizers and numpy -- never h3cy's compiled extension (the export is checked
 with h3cy separately, see docs/demo.md).
 """
-import argparse
-import copy
-import json
-import math
-import os
-import shutil
-import sys
 import time
 
-import numpy as np
+T_START = time.time()            # --minutes counts from here, before torch's import
+
+import argparse  # noqa: E402
+import copy  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+
+import numpy as np  # noqa: E402
 import torch
 import torch.nn.functional as F
 
@@ -1074,7 +1080,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.export_tar and not args.export:
         p.error("--export-tar needs --export")
-    t_start = time.time()
+    t_start = T_START
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
