@@ -1,6 +1,8 @@
 """h3cy command line.
 
-    h3cy demo [-o demo.mp4]                      the whole pipeline on a tiny random model
+    h3cy demo [-o demo.mp4] [-p PROMPT]          the whole pipeline on the toy demo model (trained on
+                                                 synthetic shapes when the package has it; --random:
+                                                 the tiny random model)
     h3cy generate -m MODEL -p PROMPT -o out.mp4  [--width --height --frames|--seconds --steps
                   --seed --weights --vae-weights --threads --streaming --reuse --layers
                   --frames-dir --latent-out --lora FILE[:STRENGTH] --preset --sampler --shift V,A]
@@ -11,7 +13,7 @@
     h3cy convert MODEL --weights int8            build the weight caches ahead of time
     h3cy batch JOBS.jsonl -m MODEL -o OUTDIR     many jobs, here or on Ray [--ray ADDRESS --workers N
                   --cores-per-actor C --return-outputs --retries N --latents --json]
-    (-m demo, in generate, info and batch: the built-in demo model)
+    (-m demo, in generate, info and batch: the built-in demo model; -m demo-random: the random one)
     h3cy selfcheck [--threads N] [--isa NAME] [--size M,N,K]
 
 Errors in what the user gave (a bad path, an illegal size) print one line and exit with 2;
@@ -396,28 +398,42 @@ def convert(args):
 
 def demo(args):
     from . import demo as demo_mod
-    print("h3cy demo: a tiny model with RANDOM weights - it shows the plumbing (prompt -> text "
-          "states -> denoising -> video and audio decoders -> MP4), not MiniMax-H3's quality.")
-    path = demo_mod.build_demo_model(args.cache_dir)
-    print(f"demo model (release layout): {path}")
-    args.model = path
-    args.prompt = args.prompt or demo_mod.DEMO_PROMPT
+    trained = None if args.random else demo_mod.trained_model()
+    if trained is not None:
+        print(f"h3cy demo: {demo_mod.TRAINED_NOTE}. Same architecture as MiniMax-H3, toy size - "
+              "not MiniMax-H3's quality (`h3cy demo -h` lists its vocabulary).")
+        print(f"demo model (release layout): {trained}")
+        st = demo_mod.trained_settings(trained)
+        args.model = trained
+        args.prompt = args.prompt or demo_mod.SHAPES_PROMPT
+        args.width, args.height, args.frames, args.steps = st["width"], st["height"], st["frames"], st["steps"]
+        args.shift = f"{st['shift_video']},{st['shift_audio']}"
+    else:
+        print("h3cy demo: a tiny model with RANDOM weights - it shows the plumbing (prompt -> text "
+              "states -> denoising -> video and audio decoders -> MP4), not MiniMax-H3's quality.")
+        path = demo_mod.build_demo_model(args.cache_dir)
+        print(f"demo model (release layout): {path}")
+        args.model = path
+        args.prompt = args.prompt or demo_mod.DEMO_PROMPT
+        # 384x256 and 39 frames: several spatial tiles and two temporal clips, so the demo
+        # exercises the decoders' tiling and cross-fades too
+        args.width, args.height, args.frames, args.steps = 384, 256, 39, 10
+        args.shift = None
     args.weights, args.vae_weights, args.streaming = "fp32", "fp32", False
-    # 384x256 and 39 frames: several spatial tiles and two temporal clips, so the demo
-    # exercises the decoders' tiling and cross-fades too
-    args.width, args.height = 384, 256
-    args.frames, args.seconds, args.steps, args.seed = 39, None, 10, 42
+    args.seconds = None
     args.reuse, args.layers, args.frames_dir, args.latent_out = 1, None, None, None
     args.attention = None
-    args.lora, args.preset, args.sampler, args.shift = None, None, None, None
+    args.lora, args.preset, args.sampler = None, None, None
     args.dit = args.text_encoder = args.video_vae = args.audio_vae = args.tokenizer = None
     print(f"prompt: {args.prompt!r}")
     return generate(args)
 
 
 def _model_arg(model, cache_dir=None):
-    """``-m demo``: the built-in demo model (built once), unless a path named demo exists."""
-    if model != "demo":
+    """``-m demo``: the built-in demo model (the trained one when the package has it, else the
+    random one, built once); ``-m demo-random``: the random one -- unless a path of that name
+    exists."""
+    if model not in ("demo", "demo-random"):
         return model
     from .demo import resolve_model
     return resolve_model(model, cache_dir)
@@ -610,9 +626,18 @@ def main(argv=None):
     c.add_argument("--cache-dir", default=None)
     c.add_argument("--isa", default=None)
 
-    d = sub.add_parser("demo", help="run the whole pipeline on a tiny random model (no download)")
+    from .demo import vocabulary_text
+    d = sub.add_parser("demo", help="run the whole pipeline on the built-in toy model (no download)",
+                       description="The whole pipeline on h3cy's toy demo model: MiniMax-H3's architecture "
+                       "at toy size, trained on synthetic shapes (when the package carries the trained "
+                       "weights; otherwise, or with --random, a tiny model with random weights). "
+                       "The trained model's vocabulary -- " + vocabulary_text() + ".")
     d.add_argument("-o", "--output", default="demo.mp4")
-    d.add_argument("-p", "--prompt", default=None)
+    d.add_argument("-p", "--prompt", default=None,
+                   help="e.g. 'a blue square moves up, a low tone' (see the vocabulary above)")
+    d.add_argument("--seed", type=int, default=42)
+    d.add_argument("--random", action="store_true", help="use the tiny random model even when the trained "
+                   "one is present")
     d.add_argument("--cache-dir", default=None, help="where the demo model is built (once)")
     d.add_argument("--threads", type=int, default=None)
     d.add_argument("--isa", default=None)

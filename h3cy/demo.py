@@ -9,6 +9,13 @@ denoising -> decoders -> MP4), not the model's quality.
 The model is built once, deterministically (fixed seeds), into
 ``$H3CY_CACHE_DIR/demo-model-v2`` (default ``~/.cache/h3cy/demo-model-v2``); a finished build
 is marked by a stamp file, so an interrupted build is redone.
+
+The *trained* demo model, when the package carries it (``h3cy/data/demo-model/FL2VA``, made by
+``training/train_demo.py``; docs/demo.md), takes the random one's place in ``h3cy demo`` and
+``-m demo``: the same architecture at toy size, trained on synthetic shapes -- a coloured
+circle, square or triangle moving on a plain background with a panned high or low tone --
+so prompts in its small vocabulary (``SHAPES_VOCABULARY``) come out as asked.
+``-m demo-random`` always means the random model.
 """
 import json
 import os
@@ -21,6 +28,55 @@ from .weights.st_write import save_file, save_sharded
 
 DEMO_VERSION = 2
 DEMO_PROMPT = "A red fox walks through fresh snow in a pine forest, soft footsteps and wind."
+
+# the trained demo model (package data; absent until training/train_demo.py's export is copied in)
+TRAINED_FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "demo-model")
+TRAINED_NOTE = ("a toy model trained on synthetic shapes: a coloured circle, square or triangle moving on a "
+                "plain background, with a high or low tone; it knows nothing else")
+SHAPES_PROMPT = "a red circle moves to the right, a high tone"
+# what the trained model was taught (training/shapes_dataset.py; tests/test_demo_adherence.py checks
+# that the two agree)
+SHAPES_VOCABULARY = {
+    "colours": ("red", "yellow", "green", "cyan", "blue", "magenta"),
+    "shapes": ("circle", "square", "triangle"),
+    "motions": ("moves to the left", "moves to the right", "moves up", "moves down", "stays still"),
+    "sounds": ("a high tone", "a low tone"),
+}
+# generation settings it was trained for (its model_index.json may override them)
+SHAPES_SETTINGS = {"width": 128, "height": 128, "frames": 22, "steps": 16, "shift_video": 3.0, "shift_audio": 3.0}
+
+
+def vocabulary_text():
+    """The trained demo's vocabulary as a few lines (for --help)."""
+    v = SHAPES_VOCABULARY
+    return ("prompts: 'a <colour> <shape> <motion>, a <high|low> tone', e.g. "
+            f"{SHAPES_PROMPT!r}; colours: {', '.join(v['colours'])}; shapes: {', '.join(v['shapes'])}; "
+            f"motions: {'; '.join(v['motions'])}; sounds: {'; '.join(v['sounds'])}")
+
+
+def trained_model(folder=None):
+    """The trained demo model's root (holding ``FL2VA/``), or None when the package has none."""
+    root = TRAINED_FOLDER if folder is None else os.fspath(folder)
+    return root if os.path.isfile(os.path.join(root, "FL2VA", "model_index.json")) else None
+
+
+def trained_settings(root):
+    """Generation settings of a trained demo model: SHAPES_SETTINGS updated from its
+    model_index.json (``_minimax_h3.clip`` / ``.sampling``, as the training script wrote them)."""
+    out = dict(SHAPES_SETTINGS)
+    try:
+        with open(os.path.join(root, "FL2VA", "model_index.json"), encoding="utf-8") as f:
+            meta = json.load(f).get("_minimax_h3", {})
+    except (OSError, ValueError):
+        return out
+    clip, samp = meta.get("clip", {}), meta.get("sampling", {})
+    for k in ("width", "height", "frames"):
+        if isinstance(clip.get(k), int):
+            out[k] = clip[k]
+    for k in ("steps", "shift_video", "shift_audio"):
+        if isinstance(samp.get(k), (int, float)):
+            out[k] = samp[k]
+    return out
 
 # the tokenizer's training text (written for h3cy; any plain English prose would do)
 _CORPUS = """
@@ -312,11 +368,14 @@ def build_demo_model(cache_dir=None, force=False):
 
 
 def resolve_model(model, cache_dir=None):
-    """``model`` as ``h3cy.load`` takes it, with ``"demo"`` standing for the demo model (built
-    here on first use) -- unless a file or folder named ``demo`` exists, which wins.  Several
+    """``model`` as ``h3cy.load`` takes it, with ``"demo"`` standing for the demo model -- the
+    trained one when the package carries it, else the random one (built here on first use) --
+    and ``"demo-random"`` for the random one; a file or folder of that name wins.  Several
     processes on one machine (Ray actors) may ask at once: the build runs under a lock."""
-    if model != "demo" or os.path.exists(model):
+    if model not in ("demo", "demo-random") or os.path.exists(model):
         return model
+    if model == "demo" and trained_model() is not None:
+        return trained_model()
     import fcntl
     root = _cache_root(cache_dir)
     os.makedirs(root, exist_ok=True)

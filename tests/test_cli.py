@@ -9,6 +9,8 @@ import time
 import av
 import pytest
 
+from h3cy import demo as demo_mod
+
 
 
 def _run(*args, env=None, timeout=300):
@@ -27,15 +29,36 @@ def _probe(path):
 
 def test_demo_writes_an_mp4_and_says_the_weights_are_random(tmp_path):
     out = tmp_path / "demo.mp4"
-    r = _run("demo", "-o", str(out), "--cache-dir", str(tmp_path / "cache"), "-q")
+    r = _run("demo", "--random", "-o", str(out), "--cache-dir", str(tmp_path / "cache"), "-q")
     assert r.returncode == 0, r.stderr
     assert "RANDOM weights" in r.stdout and "not MiniMax-H3's quality" in r.stdout
     p = _probe(out)
     assert p == dict(frames=39, w=384, h=256, fps=24, rate=32000, ch=2, dur=p["dur"])
     assert abs(p["dur"] - 39 / 24) <= 1024 / 32000 + 1e-3
     # built once: the second run reuses the cached model
-    r2 = _run("demo", "-o", str(tmp_path / "demo2.mp4"), "--cache-dir", str(tmp_path / "cache"), "-q")
+    r2 = _run("demo", "--random", "-o", str(tmp_path / "demo2.mp4"), "--cache-dir", str(tmp_path / "cache"), "-q")
     assert r2.returncode == 0 and _probe(tmp_path / "demo2.mp4")["frames"] == 39
+
+
+def test_demo_help_lists_the_vocabulary():
+    r = _run("demo", "-h")
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())                     # argparse wraps lines
+    for words in ("red", "green", "blue", "yellow", "circle", "square", "moves to the left", "moves to the right",
+                  "moves up", "moves down", "a high tone", "a low tone", "trained on synthetic shapes"):
+        assert words in text, words
+
+
+@pytest.mark.skipif(demo_mod.trained_model() is None,
+                    reason="trained demo weights not yet exported to h3cy/data/demo-model")
+def test_demo_runs_the_trained_model_and_says_it_is_a_toy(tmp_path):
+    out = tmp_path / "demo.mp4"
+    r = _run("demo", "-o", str(out), "-p", "a blue square moves up, low tone", "-q")
+    assert r.returncode == 0, r.stderr
+    assert "toy model trained on synthetic shapes" in r.stdout and "RANDOM" not in r.stdout
+    st = demo_mod.trained_settings(demo_mod.trained_model())      # 128x128, 22 frames as shipped
+    p = _probe(out)
+    assert (p["frames"], p["w"], p["h"], p["ch"]) == (st["frames"], st["width"], st["height"], 2)
 
 
 def test_generate_writes_mp4_frames_and_latents(tiny_pipeline, tmp_path):

@@ -112,3 +112,22 @@ def test_wheel_carries_the_tokenizer_and_runs_the_cli(wheel_venv, tmp_path):
     out = tmp_path / "demo.mp4"
     _run([h3cy_cli, "demo", "-o", str(out)], cwd=tmp_path, env=env, timeout=900)
     assert out.exists() and out.stat().st_size > 1000
+
+
+def test_wheel_carries_the_demo_model(wheel_venv, tmp_path):
+    """Every file of h3cy/data/demo-model (the trained demo model's FL2VA/ once exported, and
+    its SOURCE.md) is in the installed wheel, and the wheel's h3cy finds the model."""
+    src = os.path.join(ROOT, "h3cy", "data", "demo-model")
+    want = sorted(os.path.relpath(os.path.join(d, n), src) for d, _, ns in os.walk(src) for n in ns
+                  if "__pycache__" not in d)
+    assert "SOURCE.md" in want
+    py = str(wheel_venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "PYTHONPATH"))}
+    code = ("import os, h3cy.demo as d; r = d.TRAINED_FOLDER; print(r); print(d.trained_model()); "
+            "print(sorted(os.path.relpath(os.path.join(a, n), r) for a, _, ns in os.walk(r) for n in ns))")
+    r = _run([py, "-c", code], cwd=tmp_path, env=env)
+    where, found, files = r.stdout.splitlines()[:3]
+    assert where.startswith(str(wheel_venv)), where
+    assert eval(files) == want
+    trained = os.path.isfile(os.path.join(src, "FL2VA", "model_index.json"))
+    assert (found != "None") == trained, (found, trained)
