@@ -283,5 +283,5 @@ def portable_note(weights, isa, feats):
     mine = secs.get(weights)
     if isinstance(mine, (int, float)) and mine > 0 and secs["bf16"] < mine:
         return True, (f"{head}; the stored measurement has bf16 {mine / secs['bf16']:.2f}x faster than "
-                      f"{weights} here (weights='auto' or 'bf16' runs it)")
+                      f"{weights} here (weights='auto' runs bf16 where it fits the memory)")
     return False, f"{head}; the stored measurement has {weights} faster than bf16 here"
