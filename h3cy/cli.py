@@ -41,10 +41,15 @@ def _time(fn, repeat=3):
 def selfcheck(args):
     """``h3cy selfcheck``: the kernels' results against float64 at ``--size``, then each weights
     mode's GEMM timed at the DiT's shapes (h3cy.tuning.selfcheck), stored for weights="auto"."""
+    import warnings
+
     import h3cy
     from h3cy import ops
     from .ops import measurement
     from .tuning import selfcheck as measure
+
+    # the note on portable int8 kernels asks for this very measurement: not here
+    warnings.filterwarnings("ignore", message="h3cy: int[48] weights run", category=RuntimeWarning)
 
     threads = args.threads or h3cy.get_num_threads()
     isa = ops.resolve_isa(args.isa)
