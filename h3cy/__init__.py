@@ -33,7 +33,7 @@ from .pipeline import Pipeline, load
 from .result import Result
 from .tuning import selfcheck
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     # errors and process settings

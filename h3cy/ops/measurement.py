@@ -29,6 +29,7 @@ import warnings
 
 from .. import _config
 from .. import _kernels
+from .._version import __version__
 
 log = logging.getLogger("h3cy")
 
@@ -119,7 +120,6 @@ def _kernels_build():
 def measurement_key(isa):
     """What a stored measurement must match to be used here: format, h3cy version, kernel
     build, CPU model string and ISA path."""
-    from .. import __version__
     return {"format": FORMAT_VERSION, "h3cy": __version__, "kernels": _kernels_build(), "cpu": cpu_model(),
             "isa": isa}
 

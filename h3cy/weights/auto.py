@@ -21,7 +21,7 @@ from ..errors import CheckpointError
 from ..ops import measurement
 from ..ops._base import AUTO_WEIGHTS
 from .files import report_once
-from .model_folder import _text_encoder_keep, folder_tensors, resident_bytes, tensor_sizes
+from .model_folder import component_sizes, resident_bytes
 
 log = logging.getLogger("h3cy")
 
@@ -45,8 +45,7 @@ def component_need(component, path=None, sizes=None, output_layer=_TE_OUTPUT_LAY
     bf16, int8 and int4, from ``sizes`` (:func:`h3cy.weights.model_folder.tensor_sizes`)
     or the headers of ``path``."""
     if sizes is None:
-        keep = _text_encoder_keep(output_layer) if component == "text_encoder" else None
-        sizes = tensor_sizes(folder_tensors(os.fspath(path), keep))
+        sizes = component_sizes(os.fspath(path), component, output_layer)
     return {m: resident_bytes(sizes, component, m) for m in ("bf16", "int8", "int4")}
 
 
