@@ -52,7 +52,7 @@ def _best_time(fn, runs):
     return best
 
 
-def selfcheck(threads=None, isa=None, rows=DEFAULT_ROWS, shapes=None, runs=3, save=True, root=None,
+def selfcheck(threads=None, isa=None, rows=DEFAULT_ROWS, shapes=None, runs=2, save=True, root=None,
               progress=None):
     """Time the GEMMs of one DiT block in fp32, bf16, int8 and int4 on this CPU, and store
     the result for ``weights="auto"``.
