@@ -1,7 +1,7 @@
 """Build h3cy: C kernels from csrc/ plus the Cython drivers from pyx/.
 
 The C sources are csrc/*.c (the op kernels) and csrc/models/*.c (the model drivers built
-on them).  Kernel files named *_avx2.c, *_avx512.c, *_amx.c and *_neon.c (in either
+on them).  Kernel files named *_avx2.c, *_avxvnni.c, *_avx512.c, *_amx.c and *_neon.c (in either
 folder) are compiled with that instruction set's flags and nothing else is; the path is
 chosen at run time from CPU features (csrc/cpu.c).  Never -march=native or -ffast-math: a wheel must run on any CPU
 of its architecture, and the reference kernels need IEEE rounding.
@@ -30,6 +30,7 @@ BASE_CFLAGS += ["-O1", "-g"] if DEBUG else ["-O3"]
 
 ISA_FLAGS = {
     "avx2": ["-mavx2", "-mfma", "-mf16c"],
+    "avxvnni": ["-mavx2", "-mfma", "-mf16c", "-mavxvnni"],
     "avx512": ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl",
                "-mavx512dq", "-mavx512bf16", "-mavx512vnni"],
     "amx": ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl",
@@ -60,7 +61,7 @@ def csrc_sources():
         isa = isa_of(path)
         if isa is None:
             plain.append(path)
-        elif (isa in ("avx2", "avx512", "amx") and IS_X86) or (isa == "neon" and IS_ARM64):
+        elif (isa in ("avx2", "avxvnni", "avx512", "amx") and IS_X86) or (isa == "neon" and IS_ARM64):
             isa_files.setdefault(isa, []).append(path)
     return plain, isa_files
 

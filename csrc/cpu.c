@@ -3,7 +3,10 @@
  * Detection runs once (pthread_once): CPUID for what the core implements, XGETBV for
  * what the OS saves on context switch (an AVX-512 CPU under an OS that does not enable
  * the ZMM state must not run AVX-512 code), and on Linux the AMX tile-data permission
- * via arch_prctl(ARCH_REQ_XCOMP_PERM) — refused permission means no AMX path. */
+ * via arch_prctl(ARCH_REQ_XCOMP_PERM) — refused permission means no AMX path.  On
+ * AArch64 Linux, HWCAP (asimd, asimddp) and HWCAP2 (i8mm, bf16): the extensions the
+ * 'neon' path's tables may use (gemm_weights.c picks them per linear; elsewhere they are
+ * reported absent, so those tables are never chosen). */
 #include "h3_internal.h"
 
 #include <pthread.h>
@@ -23,12 +26,12 @@
 enum {
     F_AVX, F_FMA, F_F16C, F_AVX2, F_AVX512F, F_AVX512DQ, F_AVX512BW, F_AVX512VL,
     F_AVX512VNNI, F_AVX512BF16, F_AMXTILE, F_AMXBF16, F_AMXINT8, F_OS_AVX, F_OS_AVX512,
-    F_OS_AMX, F_AMX_PERM, F_NEON, F_NEON_DOTPROD, F_COUNT
+    F_OS_AMX, F_AMX_PERM, F_NEON, F_NEON_DOTPROD, F_NEON_I8MM, F_NEON_BF16, F_AVXVNNI, F_COUNT
 };
 static const char *feature_names[F_COUNT] = {
     "avx", "fma", "f16c", "avx2", "avx512f", "avx512dq", "avx512bw", "avx512vl",
     "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8", "os_avx", "os_avx512",
-    "os_amx", "amx_permission", "neon", "asimddp"};
+    "os_amx", "amx_permission", "neon", "asimddp", "i8mm", "bf16", "avx_vnni"};
 
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 static uint64_t features;
@@ -83,6 +86,7 @@ static void detect(void) {
         unsigned maxsub = a;
         if (maxsub >= 1) {
             __cpuid_count(7, 1, a, b, c, d);
+            if ((a >> 4) & 1) f |= 1ull << F_AVXVNNI;
             if ((a >> 5) & 1) f |= 1ull << F_AVX512BF16;
         }
     }
@@ -94,6 +98,10 @@ static void detect(void) {
     unsigned long hw = getauxval(AT_HWCAP);
     if (hw & (1ul << 1)) f |= 1ull << F_NEON;          /* HWCAP_ASIMD */
     if (hw & (1ul << 20)) f |= 1ull << F_NEON_DOTPROD; /* HWCAP_ASIMDDP (SDOT/UDOT) */
+    /* ARMv8.6 matrix extensions (optional from v8.2): the kernel reports them in HWCAP2 */
+    unsigned long hw2 = getauxval(AT_HWCAP2);
+    if (hw2 & (1ul << 13)) f |= 1ull << F_NEON_I8MM; /* HWCAP2_I8MM (SMMLA/UMMLA/USMMLA) */
+    if (hw2 & (1ul << 14)) f |= 1ull << F_NEON_BF16; /* HWCAP2_BF16 (BFDOT/BFMMLA/BFCVT) */
 #else
     f |= 1ull << F_NEON; /* Advanced SIMD is mandatory on AArch64 (Apple Silicon etc.) */
 #endif
@@ -113,8 +121,15 @@ const char *h3_cpu_feature_name(int i) {
 int h3_cpu_has_avx512_bf16(void) { h3_cpu_features(); return (int)HAS(F_AVX512BF16); }
 int h3_cpu_has_avx512_vnni(void) { h3_cpu_features(); return (int)HAS(F_AVX512VNNI); }
 int h3_cpu_has_neon_dotprod(void) { h3_cpu_features(); return (int)HAS(F_NEON_DOTPROD); }
+int h3_cpu_has_neon_i8mm(void) { h3_cpu_features(); return (int)HAS(F_NEON_I8MM); }
+int h3_cpu_has_neon_bf16(void) { h3_cpu_features(); return (int)HAS(F_NEON_BF16); }
 
-static const char *isa_names[H3_ISA_COUNT] = {"ref", "avx2", "avx512", "amx", "neon"};
+int h3_cpu_extensions(void) {
+    h3_cpu_features();
+    return (HAS(F_NEON_I8MM) ? H3_EXT_I8MM : 0) | (HAS(F_NEON_BF16) ? H3_EXT_BF16 : 0);
+}
+
+static const char *isa_names[H3_ISA_COUNT] = {"ref", "avx2", "avx512", "amx", "neon", "avxvnni"};
 
 const char *h3_isa_name(h3_isa isa) {
     return ((unsigned)isa < H3_ISA_COUNT) ? isa_names[isa] : "?";
@@ -141,6 +156,7 @@ int h3_isa_supported(h3_isa isa) {
     case H3_ISA_REF: return 1;
 #if H3_X86
     case H3_ISA_AVX2: return avx2_ok();
+    case H3_ISA_AVXVNNI: return avx2_ok() && HAS(F_AVXVNNI);
     case H3_ISA_AVX512: return avx512_ok();
     case H3_ISA_AMX: return avx512_ok() && HAS(F_AMX_PERM);
 #endif
@@ -152,13 +168,15 @@ int h3_isa_supported(h3_isa isa) {
 }
 
 h3_isa h3_isa_vector(h3_isa isa) {
-    return isa == H3_ISA_AMX ? H3_ISA_AVX512 : isa;
+    if (isa == H3_ISA_AMX) return H3_ISA_AVX512;
+    if (isa == H3_ISA_AVXVNNI) return H3_ISA_AVX2;
+    return isa;
 }
 
 h3_isa h3_isa_best(void) {
     /* AMX first: its kernel tests passed on a Sapphire Rapids-class machine with
      * H3CY_ISA=amx (bench/results/amx_kernel_tests.log), which made it the default. */
-    static const h3_isa order[] = {H3_ISA_AMX, H3_ISA_AVX512, H3_ISA_AVX2, H3_ISA_NEON};
+    static const h3_isa order[] = {H3_ISA_AMX, H3_ISA_AVX512, H3_ISA_AVXVNNI, H3_ISA_AVX2, H3_ISA_NEON};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         if (h3_isa_supported(order[i])) return order[i];
     return H3_ISA_REF;
@@ -181,6 +199,9 @@ h3_status h3_isa_check(h3_isa isa, h3_err *err) {
                              : "the CPU has no AVX-512";
     } else if (isa == H3_ISA_AVX2) {
         why = "the CPU lacks AVX2/FMA/F16C or the OS does not enable AVX state";
+    } else if (isa == H3_ISA_AVXVNNI) {
+        why = avx2_ok() ? "the CPU has no AVX-VNNI (VEX vpdpbusd)"
+                        : "the CPU lacks AVX2/FMA/F16C or the OS does not enable AVX state";
     }
 #endif
     return h3_fail(err, H3_EUNSUPPORTED, "ISA path '%s' is not available on this machine: %s",

@@ -2,13 +2,9 @@
  *
  * f32: 6 x 16 tile, 12 ymm accumulators + 2 of B + 1 broadcast.  bf16/f16 weights are
  * widened by `unpack` once per cache block, as on AVX-512.
- * int8/int4: 6 x 16 tile in row blocks of 3, int32 dots made exact without VNNI:
- *   int8: vpmaddubsw(|a|, sign(q_w, a)) -- pairs reach 2*127*127 < 2^15 -- then
- *         vpmaddwd by 1 into int32 (no weight offset, so asum is not needed);
- *   int4: vpmaddubsw(nibble u = q_w + 8, a) -- pairs reach 2*15*127 -- and the +8 is
- *         removed exactly by starting the int32 sums at -8 * asum.
- * Per segment the float epilogue is the reference's, in its order (cvt, sa*sw, fma), so
- * the int paths are bit-identical to gemm_ukr_i8_ref / gemm_ukr_i4_ref.
+ * int8/int4: 6 x 16 tile in row blocks of 3, int32 dots made exact without VNNI
+ * (vpmaddubsw with a sign fix-up; the body, shared with the AVX-VNNI table below, is
+ * gemm_int_avx2.inc, which says how each variant stays bit-identical to the reference).
  * Compiled only with -mavx2 -mfma -mf16c. */
 #include "gemm_impl.h"
 
@@ -21,31 +17,9 @@
 
 #define MR 6
 #define NR 16
-#define IRB 3 /* int row block */
+#define IRB 3 /* int row block (vpmaddubsw path) */
 
-static const int32_t mask_tab[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-static inline __m256i lane_mask(int n) { /* first n (0..8) lanes */
-    return _mm256_loadu_si256((const __m256i *)(mask_tab + 8 - n));
-}
-
-static inline void store_row(float *c, __m256 v0, __m256 v1, int nr, int accumulate) {
-    if (nr >= 16) {
-        if (accumulate) {
-            v0 = _mm256_add_ps(_mm256_loadu_ps(c), v0);
-            v1 = _mm256_add_ps(_mm256_loadu_ps(c + 8), v1);
-        }
-        _mm256_storeu_ps(c, v0);
-        _mm256_storeu_ps(c + 8, v1);
-        return;
-    }
-    __m256i m0 = lane_mask(H3_MIN(nr, 8)), m1 = lane_mask(nr > 8 ? nr - 8 : 0);
-    if (accumulate) {
-        v0 = _mm256_add_ps(_mm256_maskload_ps(c, m0), v0);
-        v1 = _mm256_add_ps(_mm256_maskload_ps(c + 8, m1), v1);
-    }
-    _mm256_maskstore_ps(c, m0, v0);
-    _mm256_maskstore_ps(c + 8, m1, v1);
-}
+#include "gemm_int_avx2.inc" /* lane_mask, store_row, bcast4, int_rows, DEFINE_INT_UKR */
 
 static void ukr_f32_avx2(int mr_, int nr_, int64_t kc, const float *ap, const float *bp, float *c,
                          int64_t ldc, int mr, int nr, int accumulate) {
@@ -158,94 +132,12 @@ static void gemv_avx2(int wtype, int64_t M, int64_t K, const float *x, int64_t l
     }
 }
 
-/* ---- integer kernels ---------------------------------------------------------- */
+/* ---- integer kernels (bodies in gemm_int_avx2.inc) ------------------------------ */
 
-static inline __m256i bcast4(const int8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
-static inline __attribute__((always_inline)) void
-int_rows(const int I4, int MRt, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-         const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride, float *c,
-         int64_t ldc, int mr, int nr, int accumulate) {
-    float fbuf[IRB * 16] __attribute__((aligned(32)));
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
-    for (int s = 0; s < nseg; s++) {
-        __m256i acc[IRB][2];
-#pragma GCC unroll 4
-        for (int i = 0; i < IRB; i++)
-            acc[i][0] = acc[i][1] = I4 ? _mm256_set1_epi32(-8 * asum[s * MRt + i]) : _mm256_setzero_si256();
-        const int8_t *a = ap + (int64_t)s * seg_q * MRt * 4;
-        if (!I4) {
-            const uint8_t *b = bp + (int64_t)s * seg_q * NR * 4;
-            for (int q = 0; q < seg_q; q++, a += MRt * 4, b += NR * 4) {
-                __m256i b0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b), flip);
-                __m256i b1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 32)), flip);
-#pragma GCC unroll 4
-                for (int i = 0; i < IRB; i++) {
-                    __m256i av = bcast4(a + i * 4), aa = _mm256_abs_epi8(av);
-                    acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(b0, av)), ones));
-                    acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(b1, av)), ones));
-                }
-            }
-        } else {
-            const uint8_t *b = bp + (int64_t)s * (seg_q / 2) * NR * 4;
-            for (int q = 0; q < seg_q; q += 2, a += 2 * MRt * 4, b += NR * 4) {
-                __m256i v0 = _mm256_loadu_si256((const __m256i *)b), v1 = _mm256_loadu_si256((const __m256i *)(b + 32));
-                __m256i l0 = _mm256_and_si256(v0, m4), l1 = _mm256_and_si256(v1, m4);
-#pragma GCC unroll 4
-                for (int i = 0; i < IRB; i++) {
-                    __m256i av = bcast4(a + i * 4);
-                    acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(l0, av), ones));
-                    acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(l1, av), ones));
-                }
-                __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
-                __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
-#pragma GCC unroll 4
-                for (int i = 0; i < IRB; i++) {
-                    __m256i av = bcast4(a + MRt * 4 + i * 4);
-                    acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(h0, av), ones));
-                    acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(h1, av), ones));
-                }
-            }
-        }
-        const __m256 sw0 = _mm256_loadu_ps(sw + s * sw_stride), sw1 = _mm256_loadu_ps(sw + s * sw_stride + 8);
-        const int last = s == nseg - 1;
-#pragma GCC unroll 4
-        for (int i = 0; i < IRB; i++) {
-            __m256 sav = _mm256_set1_ps(sa[s * MRt + i]);
-            __m256 f0 = s ? _mm256_load_ps(fbuf + i * 16) : _mm256_setzero_ps();
-            __m256 f1 = s ? _mm256_load_ps(fbuf + i * 16 + 8) : _mm256_setzero_ps();
-            f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][0]), _mm256_mul_ps(sav, sw0), f0);
-            f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][1]), _mm256_mul_ps(sav, sw1), f1);
-            if (!last) {
-                _mm256_store_ps(fbuf + i * 16, f0);
-                _mm256_store_ps(fbuf + i * 16 + 8, f1);
-            } else if (i < mr) {
-                store_row(c + i * ldc, f0, f1, nr, accumulate);
-            }
-        }
-    }
-}
-
-#define DEFINE_INT(name, I4, ref_fn)                                                                 \
-    static void name(int MRt, int NRt, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,     \
-                     const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,       \
-                     float *c, int64_t ldc, int mr, int nr, int accumulate) {                        \
-        if (NRt != NR || MRt % IRB) {                                                                \
-            ref_fn(MRt, NRt, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate); \
-            return;                                                                                  \
-        }                                                                                            \
-        for (int r0 = 0; r0 < mr; r0 += IRB)                                                         \
-            int_rows(I4, MRt, nseg, seg_q, ap + r0 * 4, bp, sa + r0, asum + r0, sw, sw_stride,       \
-                     c + r0 * ldc, ldc, H3_MIN(IRB, mr - r0), nr, accumulate);                       \
-    }
-DEFINE_INT(ukr_i8_avx2, 0, gemm_ukr_i8_ref)
-DEFINE_INT(ukr_i4_avx2, 1, gemm_ukr_i4_ref)
+/* vpmaddubsw: int8 in row blocks of 3 (6 x 2 accumulators + weights and temporaries fill
+ * the 16 ymm registers), int4 in blocks of 2 with int16 partial sums (quads2_i4_i16) */
+static DEFINE_INT_UKR(ukr_i8_avx2, INT_I8, 0, IRB, gemm_ukr_i8_ref)
+static DEFINE_INT_UKR(ukr_i4_avx2, INT_I4, 0, 2, gemm_ukr_i4_ref)
 
 /* gemm_quant_row_ref with 8 lanes; the tail uses the same scalar operations. */
 static void quant_row_avx2(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_t *q,
@@ -302,5 +194,16 @@ const gemm_kernels gemm_kernels_avx2 = {
     .gemv_max_m = 4,
     .ukr_f32 = ukr_f32_avx2, .unpack = unpack_avx2, .gemv = gemv_avx2,
     .ukr_i8 = ukr_i8_avx2, .ukr_i4 = ukr_i4_avx2, .quant_row = quant_row_avx2,
+    .swiglu_row = gemm_swiglu_row_avx2, .lora_add = gemm_lora_add_avx2,
+};
+
+/* AVX-VNNI CPUs without AVX-512 (Intel Alder Lake and later client cores): the same
+ * table with the vpdpbusd int kernels of gemm_avxvnni.c (same packed layouts, same bits);
+ * every float kernel is AVX2's. */
+const gemm_kernels gemm_kernels_avxvnni = {
+    .mr = MR, .nr = NR, .kc = 256, .mc = MR * 16, .nc = 192,
+    .gemv_max_m = 4,
+    .ukr_f32 = ukr_f32_avx2, .unpack = unpack_avx2, .gemv = gemv_avx2,
+    .ukr_i8 = gemm_ukr_i8_avxvnni, .ukr_i4 = gemm_ukr_i4_avxvnni, .quant_row = quant_row_avx2,
     .swiglu_row = gemm_swiglu_row_avx2, .lora_add = gemm_lora_add_avx2,
 };

@@ -99,6 +99,7 @@ typedef struct {
 extern const gemm_kernels gemm_kernels_ref;
 #if H3_X86
 extern const gemm_kernels gemm_kernels_avx2;
+extern const gemm_kernels gemm_kernels_avxvnni;     /* avx2 with VEX vpdpbusd int kernels */
 extern const gemm_kernels gemm_kernels_avx512;
 extern const gemm_kernels gemm_kernels_avx512_novnni; /* AVX-512 without VNNI (Skylake-X) */
 extern const gemm_kernels gemm_kernels_amx;
@@ -106,6 +107,11 @@ extern const gemm_kernels gemm_kernels_avx512_bf16dp; /* bf16 weights x bf16-val
 #endif
 #if H3_ARM64
 extern const gemm_kernels gemm_kernels_neon;
+/* The same tile and packed int layout with the int micro-kernels on SMMLA (i8mm); and
+ * bf16 weights x bf16-valued inputs on BFMMLA (bf16).  Complete tables (no NULL member):
+ * a linear points at them directly (set_geometry), as at gemm_kernels_avx512_bf16dp. */
+extern const gemm_kernels gemm_kernels_neon_i8mm;
+extern const gemm_kernels gemm_kernels_neon_bf16;
 #endif
 
 /* Reference pieces, reusable by SIMD files for their tails. */
@@ -135,6 +141,7 @@ void gemm_lora_add_neon(const h3_lora *lo, const float *u, float *target, int64_
 /* x86 integer pieces shared by tables (gemm_int_avx512.c, gemm_avx2.c). */
 gemm_ukr_int gemm_ukr_i8_avx512vnni, gemm_ukr_i4_avx512vnni, gemm_ukr_i8_avx512bw, gemm_ukr_i4_avx512bw,
     gemm_ukr_i4w_avx512vnni, gemm_ukr_i4w_avx512bw;
+gemm_ukr_int gemm_ukr_i8_avxvnni, gemm_ukr_i4_avxvnni; /* gemm_avxvnni.c */
 void gemm_quant_row_avx512(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_t *q,
                            float *scales);
 void gemm_swiglu_row_avx512(float *g, const float *v, int64_t n, const float *bg, const float *bv);

@@ -13,6 +13,7 @@ struct h3_linear {
     int wtype, group_size, act_group, pair;
     int f32_exact;         /* float32 inputs multiplied exactly (no bf16 x bf16 kernel) */
     int small_pages;       /* W and forward's own workspace in 4 KB pages (h3_linear_opts) */
+    int ext_off;           /* H3_EXT_* bits the caller turned off (h3_linear_opts) */
     int rot_group;         /* I8: x rotated by the block Hadamard of this group before it is
                               quantised (W is stored rotated); 0 = none */
     int64_t seg;           /* int modes: K-length of constant (act, weight) scales */

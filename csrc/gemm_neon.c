@@ -15,6 +15,11 @@
  * ARMv8.2 dot-product extension (asimddp, h3_cpu_has_neon_dotprod) use SDOT instead: one
  * instruction per 4 columns x 4 k of one row, the same exact int32 dots, the same bits.
  *
+ * ARMv8.6 extensions, each in its own table that gemm_weights.c gives a linear when cpu.c
+ * reports it (HWCAP2) and the linear's ext_off allows it: SMMLA (i8mm) int kernels on the
+ * same packed layout, bit-identical to the reference; BFMMLA (bf16) for bf16 weights with
+ * bf16-valued inputs, within a stated bound (see the section below).
+ *
  * Small M (<= 4) uses the row-major gemv: 4 weight rows x up to 4 activation rows per
  * pass, so W streams from memory once (summation order differs from ref: float-close).
  * Activation quantisation stays on the reference (it is O(M K), and exact). */
@@ -326,13 +331,224 @@ static void ukr_i4_neon(int mr_, int nr_, int nseg, int seg_q, const int8_t *ap,
     ukr_int_tile(1, mr_, nr_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
 }
 
+/* ---- ARMv8.6 matrix multiply-accumulate: SMMLA (i8mm) and BFMMLA (bf16).
+ *
+ * Both multiply a 2-row by a 2-column operand into one q register holding a 2 x 2 block
+ * of C, row-major: {r0c0, r0c1, r1c0, r1c1}.  SMMLA's operands are 2 rows x 8 int8 k,
+ * BFMMLA's 2 rows x 4 bf16 k.  The 8 x 12 tile is 4 row pairs x 6 column pairs: 24
+ * accumulators, as in the SDOT kernel, but each instruction does twice SDOT's MACs (32
+ * against 16; BFMMLA 16 against FMLA's 4).  Compiled with target attributes, run only
+ * through the tables gemm_weights.c picks from cpu.c's HWCAP2 flags (Linux only). */
+#if defined(__linux__)
+#define H3_HAVE_MMLA_KERNELS 1
+
+/* 2 x 2 blocks acc[p][c] (row pair p, column pair c) -> rows: row 2p is the low halves of
+ * acc[p][0..5] in order, row 2p+1 the high halves (one 64-bit zip per 4 columns). */
+static inline void blocks_to_rows(const float32x4_t acc[MR / 2][NR / 2], float32x4_t t[MR][3]) {
+    for (int p = 0; p < MR / 2; p++)
+        for (int j = 0; j < 3; j++) {
+            const float64x2_t a = vreinterpretq_f64_f32(acc[p][2 * j]), b = vreinterpretq_f64_f32(acc[p][2 * j + 1]);
+            t[2 * p][j] = vreinterpretq_f32_f64(vzip1q_f64(a, b));
+            t[2 * p + 1][j] = vreinterpretq_f32_f64(vzip2q_f64(a, b));
+        }
+}
+
+/* SMMLA int8/int4 kernel on the plain neon packed layout, no repacking: quads q and q+1
+ * (q even) of 4 rows are two q registers of 4-byte words {r0, r1, r2, r3}; ZIP1/ZIP2 of
+ * their 32-bit words give {r0 q, r0 q+1, r1 q, r1 q+1} and {r2 .., r3 ..}: two SMMLA row
+ * pairs with 8 consecutive k.  The weights' column words pair up the same way, and an
+ * int4 byte row already holds quads q (low nibbles) and q+1 (high): one row of bytes is
+ * the 8 k of 4 columns.  Why not repack the weights at load into SMMLA's 2 x 8 order:
+ * that would be a second int layout of the same panel width, which the converted-weight
+ * caches (keyed by nr) could not tell apart, and it would save only the ZIPs (10 per 24
+ * SMMLA, on the same vector pipes) -- worth measuring first on a machine that has it.
+ * The dots are exact int32 and each segment is folded in as the reference does,
+ * fmaf((float)dot, sa * sw, acc), in segment order: bit for bit gemm_ukr_i8/i4_ref.
+ * Segments hold an even number of quads (kc_int and every act_group/group are multiples of
+ * 8 k); an odd one goes to the reference (ukr_int_mm_tile). */
+#define ZIP_LO(x, y) vreinterpretq_s8_s32(vzip1q_s32(vreinterpretq_s32_s8(x), vreinterpretq_s32_s8(y)))
+#define ZIP_HI(x, y) vreinterpretq_s8_s32(vzip2q_s32(vreinterpretq_s32_s8(x), vreinterpretq_s32_s8(y)))
+
+__attribute__((target("arch=armv8.2-a+i8mm")))
+static void ukr_int_mmla(int is_i4, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                         const float *sa, const float *sw, int64_t sw_stride, float *c,
+                         int64_t ldc, int mr, int nr, int accumulate) {
+    float32x4_t acc[MR / 2][NR / 2];
+    for (int p = 0; p < MR / 2; p++)
+        for (int j = 0; j < NR / 2; j++) acc[p][j] = vdupq_n_f32(0.0f);
+    for (int s = 0; s < nseg; s++) {
+        const int q0 = s * seg_q, q1 = q0 + seg_q;
+        int32x4_t d[MR / 2][NR / 2];
+        for (int p = 0; p < MR / 2; p++)
+            for (int j = 0; j < NR / 2; j++) d[p][j] = vdupq_n_s32(0);
+        for (int q = q0; q < q1; q += 2) {
+            const int8_t *a = ap + (int64_t)q * MR * 4; /* quad q: rows 0-3, 4-7; quad q+1 after */
+            const int8x16_t a0 = vld1q_s8(a), a1 = vld1q_s8(a + 16), a2 = vld1q_s8(a + 32), a3 = vld1q_s8(a + 48);
+            const int8x16_t ar[MR / 2] = {ZIP_LO(a0, a2), ZIP_HI(a0, a2), ZIP_LO(a1, a3), ZIP_HI(a1, a3)};
+            int8x16_t w0[3], w1[3]; /* quads q and q+1 of columns 4j..4j+3 */
+            if (is_i4) {
+                weights_i4(bp + (int64_t)(q / 2) * NR * 4, w0, w1);
+            } else {
+                weights_i8(bp + (int64_t)q * NR * 4, w0);
+                weights_i8(bp + (int64_t)(q + 1) * NR * 4, w1);
+            }
+            for (int j = 0; j < 3; j++) {
+                const int8x16_t b0 = ZIP_LO(w0[j], w1[j]), b1 = ZIP_HI(w0[j], w1[j]);
+                for (int p = 0; p < MR / 2; p++) {
+                    d[p][2 * j] = vmmlaq_s32(d[p][2 * j], ar[p], b0);
+                    d[p][2 * j + 1] = vmmlaq_s32(d[p][2 * j + 1], ar[p], b1);
+                }
+            }
+        }
+        /* lanes {r0c0, r0c1, r1c0, r1c1}: scales {sa r0, sa r0, sa r1, sa r1} x {sw c0, sw c1, ..} */
+        const float *sas = sa + s * MR, *sws = sw + s * sw_stride;
+        for (int p = 0; p < MR / 2; p++) {
+            const float32x4_t sav = vcombine_f32(vdup_n_f32(sas[2 * p]), vdup_n_f32(sas[2 * p + 1]));
+            for (int j = 0; j < NR / 2; j++) {
+                const float32x2_t w2 = vld1_f32(sws + 2 * j);
+                acc[p][j] = vfmaq_f32(acc[p][j], vcvtq_f32_s32(d[p][j]), vmulq_f32(sav, vcombine_f32(w2, w2)));
+            }
+        }
+    }
+    float32x4_t t[MR][3];
+    blocks_to_rows(acc, t);
+    store_tile(t, c, ldc, mr, nr, accumulate);
+}
+#undef ZIP_LO
+#undef ZIP_HI
+
+static inline __attribute__((always_inline)) void
+ukr_int_mm_tile(const int is_i4, int mr_, int nr_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride, float *c, int64_t ldc,
+                int mr, int nr, int accumulate) {
+    if (mr_ != MR || nr_ != NR || (seg_q & 1)) {
+        (is_i4 ? gemm_ukr_i4_ref : gemm_ukr_i8_ref)(mr_, nr_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c,
+                                                    ldc, mr, nr, accumulate);
+        return;
+    }
+    ukr_int_mmla(is_i4, nseg, seg_q, ap, bp, sa, sw, sw_stride, c, ldc, mr, nr, accumulate);
+}
+
+static void ukr_i8_i8mm(int mr_, int nr_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                        const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                        float *c, int64_t ldc, int mr, int nr, int accumulate) {
+    ukr_int_mm_tile(0, mr_, nr_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
+}
+
+static void ukr_i4_i8mm(int mr_, int nr_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                        const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
+                        float *c, int64_t ldc, int mr, int nr, int accumulate) {
+    ukr_int_mm_tile(1, mr_, nr_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
+}
+
+/* BFMMLA bf16 kernel, for bf16 weights whose caller promises bf16-valued inputs
+ * (h3_linear_opts.bf16_inputs, as gemm_bf16_avx512.c): the driver's float slots hold bf16
+ * panels instead,
+ *   A: [kc4/4][MR/2][2][4] (row pair, row, 4 k)  B: [kc4/4][NR/2][2][4] (column pair, ..)
+ * kc4 = kc rounded up to 4, zero padded (kc >= 2 fits the f32 room: set_geometry's K-tail
+ * rule).  A is rounded to bf16 to nearest even, which changes nothing for the promised
+ * inputs.  Products of two bf16 are exact in f32; what differs from gemm_ukr_f32_ref's
+ * one fmaf per k is the summation: BFMMLA (Arm ARM BFMatMulAdd, without FEAT_EBF16)
+ * adds the two products of each k pair, then that to the accumulator, each sum rounded to
+ * f32 with round-to-odd and subnormal inputs and results flushed to zero (qemu rounds the
+ * same way).  Bound, per output, against the reference (one fmaf per k, nearest even):
+ *   |got - ref| <= 3 * K * 2^-23 * sum_k |x_k w_k|     (+ K * 2^-126 for flushed values)
+ * (2 roundings per pair of at most 1 ulp, the reference's K of half an ulp each, on
+ * partial sums bounded by sum |x w|).  Observed under qemu -cpu max, K = 2 .. 1030: at
+ * most 0.092 of this bound (the C test driver's "neon bf16mm vs ref" line). */
+static inline int64_t kc4(int64_t kc) { return (kc + 3) & ~(int64_t)3; }
+
+static void pack_a_bf16mm(const float *x, int64_t ldx, int64_t rows, int64_t kc, int MR_, void *dst) {
+    (void)MR_;
+    uint16_t *d = (uint16_t *)dst;
+    const int64_t kp = kc4(kc);
+    for (int64_t k = 0; k < kp; k++)
+        for (int i = 0; i < MR; i++)
+            d[((k / 4) * (MR / 2) + i / 2) * 8 + (i % 2) * 4 + k % 4] =
+                i < rows && k < kc ? h3_f32_to_bf16(x[i * ldx + k]) : 0;
+}
+
+/* W block -> per NR-column panel (at the driver's float offset (j/NR)*kc*NR), bf16
+ * [kc4/4][NR/2][2][4]; rows past n_valid and k past kc are zero.  Four consecutive k of
+ * one row are one 8-byte word of both layouts. */
+static void unpack_bf16mm(int wtype, const void *w, int64_t ldw, int64_t n0, int64_t nc,
+                          int64_t n_valid, int64_t k0, int64_t kc, float *out, int nr) {
+    (void)nr;
+    const int64_t kp = kc4(kc);
+    const uint16_t *wb = (const uint16_t *)w;
+    for (int64_t j = 0; j < nc; j++) {
+        uint16_t *panel = (uint16_t *)(out + (j / NR) * kc * NR);
+        const int64_t col = j % NR, n = n0 + j;
+        uint16_t *o = panel + (col / 2) * 8 + (col % 2) * 4;
+        int64_t k = 0;
+        if (n < n_valid && wtype == H3_DT_BF16)
+            for (; k + 4 <= kc; k += 4) memcpy(o + (k / 4) * NR * 4, wb + n * ldw + k0 + k, 8);
+        for (; k < kp; k++)
+            o[(k / 4) * NR * 4 + k % 4] = n < n_valid && k < kc ? (wtype == H3_DT_BF16 ? wb[n * ldw + k0 + k]
+                                                                  : h3_f32_to_bf16(gemm_w_at(wtype, w, n * ldw + k0 + k)))
+                                                                : 0;
+    }
+}
+
+__attribute__((target("arch=armv8.2-a+bf16")))
+static void ukr_bf16mm(int mr_, int nr_, int64_t kc, const float *ap, const float *bp, float *c,
+                       int64_t ldc, int mr, int nr, int accumulate) {
+    (void)mr_; (void)nr_;
+    const bfloat16_t *a = (const bfloat16_t *)ap, *b = (const bfloat16_t *)bp;
+    float32x4_t acc[MR / 2][NR / 2];
+    for (int p = 0; p < MR / 2; p++)
+        for (int j = 0; j < NR / 2; j++) acc[p][j] = vdupq_n_f32(0.0f);
+    for (int64_t kk = 0; kk < kc4(kc) / 4; kk++, a += MR * 4, b += NR * 4) {
+        bfloat16x8_t ar[MR / 2];
+        for (int p = 0; p < MR / 2; p++) ar[p] = vld1q_bf16(a + 8 * p);
+        for (int j = 0; j < NR / 2; j++) {
+            const bfloat16x8_t bj = vld1q_bf16(b + 8 * j);
+            for (int p = 0; p < MR / 2; p++) acc[p][j] = vbfmmlaq_f32(acc[p][j], ar[p], bj);
+        }
+    }
+    float32x4_t t[MR][3];
+    blocks_to_rows(acc, t);
+    store_tile(t, c, ldc, mr, nr, accumulate);
+}
+#else
+#define H3_HAVE_MMLA_KERNELS 0
+#endif
+
 _Static_assert(NR % 4 == 0 && MR % 4 == 0, "NEON kernels work in 4-lane groups");
 
+#define NEON_TABLE_COMMON                                                                  \
+    .mr = MR, .nr = NR, .mc = MR * 8, .nc = NR * 20, .gemv_max_m = 4, .gemv = gemv_neon,   \
+    .swiglu_row = gemm_swiglu_row_neon, .lora_add = gemm_lora_add_neon
+
 const gemm_kernels gemm_kernels_neon = {
-    .mr = MR, .nr = NR, .kc = 256, .mc = MR * 8, .nc = NR * 20,
-    .gemv_max_m = 4,
-    .ukr_f32 = ukr_f32_neon, .unpack = unpack_neon, .gemv = gemv_neon,
+    NEON_TABLE_COMMON, .kc = 256,
+    .ukr_f32 = ukr_f32_neon, .unpack = unpack_neon,
     .ukr_i8 = ukr_i8_neon, .ukr_i4 = ukr_i4_neon,
-    .swiglu_row = gemm_swiglu_row_neon, .lora_add = gemm_lora_add_neon,
 };
+
+/* Without the mmla kernels (not Linux: cpu.c never reports i8mm/bf16 there) the two
+ * tables are never chosen; they stay defined, as the plain neon kernels, for the linker. */
+#if H3_HAVE_MMLA_KERNELS
+const gemm_kernels gemm_kernels_neon_i8mm = {
+    NEON_TABLE_COMMON, .kc = 256,
+    .ukr_f32 = ukr_f32_neon, .unpack = unpack_neon,
+    .ukr_i8 = ukr_i8_i8mm, .ukr_i4 = ukr_i4_i8mm, .quant_row = gemm_quant_row_ref,
+};
+/* kc 512: BFMMLA does 4x the f32 kernel's MACs per instruction, so a longer K block halves
+ * the C passes per MAC; 512 x 12 bf16 B panels are 12 KB, the 8-row A panel 8 KB (L1). */
+const gemm_kernels gemm_kernels_neon_bf16 = {
+    NEON_TABLE_COMMON, .kc = 512,
+    .ukr_f32 = ukr_bf16mm, .unpack = unpack_bf16mm, .pack_a = pack_a_bf16mm,
+    .ukr_i8 = ukr_i8_neon, .ukr_i4 = ukr_i4_neon, .quant_row = gemm_quant_row_ref,
+};
+#else
+const gemm_kernels gemm_kernels_neon_i8mm = {
+    NEON_TABLE_COMMON, .kc = 256, .ukr_f32 = ukr_f32_neon, .unpack = unpack_neon,
+    .ukr_i8 = ukr_i8_neon, .ukr_i4 = ukr_i4_neon, .quant_row = gemm_quant_row_ref,
+};
+const gemm_kernels gemm_kernels_neon_bf16 = {
+    NEON_TABLE_COMMON, .kc = 256, .ukr_f32 = ukr_f32_neon, .unpack = unpack_neon,
+    .ukr_i8 = ukr_i8_neon, .ukr_i4 = ukr_i4_neon, .quant_row = gemm_quant_row_ref,
+};
+#endif
 #endif

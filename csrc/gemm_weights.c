@@ -15,6 +15,7 @@ static const gemm_kernels *raw_table(h3_isa isa) {
     switch (isa) {
 #if H3_X86
     case H3_ISA_AVX2: return &gemm_kernels_avx2;
+    case H3_ISA_AVXVNNI: return &gemm_kernels_avxvnni;
     case H3_ISA_AVX512: return h3_cpu_has_avx512_vnni() ? &gemm_kernels_avx512 : &gemm_kernels_avx512_novnni;
     case H3_ISA_AMX: return &gemm_kernels_amx;
 #endif
@@ -56,6 +57,14 @@ int h3_linear_int_panel_width(h3_isa isa) {
 int64_t h3_linear_n(const h3_linear *l) { return l->N; }
 int64_t h3_linear_k(const h3_linear *l) { return l->K; }
 h3_isa h3_linear_isa(const h3_linear *l) { return l->isa; }
+int h3_linear_extensions(const h3_linear *l) {
+#if H3_ARM64
+    if (l->kt == &gemm_kernels_neon_i8mm) return H3_EXT_I8MM;
+    if (l->kt == &gemm_kernels_neon_bf16) return H3_EXT_BF16;
+#endif
+    (void)l;
+    return 0;
+}
 size_t h3_linear_weight_bytes(const h3_linear *l) { return l->wbytes; }
 int h3_linear_bf16_activations(const h3_linear *l) {
     /* the AMX bf16 tiles take bf16 inputs; every other float kernel multiplies in f32 */
@@ -63,6 +72,9 @@ int h3_linear_bf16_activations(const h3_linear *l) {
            (l->kt == gemm_kernels_for(H3_ISA_AMX)
 #if H3_X86
             || l->kt == &gemm_kernels_avx512_bf16dp
+#endif
+#if H3_ARM64
+            || l->kt == &gemm_kernels_neon_bf16
 #endif
            );
 }
@@ -185,10 +197,24 @@ static h3_status pack_q8(h3_linear *l, const int8_t *q, const float *scales, h3_
 
 /* The kernel table and the packed geometry of a linear whose N, K, wtype, group_size
  * and pair are set (shared by create and attach, so both agree on every layout). */
-static void set_geometry(h3_linear *l, h3_isa isa, int ag, int bf16_inputs, int f32_exact) {
+static void set_geometry(h3_linear *l, h3_isa isa, int ag, int bf16_inputs, int f32_exact, int ext_off) {
     const int wt = l->wtype;
     l->kt = gemm_kernels_for(isa);
     l->f32_exact = f32_exact ? 1 : 0;
+    l->ext_off = ext_off & H3_EXT_ALL;
+#if H3_ARM64
+    /* The neon path's ARMv8.6 tables, where the CPU has the instructions and the caller
+     * did not turn them off.  SMMLA reads the plain neon table's packed layout (same nr,
+     * same K block: same bits), so a converted-weight cache is shared by both.  BFMMLA, as
+     * the x86 bf16 pair kernels: bf16 weights with bf16-valued inputs only, and not when
+     * the last K block is a single k (its bf16 panels, padded to 4 k, would outgrow the
+     * driver's f32 slots). */
+    if (isa == H3_ISA_NEON && is_int(wt) && h3_cpu_has_neon_i8mm() && !(l->ext_off & H3_EXT_I8MM))
+        l->kt = &gemm_kernels_neon_i8mm;
+    if (isa == H3_ISA_NEON && wt == H3_DT_BF16 && bf16_inputs && !f32_exact && h3_cpu_has_neon_bf16() &&
+        !(l->ext_off & H3_EXT_BF16) && l->K % gemm_kernels_neon_bf16.kc != 1)
+        l->kt = &gemm_kernels_neon_bf16;
+#endif
 #if H3_X86
     /* AMX's float kernel is bf16 x bf16: use it for bf16-stored weights only (fp32/fp16
      * weights keep full precision on the AVX-512 kernels; so do bf16 weights asked to
@@ -254,7 +280,7 @@ static h3_linear *new_linear(int64_t N, int64_t K, const h3_linear_opts *opts, i
     l->small_pages = opts->small_pages ? 1 : 0;
     l->rot_group = opts->rot_group;
     l->owns_w = 1;
-    set_geometry(l, opts->isa, opts->act_group, opts->bf16_inputs, opts->f32_exact);
+    set_geometry(l, opts->isa, opts->act_group, opts->bf16_inputs, opts->f32_exact, opts->ext_off);
     return l;
 }
 
@@ -419,6 +445,7 @@ h3_status h3_linear_layout_get(const h3_linear *l, h3_linear_layout *lay, const 
     lay->bf16_inputs = h3_linear_bf16_activations(l);
     lay->f32_exact = l->f32_exact;
     lay->small_pages = l->small_pages;
+    lay->ext_off = l->ext_off;
     if (l->nparts) return h3_fail(err, H3_EINVAL, "linear_layout_get: this linear's rows are in %d separate parts", l->nparts);
     if (l->rot_group)
         return h3_fail(err, H3_EINVAL, "linear_layout_get: a rotated (int8-convrot) linear has no cache layout");
@@ -450,7 +477,7 @@ h3_status h3_linear_attach(const h3_linear_layout *lay, const void *w, const flo
     l->N = lay->N; l->K = lay->K; l->wtype = wt; l->pair = lay->pair; l->isa = isa;
     l->group_size = wt == H3_DT_I4 ? lay->group_size : 0;
     l->small_pages = lay->small_pages ? 1 : 0;
-    set_geometry(l, isa, is_int(wt) ? lay->act_group : 0, lay->bf16_inputs, lay->f32_exact);
+    set_geometry(l, isa, is_int(wt) ? lay->act_group : 0, lay->bf16_inputs, lay->f32_exact, lay->ext_off);
     /* the stored layout must be the one this path computes from */
     size_t wb, sb = 0;
     if (is_int(wt)) {

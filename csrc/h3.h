@@ -37,8 +37,10 @@ typedef enum {
     H3_ISA_AVX2 = 1,    /* AVX2 + FMA + F16C */
     H3_ISA_AVX512 = 2,  /* AVX-512 F/BW/VL/DQ (+BF16, +VNNI used when present) */
     H3_ISA_AMX = 3,     /* AVX512 + AMX-TILE/BF16/INT8 with Linux permission granted */
-    H3_ISA_NEON = 4,    /* AArch64 Advanced SIMD (always present on AArch64) */
-    H3_ISA_COUNT = 5
+    H3_ISA_NEON = 4,    /* AArch64 Advanced SIMD (always present on AArch64; +SDOT, +SMMLA,
+                           +BFMMLA used when present: see H3_EXT_*) */
+    H3_ISA_AVXVNNI = 5, /* AVX2 + AVX-VNNI (VEX vpdpbusd): AVX2's kernels, VNNI int GEMMs */
+    H3_ISA_COUNT = 6
 } h3_isa;
 
 /* ---- CPU features and dispatch (cpu.c) ------------------------------------- */
@@ -54,6 +56,13 @@ h3_status h3_isa_check(h3_isa isa, h3_err *err);     /* H3_EUNSUPPORTED with the
 /* Feature flags as detected (for diagnostics): bit i = feature i of h3_cpu_feature_name(i). */
 uint64_t h3_cpu_features(void);
 const char *h3_cpu_feature_name(int i);              /* NULL past the last one */
+/* Optional extensions of the 'neon' path, chosen per linear (never a separate ISA name):
+ * where the CPU has them (AArch64 Linux HWCAP2) and the linear's opts do not turn them
+ * off, its int8/int4 GEMMs run SMMLA (same packed layout, same bits as the reference) and
+ * its bf16 x bf16-input GEMMs BFMMLA (another summation order, see gemm_neon.c).  SDOT
+ * (asimddp) is not one of them: the plain neon kernels use it wherever the CPU has it. */
+enum { H3_EXT_I8MM = 1, H3_EXT_BF16 = 2, H3_EXT_ALL = 3 };
+int h3_cpu_extensions(void);                         /* H3_EXT_* bits this CPU has */
 
 /* ---- Thread pool (pool.c) --------------------------------------------------- */
 /* One explicit pool per model (never a global).  h3_pool_run(fn) calls fn(ctx, ith, nth)
@@ -110,6 +119,9 @@ typedef struct {
                         rotated the same way when they were quantised (int8-convrot files,
                         h3_linear_create_q8); a power of 4 dividing K, act_group 0 or a
                         multiple of it */
+    int ext_off;     /* H3_EXT_* bits this linear must not use even where the CPU has them
+                        (0, the default: all it has).  A run-time choice of kernels, not of
+                        storage: the A/B switch, H3CY_NEON_EXT in h3cy._config */
 } h3_linear_opts;
 
 /* w: [N,K] of src_dtype (H3_DT_F32 or H3_DT_BF16); bias: [N] float32 or NULL. */
@@ -134,6 +146,8 @@ size_t h3_linear_weight_bytes(const h3_linear *lin);
 /* 1 if this linear multiplies x as bf16 (AMX's bf16 tiles round it; the VDPBF16PS kernel,
  * chosen with bf16_inputs, takes it as given), else 0 (float32 inputs). */
 int h3_linear_bf16_activations(const h3_linear *lin);   /* storage held for W (+scales) */
+/* The H3_EXT_* extensions this linear's kernels use (0 on every path but neon). */
+int h3_linear_extensions(const h3_linear *lin);
 /* Output columns per packed panel of the int8/int4 kernels of `isa` (0 for an unknown
  * isa): the packed layout follows it, so a converted-weight cache names it in its key. */
 int h3_linear_int_panel_width(h3_isa isa);
@@ -151,6 +165,7 @@ typedef struct {
     int bf16_inputs;   /* a run-time option, as in h3_linear_opts (not part of the storage) */
     int f32_exact;     /* likewise */
     int small_pages;   /* likewise (attach copies no weights: only forward's own workspace) */
+    int ext_off;       /* likewise */
 } h3_linear_layout;
 h3_status h3_linear_layout_get(const h3_linear *lin, h3_linear_layout *layout, const void **w,
                                const float **scales, h3_err *err);

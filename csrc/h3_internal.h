@@ -125,6 +125,8 @@ static inline void h3_rmsnorm_rows_ref(const float *x, const float *w, float *ou
 int h3_cpu_has_avx512_bf16(void);   /* VDPBF16PS */
 int h3_cpu_has_avx512_vnni(void);   /* VPDPBUSD */
 int h3_cpu_has_neon_dotprod(void);  /* SDOT/UDOT (ARMv8.2 asimddp; Linux only, else 0) */
+int h3_cpu_has_neon_i8mm(void);     /* SMMLA (HWCAP2_I8MM; Linux only, else 0) */
+int h3_cpu_has_neon_bf16(void);     /* BFMMLA/BFDOT (HWCAP2_BF16; Linux only, else 0) */
 
 /* n floats of one conv tap.  BigVGAN's late stages have 8-32 channels, where a memcpy
  * call per tap costs more than the copy: those sizes are copied inline. */

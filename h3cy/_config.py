@@ -1,8 +1,8 @@
 """Process-wide defaults.  Environment variables are read here, once, at import.
 
-H3CY_ISA      default kernel path: ref | avx2 | avx512 | amx | neon (default: the best the
+H3CY_ISA      default kernel path: ref | avx2 | avxvnni | avx512 | amx | neon (default: the best the
               CPU supports).  Every op and model also takes ``isa=`` to override it.
-H3CY_ISA_MAX  hide the paths above this one: ref < avx2 (or neon) < avx512 < amx.  With
+H3CY_ISA_MAX  hide the paths above this one: ref < avx2 (or neon) < avxvnni < avx512 < amx.  With
               H3CY_ISA_MAX=avx2 an AVX-512 machine behaves as an AVX2-only one would
               (available_isas, the default path, warnings, the tests' skips); naming a
               hidden path raises UnsupportedCPUError.  For testing the common CPUs' paths.
@@ -15,6 +15,11 @@ H3CY_ATTENTION   default attention products of models made with attention=None: 
               fp32 | bf16 (see h3cy.ops.attention_bf16; fp32 for A/B of the int modes).
 H3CY_CONV_IM2COL=1 audio VAE convolutions build their im2col rows before each GEMM instead
               of letting the GEMM read them in place (same bits; for A/B).
+H3CY_NEON_EXT  which of the 'neon' path's ARMv8.6 extensions its GEMMs may use where the
+              CPU has them: all (default) | none | i8mm | bf16 | i8mm,bf16.  i8mm: SMMLA
+              int8/int4 kernels (same bits as without); bf16: BFMMLA for bf16 weights with
+              bf16-valued inputs.  For A/B on ARM; passed to the C library with each linear
+              it makes (h3_linear_opts.ext_off); Linear.extensions says what one uses.
 H3CY_HUGEPAGES=0 keep converted weights and large GEMM workspaces in ordinary 4 KB pages
               instead of transparent huge pages (same bits; for A/B).  Passed to the C
               library with each linear it makes (h3_linear_opts.small_pages).
@@ -36,6 +41,9 @@ _ENV_ATTENTION = os.environ.get("H3CY_ATTENTION", "").strip().lower() or None
 
 _ENV_HUGEPAGES = os.environ.get("H3CY_HUGEPAGES", "") != "0"
 
+_ENV_NEON_EXT = os.environ.get("H3CY_NEON_EXT", "").strip().lower() or None
+NEON_EXTENSIONS = ("i8mm", "bf16")
+
 _state = {"threads": None}
 
 
@@ -55,6 +63,24 @@ def huge_pages():
     workspaces in 4 KB pages (A/B of transparent huge pages; same bits).  Read by
     h3cy._kernels at each linear it makes, from this module's variable."""
     return _ENV_HUGEPAGES
+
+
+def neon_extensions():
+    """The neon extensions H3CY_NEON_EXT allows (all of NEON_EXTENSIONS when unset or
+    "all"; none for "none"); a name outside them is a ValueError naming the variable.
+    Read by h3cy._kernels at each linear it makes, from this module's variable."""
+    v = _ENV_NEON_EXT
+    if v is None or v == "all":
+        return NEON_EXTENSIONS
+    if v == "none":
+        return ()
+    names = tuple(n.strip() for n in v.replace("+", ",").split(",") if n.strip())
+    bad = [n for n in names if n not in NEON_EXTENSIONS]
+    if bad or not names:
+        from .errors import H3ValueError
+        raise H3ValueError(f"H3CY_NEON_EXT={v!r}: expected all, none or a comma list of "
+                           f"{', '.join(NEON_EXTENSIONS)}")
+    return tuple(n for n in NEON_EXTENSIONS if n in names)
 
 
 def dit_python_blocks():

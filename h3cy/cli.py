@@ -38,6 +38,17 @@ def _time(fn, repeat=3):
     return best
 
 
+def _print_extensions(isa):
+    """On the neon path: the ARMv8.6 extensions its GEMMs use (H3CY_NEON_EXT filters them)."""
+    from . import _config, _kernels
+    from . import ops
+    if isa != "neon" and not _kernels.cpu_extensions():
+        return
+    use = ops.neon_extensions()
+    print(f"neon ext     : {' '.join(use) or 'none'}   (CPU has: {' '.join(_kernels.cpu_extensions()) or 'none'};"
+          f" H3CY_NEON_EXT allows: {','.join(_config.neon_extensions()) or 'none'})")
+
+
 def selfcheck(args):
     """``h3cy selfcheck``: the kernels' results against float64 at ``--size``, then each weights
     mode's GEMM timed at the DiT's shapes (h3cy.tuning.selfcheck), stored for weights="auto"."""
@@ -57,6 +68,7 @@ def selfcheck(args):
     print(f"CPU          : {measurement.cpu_model()}")
     print(f"ISA path     : {isa}   (available: {', '.join(ops.available_isas())})")
     print(f"CPU features : {' '.join(ops.cpu_features()) or '-'}")
+    _print_extensions(isa)
     print(f"threads      : {threads}")
     M, N, K = args.size
     rng = np.random.default_rng(0)
@@ -76,8 +88,9 @@ def selfcheck(args):
         good = err <= bounds[mode]
         ok &= good
         t = _time(lambda: lin(x, out=out))
+        ext = "".join(f" +{e}" for e in lin.extensions)
         print(f"  h3cy {mode:5s} {flop / t / 1e9:8.1f} GFLOP/s  ({np.median(t_np) / t:4.2f}x numpy)"
-              f"  rel-L2 vs float64 {err:.1e} {'ok' if good else 'FAILED'}")
+              f"  rel-L2 vs float64 {err:.1e} {'ok' if good else 'FAILED'}{ext}")
     if ok and not args.no_measure:
         print(f"timing one DiT block's linears in each weights mode at {args.rows} rows "
               f"(what weights='auto' follows) ...", flush=True)
@@ -384,6 +397,14 @@ def info(args):
     if os.path.isfile(args.model):
         return info_file(args.model)
     mf = find_model(args.model)
+    from . import ops
+    from .errors import H3Error
+    try:  # the path this machine runs (an invalid H3CY_ISA/H3CY_NEON_EXT is shown, not fatal here)
+        isa = ops.resolve_isa(None)
+        ext = "".join(f" +{e}" for e in ops.neon_extensions()) if isa == "neon" else ""
+        print(f"kernels : {isa}{ext}   (H3CY_ISA, H3CY_NEON_EXT choose)")
+    except H3Error as e:
+        print(f"kernels : {e}")
     print(f"model   : {mf.root}")
     print(f"layout  : {mf.layout}")
     sizes = mf.sizes()
@@ -603,7 +624,7 @@ def main(argv=None):
     sc = sub.add_parser("selfcheck", help="check the kernels, time each weights mode's GEMM at the model's "
                         "shapes and store the result for weights=auto")
     sc.add_argument("--threads", type=int, default=None)
-    sc.add_argument("--isa", default=None, help="ref, avx2, avx512, amx or neon")
+    sc.add_argument("--isa", default=None, help="ref, avx2, avxvnni, avx512, amx or neon")
     sc.add_argument("--size", type=_size, default=(512, 2048, 2048), help="M,N,K of the correctness check")
     sc.add_argument("--rows", type=int, default=256,
                     help="activation rows of the timed GEMMs (default 256; 2048, the model's usual size, "

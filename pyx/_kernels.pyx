@@ -78,6 +78,29 @@ def isa_best():
     return h3_isa_name(h3_isa_best()).decode()
 
 
+# The neon path's optional extensions (h3.h H3_EXT_*), by name, in bit order.
+EXT_NAMES = ("i8mm", "bf16")
+
+
+cdef tuple _ext_names(int bits):
+    return tuple(n for i, n in enumerate(EXT_NAMES) if (bits >> i) & 1)
+
+
+def cpu_extensions():
+    """The neon path's optional extensions this CPU has (AArch64 Linux HWCAP2), before
+    H3CY_NEON_EXT: a tuple of "i8mm", "bf16"; empty elsewhere."""
+    return _ext_names(h3_cpu_extensions())
+
+
+cdef int _ext_off() except -1:
+    """H3_EXT_* bits H3CY_NEON_EXT turns off (read by _config at import)."""
+    cdef int off = 0
+    for i, n in enumerate(EXT_NAMES):
+        if n not in _config.neon_extensions():
+            off |= 1 << i
+    return off
+
+
 def cpu_features():
     """Names of the CPU/OS features detected (cpuid/xgetbv/hwcap, AMX permission)."""
     cdef uint64_t f = h3_cpu_features()
@@ -172,6 +195,7 @@ cdef class LinearCore:
         opts.isa = isa_id(isa)
         opts.small_pages = not _config.huge_pages()
         opts.rot_group = rot_group
+        opts.ext_off = _ext_off()
         self.N = w.shape[0]
         self.K = w.shape[1]
         self.pair = pair
@@ -203,6 +227,11 @@ cdef class LinearCore:
     @property
     def bf16_activations(self):
         return bool(h3_linear_bf16_activations(self.c))
+
+    @property
+    def extensions(self):
+        """The neon extensions this linear's kernels use: a tuple of EXT_NAMES."""
+        return _ext_names(h3_linear_extensions(self.c))
 
     def export(self):
         """(layout dict, weight bytes, scale bytes or None): copies of the converted
@@ -317,6 +346,7 @@ def linear_create_q8(const int8_t[:, ::1] q, const float[::1] scales, bias, str 
     opts.isa = isa_id(isa)
     opts.small_pages = not _config.huge_pages()
     opts.rot_group = rot_group
+    opts.ext_off = _ext_off()
     cdef LinearCore core = LinearCore(None, isa=isa, pool=pool)
     cdef const int8_t *qp = &q[0, 0] if N > 0 and K > 0 else NULL
     cdef const float *sp = &scales[0] if N > 0 else NULL
@@ -368,6 +398,7 @@ def linear_attach(dict layout, w, scales, bias, str isa, ThreadPool pool):
     lay.bf16_inputs = layout.get("bf16_inputs", 0)
     lay.f32_exact = layout.get("f32_exact", 0)
     lay.small_pages = not _config.huge_pages()   # a run-time switch, never a stored one
+    lay.ext_off = _ext_off()                     # likewise
     plist = list(w) if isinstance(w, (list, tuple)) else [w]
     if not 1 <= len(plist) <= 3:
         raise H3ValueError(f"attached weights come in 1 to 3 parts, got {len(plist)}")

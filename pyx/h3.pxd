@@ -20,6 +20,7 @@ cdef extern from "h3.h" nogil:
         H3_ISA_AVX512
         H3_ISA_AMX
         H3_ISA_NEON
+        H3_ISA_AVXVNNI
         H3_ISA_COUNT
 
     const char *h3_isa_name(h3_isa isa)
@@ -30,6 +31,11 @@ cdef extern from "h3.h" nogil:
     h3_status h3_isa_check(h3_isa isa, h3_err *err)
     uint64_t h3_cpu_features()
     const char *h3_cpu_feature_name(int i)
+    enum:
+        H3_EXT_I8MM
+        H3_EXT_BF16
+        H3_EXT_ALL
+    int h3_cpu_extensions()
 
     ctypedef struct h3_pool:
         pass
@@ -61,6 +67,7 @@ cdef extern from "h3.h" nogil:
         int f32_exact
         int small_pages
         int rot_group
+        int ext_off
     h3_status h3_linear_create_q8(const int8_t *q, const float *scales, int64_t N, int64_t K,
                                   const float *bias, const h3_linear_opts *opts,
                                   h3_linear **out, h3_err *err)
@@ -72,6 +79,7 @@ cdef extern from "h3.h" nogil:
     void h3_linear_free(h3_linear *lin)
     size_t h3_linear_weight_bytes(const h3_linear *lin)
     int h3_linear_bf16_activations(const h3_linear *lin)
+    int h3_linear_extensions(const h3_linear *lin)
     int h3_linear_int_panel_width(h3_isa isa)
     h3_isa h3_linear_isa(const h3_linear *lin)
     h3_status h3_linear_dequant(const h3_linear *lin, float *out, h3_err *err)
@@ -196,6 +204,7 @@ cdef extern from "h3.h" nogil:
         int bf16_inputs
         int f32_exact
         int small_pages
+        int ext_off
     h3_status h3_linear_layout_get(const h3_linear *lin, h3_linear_layout *layout,
                                    const void **w, const float **scales, h3_err *err)
     h3_status h3_linear_attach(const h3_linear_layout *layout, const void *w,

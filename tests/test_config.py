@@ -41,7 +41,7 @@ def test_isa_max_hides_the_paths_above_it():
     code = ("import numpy as np, h3cy\n"
             "print(h3cy.ops.available_isas(), h3cy.ops.active_isa())\n"
             "w = np.ones((4, 8), np.float32)\n"
-            "for isa in ('avx2', 'avx512', 'amx', 'neon'):\n"
+            "for isa in ('avx2', 'avxvnni', 'avx512', 'amx', 'neon'):\n"
             "    try:\n"
             "        h3cy.ops.Linear(w, weights='fp32', isa=isa); print(isa, 'ran')\n"
             "    except h3cy.UnsupportedCPUError as e:\n"
@@ -50,7 +50,7 @@ def test_isa_max_hides_the_paths_above_it():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "['ref'] ref"
-    for isa in ("avx2", "avx512", "amx", "neon"):
+    for isa in ("avx2", "avxvnni", "avx512", "amx", "neon"):
         said = f"{isa} refused {h3cy._kernels.isa_supported(isa)}"   # hidden, or absent
         assert said in lines, (isa, lines)
     best = h3cy.ops.available_isas()[-1]
@@ -66,7 +66,7 @@ def test_isa_argument_overrides_and_is_reported():
     w = np.ones((4, 8), np.float32)
     for isa in h3cy.ops.available_isas():
         assert h3cy.ops.Linear(w, weights="fp32", isa=isa).isa == isa
-    missing = [i for i in ("ref", "avx2", "avx512", "amx", "neon") if i not in h3cy.ops.available_isas()]
+    missing = [i for i in ("ref", "avx2", "avxvnni", "avx512", "amx", "neon") if i not in h3cy.ops.available_isas()]
     for isa in missing:
         with pytest.raises(UnsupportedCPUError, match=isa):
             h3cy.ops.Linear(w, weights="fp32", isa=isa)
@@ -79,6 +79,23 @@ def test_best_isa_is_supported_and_ref_always_present():
     assert "ref" in avail
     assert h3cy.ops.resolve_isa(None) in avail or os.environ.get("H3CY_ISA")
     assert all(isinstance(f, str) for f in h3cy.ops.cpu_features())
+
+
+def test_avxvnni_path_follows_the_cpu_feature():
+    """avxvnni runs where CPUID says AVX-VNNI (and AVX2 is usable), never elsewhere; on such
+    a CPU without AVX-512 it is the default, and its int GEMMs are reported as avxvnni."""
+    feats = set(h3cy.ops.cpu_features())
+    has = "avx_vnni" in feats and h3cy._kernels.isa_supported("avx2")
+    assert h3cy._kernels.isa_supported("avxvnni") == has
+    assert h3cy._kernels.isa_vector("avxvnni") == "avx2"
+    if has and not h3cy._kernels.isa_supported("avx512"):
+        assert h3cy._kernels.isa_best() == "avxvnni"
+    if not has:
+        assert h3cy._kernels.isa_best() != "avxvnni"
+        with pytest.raises(UnsupportedCPUError, match="AVX-VNNI|AVX2"):
+            h3cy.ops.Linear(np.ones((4, 8), np.float32), weights="int8", isa="avxvnni")
+    else:
+        assert h3cy.ops.Linear(np.ones((4, 8), np.float32), weights="int8", isa="avxvnni").isa == "avxvnni"
 
 
 def test_set_num_threads_sets_the_default():
@@ -150,3 +167,32 @@ def test_env_hugepages_off_is_passed_down_and_keeps_the_bits():
     assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
     assert on.stdout.split()[0] == "True" and off.stdout.split()[0] == "False"
     assert on.stdout.split()[1] == off.stdout.split()[1]
+
+
+@pytest.mark.parametrize("value, want", [
+    ("", ("i8mm", "bf16")), ("all", ("i8mm", "bf16")), ("none", ()), ("i8mm", ("i8mm",)),
+    ("bf16", ("bf16",)), ("bf16,i8mm", ("i8mm", "bf16")), (" I8MM ", ("i8mm",)),
+])
+def test_env_neon_ext_is_parsed_in_config(value, want):
+    """H3CY_NEON_EXT (the neon path's SMMLA / BFMMLA switch) is read by h3cy._config; the
+    C library gets it per linear as h3_linear_opts.ext_off.  Off ARM no linear uses an
+    extension, whatever the variable says (on AArch64 the qemu C test checks the choice)."""
+    code = ("import numpy as np, h3cy; from h3cy import _config, _kernels;"
+            "l = h3cy.ops.Linear(np.ones((4, 8), np.float32), weights='int8', isa='ref');"
+            "print(','.join(_config.neon_extensions()) or '-', ','.join(l.extensions) or '-',"
+            " ','.join(h3cy.ops.neon_extensions()) or '-', ','.join(_kernels.cpu_extensions()) or '-')")
+    r = run_py(code, H3CY_NEON_EXT=value)
+    assert r.returncode == 0, r.stderr
+    allowed, used, active, cpu = r.stdout.split()
+    assert allowed == (",".join(want) or "-")
+    assert used == "-"                       # isa='ref' never uses an extension
+    assert active == (",".join(n for n in cpu.split(",") if n in want) or "-")
+    if os.uname().machine not in ("aarch64", "arm64"):
+        assert cpu == "-" and active == "-"  # HWCAP2 exists on AArch64 only
+
+
+@pytest.mark.parametrize("value", ["sve", "i8mm,sve", ","])
+def test_env_neon_ext_unknown_is_a_clear_error(value):
+    r = run_py("import numpy as np, h3cy; h3cy.ops.Linear(np.ones((4, 8), np.float32), weights='int8')",
+               H3CY_NEON_EXT=value)
+    assert r.returncode != 0 and "H3CY_NEON_EXT" in r.stderr and "i8mm" in r.stderr

@@ -331,7 +331,7 @@ def test_bad_input_raises():
         Linear(bad, weights="int8")
     with pytest.raises(ValueError):
         Linear(w, isa="sse9")
-    for name in ("avx2", "avx512", "amx", "neon"):
+    for name in ("avx2", "avxvnni", "avx512", "amx", "neon"):
         if name not in HOST_ISAS:
             with pytest.raises(UnsupportedCPUError):
                 Linear(w, isa=name)

@@ -18,12 +18,12 @@ Modules: ``_base`` (ISA, thread-pool and weights-mode resolution: Compute, Linea
 """
 from . import attention as _attention_module, elem as _elem_module, measurement  # noqa: F401
 from ._base import (ATTENTION_MODES, WEIGHT_MODES, Compute, Linear, ThreadPool, active_isa, attention_bf16,
-                    available_isas, cpu_features, drop_batch, isa_supported, resolve_isa,
+                    available_isas, cpu_features, drop_batch, isa_supported, neon_extensions, resolve_isa,
                     resolve_weights)
 from .attention import *  # noqa: F401,F403
 from .elem import *  # noqa: F401,F403
 
-__all__ = (["active_isa", "available_isas", "isa_supported", "cpu_features", "resolve_isa", "ThreadPool", "Compute",
+__all__ = (["active_isa", "available_isas", "isa_supported", "cpu_features", "neon_extensions", "resolve_isa", "ThreadPool", "Compute",
             "Linear", "WEIGHT_MODES", "ATTENTION_MODES", "attention_bf16", "drop_batch",
             "resolve_weights"]
            + _attention_module.__all__ + _elem_module.__all__)

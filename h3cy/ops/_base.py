@@ -7,7 +7,7 @@ from .. import _config
 from .. import _kernels
 from ..errors import H3ValueError, UnsupportedCPUError
 
-__all__ = ["active_isa", "available_isas", "isa_supported", "cpu_features", "resolve_isa", "ThreadPool", "Compute",
+__all__ = ["active_isa", "available_isas", "isa_supported", "cpu_features", "neon_extensions", "resolve_isa", "ThreadPool", "Compute",
            "Linear", "WEIGHT_MODES", "ATTENTION_MODES", "attention_bf16"]
 
 WEIGHT_MODES = ("fp32", "bf16", "fp16", "int8", "int4")
@@ -16,10 +16,18 @@ ThreadPool = _kernels.ThreadPool
 cpu_features = _kernels.cpu_features
 
 
-# Each path's rank for H3CY_ISA_MAX (ref < avx2 | neon < avx512 < amx), and the order in
-# which the default is picked (the C library's h3_isa_best order).
-_ISA_RANK = {"ref": 0, "avx2": 1, "neon": 1, "avx512": 2, "amx": 3}
-_BEST_FIRST = ("amx", "avx512", "avx2", "neon", "ref")
+def neon_extensions():
+    """The neon path's extensions its linears use on this machine: those the CPU has
+    (``_kernels.cpu_extensions``) that ``H3CY_NEON_EXT`` allows, e.g. ``("i8mm", "bf16")``
+    on a Graviton 3; ``()`` on x86."""
+    allowed = _config.neon_extensions()
+    return tuple(n for n in _kernels.cpu_extensions() if n in allowed)
+
+
+# Each path's rank for H3CY_ISA_MAX (ref < avx2 | neon < avxvnni < avx512 < amx), and the
+# order in which the default is picked (the C library's h3_isa_best order).
+_ISA_RANK = {"ref": 0, "avx2": 1, "neon": 1, "avxvnni": 2, "avx512": 3, "amx": 4}
+_BEST_FIRST = ("amx", "avx512", "avxvnni", "avx2", "neon", "ref")
 
 
 def _isa_cap():
@@ -46,7 +54,7 @@ def isa_supported(name):
 def available_isas():
     """The ISA paths this machine can run, slowest first (``ref`` is always there);
     ``H3CY_ISA_MAX`` hides the paths above the one it names."""
-    return [name for name in _kernels.ISA_NAMES if isa_supported(name)]
+    return sorted((name for name in _kernels.ISA_NAMES if isa_supported(name)), key=lambda n: _ISA_RANK.get(n, 0))
 
 
 def _best_isa():
@@ -345,6 +353,14 @@ class Linear:
     def weight_bytes(self):
         """Bytes held for the converted weight and its scales."""
         return self._c.weight_bytes
+
+    @property
+    def extensions(self):
+        """The optional CPU extensions this linear's kernels use, beyond its ``isa``: on
+        ``neon``, ``"i8mm"`` (SMMLA, int8/int4 weights; same bits as without) and
+        ``"bf16"`` (BFMMLA, bf16 weights with ``bf16_inputs``), where the CPU has them and
+        ``H3CY_NEON_EXT`` allows them; ``()`` on every other path."""
+        return self._c.extensions
 
     @property
     def activation_dtype(self):

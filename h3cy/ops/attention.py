@@ -58,7 +58,7 @@ class Attention:
         Score scale; default ``1 / sqrt(D)``.
     causal : bool, default False
     isa : str, optional
-        Kernel path (``ref``, ``avx2``, ``avx512``, ``amx``, ``neon``); default the
+        Kernel path (``ref``, ``avx2``, ``avxvnni``, ``avx512``, ``amx``, ``neon``); default the
         process default (see :mod:`h3cy.ops`).  ``amx`` runs the AVX-512 attention.
     threads : int, optional
         Threads of the shared pool; default the process default.

@@ -7,11 +7,11 @@ Nothing here times a kernel: loading only reads the small JSON file that
 
     <cache>/selfcheck/gemm-<isa>-<sha256(cpu model)[:12]>.json
 
-and holds ``{"format", "h3cy", "kernels", "cpu", "isa", "threads", "rows", "shapes",
+and holds ``{"format", "h3cy", "kernels", "cpu", "isa", "ext", "threads", "rows", "shapes",
 "seconds": {mode: s}, "gop_s": {mode: rate}, "fastest", "measured_at"}``: ``seconds`` is
 the time of one DiT block's linears at ``rows`` rows in each mode.  A file is used only
-when its format, h3cy version, kernel build, CPU model string and ISA path all equal this
-process's; anything else (missing, unreadable, bad JSON, wrong keys, another CPU or build)
+when its format, h3cy version, kernel build, CPU model string, ISA path and (on neon) the
+extensions in use all equal this process's; anything else (missing, unreadable, bad JSON, wrong keys, another CPU or build)
 falls back to the static rule, with at most one warning per process.
 
 The choice for a float checkpoint: the faster of bf16 and int8 by the measurement (int8
@@ -56,8 +56,8 @@ STATIC_RULE = {
                         "bf16 product, bf16 is widened to fp32 FMAs"),
     "avx2": ("int8", "AVX2 has no bf16 product (bf16 is widened to fp32 FMAs); measured on a "
                      "2-core Zen 3, a full-size block ran 8.9 s in int8, 13.3 s in bf16"),
-    "neon": ("int8", "SDOT does 4 int8 products per lane (SMULL kernels without it); h3cy has no "
-                     "BFMMLA/BFDOT kernels yet, so bf16 is widened to fp32 FMAs"),
+    "neon": ("int8", "SMMLA (i8mm) does 32 int8 products per instruction to BFMMLA's 16 bf16, SDOT "
+                     "16 to a widening FMA's 4 (SMULL kernels without SDOT still beat widened bf16)"),
     "ref": ("int8", "the portable scalar path: neither mode is fast, int8 takes half the memory"),
 }
 _STATIC_DEFAULT = ("int8", "the default for paths without a rule of their own")
@@ -119,9 +119,11 @@ def _kernels_build():
 
 def measurement_key(isa):
     """What a stored measurement must match to be used here: format, h3cy version, kernel
-    build, CPU model string and ISA path."""
+    build, CPU model string, ISA path and, on neon, the extensions its kernels use
+    (H3CY_NEON_EXT switches SMMLA/BFMMLA off: other kernels, another measurement)."""
+    from ._base import neon_extensions
     return {"format": FORMAT_VERSION, "h3cy": __version__, "kernels": _kernels_build(), "cpu": cpu_model(),
-            "isa": isa}
+            "isa": isa, "ext": list(neon_extensions()) if isa == "neon" else []}
 
 
 def measurement_path(isa, root=None):

@@ -2,7 +2,7 @@
 
 The compile flags are read from setup.py (its BASE_CFLAGS and ISA_FLAGS literals), so a
 flag added there reaches these builds too; the file selection mirrors setup.py's
-csrc_sources(): every csrc/*.c and csrc/models/*.c, with *_avx2/_avx512/_amx.c only for
+csrc_sources(): every csrc/*.c and csrc/models/*.c, with *_avx2/_avxvnni/_avx512/_amx.c only for
 x86 targets and *_neon.c only for aarch64 targets, each ISA file compiled with its ISA's
 flags only.
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
 DRIVER = ROOT / "tests" / "c" / "test_kernels.c"
 BUILD_ROOT = ROOT / "tests" / "_cbuild"
-X86_ISAS = ("avx2", "avx512", "amx")
+X86_ISAS = ("avx2", "avxvnni", "avx512", "amx")
 
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1"]
 

@@ -11,6 +11,7 @@
  *   - thread pool with 1 and 2 threads (results must not depend on the thread count);
  *   - element-wise, RoPE, norm and attention kernels when their files are built in;
  *   - the LoRA tile add of every path bit-exact against ref (test_kernels_lora.inc);
+ *   - on AArch64, the SMMLA/BFMMLA tables and their dispatch (test_kernels_neon.inc);
  *   - error paths: the documented h3_status, a non-empty message, outputs untouched.
  * Output buffers carry guard elements that must come back unchanged.
  *
@@ -798,17 +799,36 @@ static void test_gemm_tables(void) {
         H3_ISA_NEON,
 #endif
     };
+    const gemm_kernels *tabs[8];
+    h3_isa simd_of[8];
+    size_t nt = 0;
     for (size_t i = 0; i < sizeof simd / sizeof simd[0]; i++) {
-        const gemm_kernels *kt = gemm_kernels_for(simd[i]);
+        simd_of[nt] = simd[i];
+        tabs[nt++] = gemm_kernels_for(simd[i]);
+    }
+#if H3_ARM64
+    /* the extension tables are complete tables a linear points at directly (no NULL member) */
+    const gemm_kernels *ext[2] = {&gemm_kernels_neon_i8mm, &gemm_kernels_neon_bf16};
+    for (int e = 0; e < 2; e++) {
+        CHECK(ext[e]->ukr_f32 && ext[e]->unpack && ext[e]->gemv && ext[e]->ukr_i8 && ext[e]->ukr_i4 &&
+              ext[e]->quant_row && ext[e]->swiglu_row && ext[e]->lora_add, "neon ext table %d has a NULL member", e);
+        CHECK(ext[e]->nr == gemm_kernels_neon.nr && ext[e]->kc_int == gemm_kernels_neon.kc_int,
+              "neon ext table %d: another int layout or K block than neon's", e);
+        tabs[nt++] = ext[e];
+        simd_of[nt - 1] = H3_ISA_NEON;
+    }
+#endif
+    for (size_t i = 0; i < nt; i++) {
+        const gemm_kernels *kt = tabs[i];
         CHECK(kt->swiglu_row != gemm_swiglu_row_ref, "%s: the SwiGLU epilogue is the scalar reference",
-              h3_isa_name(simd[i]));
-        if (simd[i] != H3_ISA_NEON)
+              h3_isa_name(simd_of[i]));
+        if (simd_of[i] != H3_ISA_NEON)
             CHECK(kt->quant_row != gemm_quant_row_ref, "%s: activations quantised by the scalar reference",
-                  h3_isa_name(simd[i]));
+                  h3_isa_name(simd_of[i]));
         CHECK(kt->ukr_i8 != gemm_ukr_i8_ref && kt->ukr_f32 != gemm_ukr_f32_ref,
-              "%s: a scalar reference micro-kernel", h3_isa_name(simd[i]));
+              "%s: a scalar reference micro-kernel", h3_isa_name(simd_of[i]));
         CHECK(kt->lora_add != gemm_lora_add_ref, "%s: the LoRA tile add is the scalar reference",
-              h3_isa_name(simd[i]));
+              h3_isa_name(simd_of[i]));
     }
 }
 
@@ -958,6 +978,7 @@ static void test_cpu(void) {
 #include "test_kernels_loop.inc"
 #include "test_kernels_lora.inc"
 #include "test_kernels_hadamard.inc"
+#include "test_kernels_neon.inc"
 
 /* ------------------------------------------------------------------ main */
 
@@ -986,6 +1007,9 @@ int main(int argc, char **argv) {
 #if defined(__aarch64__) && defined(__linux__)
     /* which NEON integer GEMM kernel runs: SDOT (asimddp) or the ARMv8.0 SMULL one */
     printf("aarch64 asimddp: %s\n", (getauxval(AT_HWCAP) & (1ul << 20)) ? "yes" : "no");
+    /* and whether the SMMLA / BFMMLA tables can be chosen (HWCAP2_I8MM, HWCAP2_BF16) */
+    printf("aarch64 i8mm: %s, bf16: %s\n", (getauxval(AT_HWCAP2) & (1ul << 13)) ? "yes" : "no",
+           (getauxval(AT_HWCAP2) & (1ul << 14)) ? "yes" : "no");
 #endif
     h3_err err;
     if (h3_pool_create(1, &pool1, &err) || h3_pool_create(2, &pool2, &err)) {
@@ -997,7 +1021,7 @@ int main(int argc, char **argv) {
         {"gemm errors", test_gemm_errors}, {"gemm tables", test_gemm_tables}, {"int kernels", test_int_kernels}, {"bf16 unpack", test_bf16_unpack}, {"gemm", test_gemm}, {"gemm parts", test_gemm_parts}, {"ops", test_ops},
         {"audio", test_audio}, {"dit", test_dit},
         {"qwen", test_qwen}, {"vit", test_vit}, {"loop", test_loop}, {"lora", test_lora},
-        {"hadamard", test_hadamard},
+        {"hadamard", test_hadamard}, {"neon ext", test_neon_ext},
     };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         if (only && strcmp(only, parts[i].name)) continue;
