@@ -121,9 +121,10 @@ def measurement_key(isa):
     """What a stored measurement must match to be used here: format, h3cy version, kernel
     build, CPU model string, ISA path and, on neon, the extensions its kernels use
     (H3CY_NEON_EXT switches SMMLA/BFMMLA off: other kernels, another measurement)."""
-    from ._base import neon_extensions
+    # h3cy.ops.neon_extensions(), computed here: _base imports this module
+    ext = [n for n in _kernels.cpu_extensions() if n in _config.neon_extensions()] if isa == "neon" else []
     return {"format": FORMAT_VERSION, "h3cy": __version__, "kernels": _kernels_build(), "cpu": cpu_model(),
-            "isa": isa, "ext": list(neon_extensions()) if isa == "neon" else []}
+            "isa": isa, "ext": ext}
 
 
 def measurement_path(isa, root=None):
