@@ -45,9 +45,11 @@ def _loader_inputs():
                             "tooltip": "A MiniMax-H3 folder from models/h3/ (release or diffusers layout), "
                                        "or split components in diffusion_models/ text_encoders/ vae/."}),
         ("weights", "COMBO", {"options": list(nodes_load.WEIGHT_MODES), "default": "auto",
-                              "tooltip": "Transformer and text-encoder weights in memory: auto (default) = int8 "
-                                         "for float files; int8 ~1 byte/param (fastest), int4 ~half of that, "
-                                         "bf16/fp16 2, fp32 4."}),
+                              "tooltip": "Transformer and text-encoder weights in memory: auto (default) = quantised "
+                                         "files as stored; float files the faster of bf16 and int8 on this CPU "
+                                         "(measured by `h3cy selfcheck`; int8 without a measurement) that fits "
+                                         "memory, int4 when neither fits. int8 ~1 byte/param, int4 ~half of "
+                                         "that, bf16/fp16 2, fp32 4."}),
         ("threads", "INT", {"default": 0, "min": 0, "max": 1024,
                             "tooltip": "CPU threads for h3cy (0 = physical cores available)."}),
         ("streaming", "COMBO", {"options": list(nodes_load.STREAMING), "default": "auto",

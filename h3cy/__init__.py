@@ -31,13 +31,14 @@ from .sampling.sampler import STOP, CancelToken, StepState, denoise, initial_noi
 from .sampling import audio_schedule
 from .pipeline import Pipeline, load
 from .result import Result
+from .tuning import selfcheck
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     # errors and process settings
     "Busy", "Cancelled", "CheckpointError", "H3Error", "UnsupportedCPUError",
-    "get_num_threads", "set_num_threads", "cache_dir", "ops", "__version__",
+    "get_num_threads", "set_num_threads", "cache_dir", "ops", "__version__", "selfcheck",
     # weights
     "ModelFolder", "find_model", "TransformerCheckpoint", "TransformerConfig", "open_transformer",
     # models

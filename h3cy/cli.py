@@ -8,13 +8,16 @@
                   --frames-dir --latent-out --lora FILE[:STRENGTH] --preset --sampler --shift V,A]
     h3cy generate --dit F --text-encoder F --video-vae D --audio-vae D -p PROMPT -o out.mp4
                                                  single files (ComfyUI's) per component
-    h3cy info MODEL                              layout, components, memory per weights mode
+    h3cy info MODEL                              layout, components, memory per weights mode, auto's choice
     h3cy info FILE.safetensors                   what a single file holds, its inferred config, memory
+    h3cy info                                    this CPU: its path, GEMM measurement or the static rule
     h3cy convert MODEL --weights int8            build the weight caches ahead of time
     h3cy batch JOBS.jsonl -m MODEL -o OUTDIR     many jobs, here or on Ray [--ray ADDRESS --workers N
                   --cores-per-actor C --return-outputs --retries N --latents --json]
     (-m demo, in generate, info and batch: the built-in demo model; -m demo-random: the random one)
-    h3cy selfcheck [--threads N] [--isa NAME] [--size M,N,K]
+    h3cy selfcheck [--threads N] [--isa NAME] [--size M,N,K] [--rows M] [--no-save] [--no-measure]
+                  check the kernels, time each weights mode at the DiT's shapes (~15-30 s on
+                  2 cores) and store it for weights="auto" (h3cy.selfcheck)
 
 Errors in what the user gave (a bad path, an illegal size) print one line and exit with 2;
 Ctrl-C stops cleanly, writes nothing half-done and exits with 130.
@@ -49,12 +52,22 @@ def _print_extensions(isa):
 
 
 def selfcheck(args):
+    """``h3cy selfcheck``: the kernels' results against float64 at ``--size``, then each weights
+    mode's GEMM timed at the DiT's shapes (h3cy.tuning.selfcheck), stored for weights="auto"."""
+    import warnings
+
     import h3cy
     from h3cy import ops
+    from .ops import measurement
+    from .tuning import selfcheck as measure
+
+    # the note on portable int8 kernels asks for this very measurement: not here
+    warnings.filterwarnings("ignore", message="h3cy: int[48] weights run", category=RuntimeWarning)
 
     threads = args.threads or h3cy.get_num_threads()
     isa = ops.resolve_isa(args.isa)
     print(f"h3cy {h3cy.__version__}")
+    print(f"CPU          : {measurement.cpu_model()}")
     print(f"ISA path     : {isa}   (available: {', '.join(ops.available_isas())})")
     print(f"CPU features : {' '.join(ops.cpu_features()) or '-'}")
     _print_extensions(isa)
@@ -80,8 +93,56 @@ def selfcheck(args):
         ext = "".join(f" +{e}" for e in lin.extensions)
         print(f"  h3cy {mode:5s} {flop / t / 1e9:8.1f} GFLOP/s  ({np.median(t_np) / t:4.2f}x numpy)"
               f"  rel-L2 vs float64 {err:.1e} {'ok' if good else 'FAILED'}{ext}")
+    if ok and not args.no_measure:
+        print(f"timing one DiT block's linears in each weights mode at {args.rows} rows "
+              f"(what weights='auto' follows) ...", flush=True)
+        rec = measure(threads=threads, isa=isa, rows=args.rows, shapes=args.shapes, save=not args.no_save,
+                      progress=lambda line: print(line, flush=True))
+        secs = rec["seconds"]
+        print("  per block: " + ", ".join(f"{m} {secs[m]:.3f} s" for m in measurement.MEASURED_MODES)
+              + f"  ({rec['wall_s']:.0f} s in all)")
+        slow = next(m for m in measurement.AUTO_CANDIDATES if m != rec["fastest"])
+        print(f"  fastest of bf16 and int8: {rec['fastest']} ({secs[slow] / secs[rec['fastest']]:.2f}x {slow}'s "
+              f"speed): weights='auto' runs it for float checkpoints that fit the memory")
+        if "path" in rec:
+            print(f"  stored: {rec['path']}")
     print("selfcheck: " + ("ok" if ok else "FAILED"))
     return 0 if ok else 1
+
+
+def _shapes(text):
+    """``NxK[,NxK...]`` -> {name: (N, K)} (selfcheck's hidden --shapes, for quick tests)."""
+    out = {}
+    try:
+        for i, part in enumerate(text.split(",")):
+            n, k = (int(v) for v in part.lower().split("x"))
+            if min(n, k) < 1:
+                raise ValueError
+            out[f"shape{i}"] = (n, k)
+    except ValueError:
+        raise argparse.ArgumentTypeError("shapes must be NxK[,NxK...] (positive integers)") from None
+    return out
+
+
+def _auto_lines(isa):
+    """``h3cy info``'s lines on this CPU: the stored GEMM measurement or the static rule."""
+    from .ops import measurement
+    lines = [f"CPU       : {measurement.cpu_model()} (ISA path {isa})"]
+    rec = measurement.load_measurement(isa)
+    if rec is None:
+        mode, why = measurement.static_choice(isa)
+        lines.append(f"measured  : none stored for this CPU and path ({measurement.measurement_path(isa)}); "
+                     "`h3cy selfcheck` measures")
+        lines.append(f"auto      : {mode} for float checkpoints, by the static rule for {isa} ({why})")
+        return lines
+    secs = rec["seconds"]
+    lines.append(f"measured  : {rec['path']} ({rec.get('measured_at', '?')}, {rec.get('threads', '?')} threads, "
+                 f"{rec.get('rows', '?')} rows)")
+    lines.append("            one DiT block's linears: " + ", ".join(
+        f"{m} {secs[m]:.3f} s" for m in measurement.MEASURED_MODES if isinstance(secs.get(m), (int, float))))
+    fast = min(measurement.AUTO_CANDIDATES, key=lambda m: secs[m])
+    lines.append(f"auto      : {fast} for float checkpoints that fit the memory (measured fastest of bf16 and int8)")
+    return lines
 
 
 def _size(text):
@@ -295,6 +356,8 @@ def info_file(path):
     kind = detect(path)
     for line in kind.describe():
         print(line)
+    from . import ops
+    isa = ops.active_isa()
     if kind.component == "transformer" and not kind.quantised:
         from .weights.transformer import open_transformer
         with open_transformer(path) as ckpt:
@@ -315,12 +378,23 @@ def info_file(path):
         need = resident_bytes(s, kind.component, mode)
         fits = room is None or need <= 0.8 * room
         print(f"  {mode:5s} {fmt_bytes(need):>10s} resident  -> {'fits' if fits else 'stream'}")
+    for line in _auto_lines(isa):
+        print(line)
+    if kind.component in ("transformer", "text_encoder"):
+        from .weights.auto import auto_choice
+        c = auto_choice(kind.component, path, isa, sizes=s, room=room)
+        print(f"weights='auto' runs this file {c.mode} ({c.reason})")
     return 0
 
 
 def info(args):
     from ._memory import available_memory, fmt_bytes
+    from . import ops
     from .weights.model_folder import COMPONENTS, find_model
+    if args.model is None:           # this CPU only: its path, the measurement or the static rule
+        for line in _auto_lines(ops.active_isa()):
+            print(line)
+        return 0
     args.model = _model_arg(args.model)
     if os.path.isfile(args.model):
         return info_file(args.model)
@@ -357,21 +431,21 @@ def info(args):
     print(f"memory available to this process: {fmt_bytes(room)}")
     print("resident memory per phase (phases run one at a time; the largest sets the need):")
     vae = max(mf.resident_bytes("video_vae", "fp32"), mf.resident_bytes("audio_vae", "fp32"))
-    best = None
     for mode in ("fp32", "bf16", "fp16", "int8", "int4"):
         te, dit = mf.resident_bytes("text_encoder", mode), mf.resident_bytes("transformer", mode)
         need = max(te, dit, vae)
         fits = room is None or need <= 0.8 * room
         print(f"  {mode:5s} text encoder {fmt_bytes(te):>10s}  transformer {fmt_bytes(dit):>10s}  "
               f"decoders (fp32) {fmt_bytes(vae):>10s}  -> {'fits' if fits else 'stream'}")
-        if fits and best is None and mode in ("bf16", "int8", "int4"):
-            best = mode
-    if best is None:
-        print("recommended: --weights int4 --streaming on (no mode fits resident)")
-    else:
-        print(f"recommended: --weights {best}" + (
-            "  (fits resident; int8 is the faster mode at ~1 byte/parameter)" if best == "bf16"
-            else "  (fastest kernels, ~1 byte/parameter)" if best == "int8" else ""))
+    isa = ops.active_isa()
+    for line in _auto_lines(isa):
+        print(line)
+    from .weights.auto import auto_choice
+    choice = {c: auto_choice(c, mf.paths[c], isa, sizes=sizes.get(c), room=room)
+              for c in ("text_encoder", "transformer")}
+    te, dit = choice["text_encoder"], choice["transformer"]
+    print(f"weights='auto' runs: text encoder {te.mode}, transformer {dit.mode} ({dit.reason})")
+    print("recommended: --weights auto" + (f"  (= {dit.mode})" if te.mode == dit.mode else ""))
     return 0
 
 
@@ -563,10 +637,17 @@ def main(argv=None):
     from .errors import Cancelled, H3Error
     p = argparse.ArgumentParser(prog="h3cy", description="MiniMax-H3 (text to video with sound) on the CPU")
     sub = p.add_subparsers(dest="cmd", required=True)
-    sc = sub.add_parser("selfcheck", help="print the kernel path, threads and GEMM speed")
+    sc = sub.add_parser("selfcheck", help="check the kernels, time each weights mode's GEMM at the model's "
+                        "shapes and store the result for weights=auto")
     sc.add_argument("--threads", type=int, default=None)
     sc.add_argument("--isa", default=None, help="ref, avx2, avxvnni, avx512, amx or neon")
-    sc.add_argument("--size", type=_size, default=(512, 2048, 2048), help="M,N,K")
+    sc.add_argument("--size", type=_size, default=(512, 2048, 2048), help="M,N,K of the correctness check")
+    sc.add_argument("--rows", type=int, default=256,
+                    help="activation rows of the timed GEMMs (default 256; 2048, the model's usual size, "
+                    "takes ~8x longer)")
+    sc.add_argument("--no-save", action="store_true", help="time, but do not store the measurement")
+    sc.add_argument("--no-measure", action="store_true", help="only the correctness check")
+    sc.add_argument("--shapes", type=_shapes, default=None, help=argparse.SUPPRESS)   # NxK,...: tests
 
     g = sub.add_parser("generate", help="prompt -> MP4 with sound")
     g.add_argument("-m", "--model", default=None, help="model folder (repository root, FL2VA/ or diffusers layout); "
@@ -586,7 +667,9 @@ def main(argv=None):
                    help="denoiser evaluations (default 20, or the preset's)")
     g.add_argument("--seed", type=int, default=42)
     g.add_argument("--weights", default="auto", choices=("auto", "fp32", "bf16", "fp16", "int8", "int4"),
-                   help="auto (default): int8 for float files")
+                   help="auto (default): stored-quantised files as stored; float files the faster of "
+                   "bf16 and int8 on this CPU (h3cy selfcheck measures; int8 without a measurement) that "
+                   "fits memory, int4 when neither fits")
     g.add_argument("--vae-weights", default="auto", choices=("auto", "fp32", "bf16", "fp16", "int8"),
                    help="auto (default): fp32 for float files, as released")
     g.add_argument("--threads", type=int, default=None)
@@ -617,8 +700,9 @@ def main(argv=None):
                    help="the schedule's video and audio shifts (default 12,3)")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
-    i = sub.add_parser("info", help="layout, components and memory needs of a model folder, or what a single file holds")
-    i.add_argument("model")
+    i = sub.add_parser("info", help="layout, components and memory needs of a model folder, or what a single file "
+                       "holds, and what weights=auto runs on this CPU (alone: only the latter)")
+    i.add_argument("model", nargs="?", default=None)
 
     c = sub.add_parser("convert", help="build the fp16/int8/int4 weight caches ahead of time")
     c.add_argument("model")

@@ -32,7 +32,7 @@ __all__ = ["load", "Pipeline"]
 WEIGHT_MODES = ("fp32", "bf16", "fp16", "int8", "int4")
 VAE_WEIGHT_MODES = ("fp32", "bf16", "fp16", "int8")
 # fraction of the available memory a resident component may take before "auto" streams it
-AUTO_STREAM_FRACTION = 0.8
+AUTO_STREAM_FRACTION = ops.measurement.FIT_FRACTION     # the one rule weights="auto" uses too
 
 
 def load(path=None, weights="auto", streaming="auto", threads=None, cache_dir=None, vae_weights="auto",
@@ -53,8 +53,11 @@ def load(path=None, weights="auto", streaming="auto", threads=None, cache_dir=No
         taking the place of that component of ``path``.  Without a tokenizer, single files
         use the released tokenizer shipped with h3cy.
     weights : weights mode of the transformer and the text encoder (fp32, bf16, fp16, int8,
-        int4, or "auto", the default: float files run int8 -- about 1 byte per parameter and
-        the fastest kernels -- and quantised files will run as stored).
+        int4, or "auto", the default, chosen per component: linears stored quantised run as
+        stored; a float file runs the faster of bf16 and int8 on this CPU by the measurement
+        ``h3cy selfcheck`` stored (int8 without one: the static rule) among those whose
+        resident size fits 80% of the memory available, int4 when neither fits; see
+        :mod:`h3cy.weights.auto`).  The modes chosen are in ``component_weights``.
     streaming : True, False or "auto" — stream blocks/layers from disk instead of keeping
         them resident.  "auto" streams a component when its resident size in ``weights``
         exceeds 80% of the memory available to the process (the smaller of MemAvailable
@@ -87,8 +90,9 @@ class Pipeline:
     def __init__(self, path=None, weights="auto", streaming="auto", threads=None, cache_dir=None,
                  vae_weights="auto", keep_loaded=False, isa=None, attention=None, *, dit=None,
                  text_encoder=None, video_vae=None, audio_vae=None, tokenizer=None):
-        weights = ops.resolve_weights(weights, WEIGHT_MODES)     # "auto": the mode it stands for
-        ops.attention_bf16(attention, weights)      # a bad value fails now, not after encoding
+        if weights != "auto":
+            weights = ops.resolve_weights(weights, WEIGHT_MODES)
+        ops.attention_bf16(attention, "int8" if weights == "auto" else weights)   # a bad value fails now
         self.attention = attention
         try:     # "auto": a float decoder runs fp32, as released
             vae_weights = ops.resolve_weights(vae_weights, VAE_WEIGHT_MODES, auto="fp32")
@@ -110,7 +114,18 @@ class Pipeline:
         # truncated shard fails here, naming it, not minutes later in whichever phase reads it
         self.folder.sizes()
         self.path = path
-        self.weights, self.vae_weights = weights, vae_weights
+        # the mode of each phase's component: "auto" is resolved per component from its
+        # files, this CPU's stored GEMM measurement and the memory (h3cy.weights.auto);
+        # phases run one at a time, so each component must fit on its own
+        if weights == "auto":
+            from .weights.auto import auto_weights
+            sizes = self.folder.sizes()
+            self.component_weights = {
+                c: auto_weights(c, self.folder.paths[c], isa, streaming=streaming is True, sizes=sizes.get(c))
+                for c in ("text_encoder", "transformer")}
+        else:
+            self.component_weights = {"text_encoder": weights, "transformer": weights}
+        self.weights, self.vae_weights = self.component_weights["transformer"], vae_weights
         self.streaming = streaming
         self.threads, self.cache_dir, self.isa = threads, cache_dir, isa
         self.keep_loaded = bool(keep_loaded)
@@ -200,11 +215,12 @@ class Pipeline:
         """Whether ``component`` ("text_encoder" or "transformer") is streamed."""
         if self.streaming != "auto":
             return bool(self.streaming)
-        need = self.folder.resident_bytes(component, self.weights)
+        mode = self.component_weights[component]
+        need = self.folder.resident_bytes(component, mode)
         room = available_memory()
         stream = room is not None and need > AUTO_STREAM_FRACTION * room
         log.info("h3cy: %s needs ~%s resident in %s, %s available -> %s", component, fmt_bytes(need),
-                 self.weights, fmt_bytes(room), "streaming" if stream else "resident")
+                 mode, fmt_bytes(room), "streaming" if stream else "resident")
         return stream
 
     def _build(self, component):
@@ -215,11 +231,11 @@ class Pipeline:
         p = self.folder.paths[component]
         if component == "text_encoder":
             return text_encoder.TextEncoder.from_pretrained(
-                p, weights=self.weights, streaming=self.streaming_for(component), threads=self.threads,
+                p, weights=self.component_weights[component], streaming=self.streaming_for(component), threads=self.threads,
                 isa=self.isa, cache_dir=self.cache_dir)
         if component == "transformer":
             dit = model.DiT.from_pretrained(
-                p, weights=self.weights, streaming=self.streaming_for(component), threads=self.threads,
+                p, weights=self.component_weights[component], streaming=self.streaming_for(component), threads=self.threads,
                 isa=self.isa, cache_dir=self.cache_dir, attention=self.attention)
             try:
                 for name, (path, strength) in self._loras.items():
@@ -281,7 +297,8 @@ class Pipeline:
             raise H3ValueError(f"prompt must be a str, got {type(prompt).__name__}")
         if prompt == "":
             raise H3ValueError("prompt is empty; give at least one character (whitespace is a valid prompt)")
-        cached = prompt_cache.cached_prompt(self.folder.paths["text_encoder"], prompt, self.weights,
+        cached = prompt_cache.cached_prompt(self.folder.paths["text_encoder"], prompt,
+                                            self.component_weights["text_encoder"],
                                             cache_dir=self._prompt_cache_dir(), isa=self.isa)
         if cached is not None:
             if on_progress is not None:

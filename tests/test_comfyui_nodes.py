@@ -309,6 +309,26 @@ def test_model_cache_reuses_and_reloads(nodes, pack):
     assert cache.loads == n + 2
 
 
+def test_loader_auto_follows_the_stored_measurement(nodes, pack, monkeypatch, tmp_path):
+    """weights=auto in the loader node: the pipeline runs what this CPU's stored GEMM
+    measurement (h3cy selfcheck) says is faster, per component (#23)."""
+    from h3cy import _config
+    from h3cy.ops import measurement
+    monkeypatch.setattr(_config, "_ENV_CACHE_DIR", str(tmp_path))
+    cache = sys.modules[pack.__name__ + ".nodes_load"]._CACHE
+    isa = h3cy.ops.active_isa()
+    try:
+        for seconds, want in (({"fp32": 3.0, "bf16": 1.0, "int8": 2.0, "int4": 1.5}, "bf16"),
+                              ({"fp32": 3.0, "bf16": 2.0, "int8": 1.0, "int4": 0.9}, "int8")):
+            rec = dict(measurement.measurement_key(isa), seconds=seconds)
+            measurement.save_measurement(rec)
+            cache.release()                       # the node keeps one pipeline per (model, mode)
+            model = load(nodes, weights="auto")
+            assert model.pipeline().component_weights == {"text_encoder": want, "transformer": want}
+    finally:
+        cache.release()
+
+
 def test_progress_moves_per_block_across_phases(nodes, comfy_env):
     seen = []
     comfy_env["utils"].set_progress_bar_global_hook(lambda v, t, p, node_id=None: seen.append((v, t)))

@@ -130,7 +130,7 @@ def test_env_threads():
 
 
 def test_selfcheck_cli_runs_and_verifies():
-    r = subprocess.run([sys.executable, "-m", "h3cy", "selfcheck", "--size", "64,96,80",
+    r = subprocess.run([sys.executable, "-m", "h3cy", "selfcheck", "--size", "64,96,80", "--shapes", "64x96", "--rows", "16", "--no-save",
                         "--threads", "1"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ISA path" in r.stdout and "selfcheck: ok" in r.stdout

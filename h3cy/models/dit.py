@@ -228,8 +228,11 @@ class DiT:
         Parameters
         ----------
         path : str or os.PathLike — the folder (any Unicode name)
-        weights : {"auto", "bf16", "fp32", "fp16", "int8", "int4"} — "auto" (the default)
-            runs a float checkpoint int8 (:data:`h3cy.ops.AUTO_WEIGHTS`); bf16 and fp32 use
+        weights : {"auto", "bf16", "fp32", "fp16", "int8", "int4"} — "auto" (the default):
+            linears stored quantised run as stored (int8); a float checkpoint runs the
+            faster of bf16 and int8 by this CPU's stored measurement (``h3cy selfcheck``;
+            without one int8, the static rule) that fits memory, int4 when neither fits
+            (:mod:`h3cy.weights.auto`); bf16 and fp32 use
             the checkpoint's tensors in place (fp32 widens bf16 ones inside the kernel and
             multiplies float32 activations exactly); the others convert once (cached)
         threads : int, optional — default :func:`h3cy.get_num_threads`
@@ -256,6 +259,9 @@ class DiT:
         """
         from ..weights.transformer import open_transformer
         from ..weights.cache import ComponentCache
+        if weights == "auto":      # the file, this CPU's measurement and the memory decide
+            from ..weights.auto import auto_weights
+            weights = auto_weights("transformer", path, isa, streaming=bool(streaming))
         compute = ops.Compute.resolve(weights, isa, threads)     # the one resolution of this load
         ckpt = open_transformer(path, qkv_layout=qkv_layout)
         # a GGUF file with weights="auto" runs every tensor as stored: its quantised blocks on

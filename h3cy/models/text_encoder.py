@@ -301,8 +301,10 @@ class TextEncoder:
         Parameters
         ----------
         path : str or os.PathLike
-        weights : {"auto", "bf16", "fp32", "fp16", "int8", "int4"} — "auto" (the default)
-            runs a float checkpoint int8, as the pipeline does
+        weights : {"auto", "bf16", "fp32", "fp16", "int8", "int4"} — "auto" (the default),
+            as the pipeline and :meth:`h3cy.DiT.from_pretrained`: linears stored quantised
+            run as stored; a float checkpoint the faster of bf16 and int8 on this CPU that
+            fits memory (:mod:`h3cy.weights.auto`)
         streaming : bool — map and build one layer at a time (the next on a reader thread
             while the current one computes) and release its pages after use; same results,
             bit for bit, as resident loading
@@ -319,13 +321,17 @@ class TextEncoder:
             ``output_layer``
         """
         from ..weights.cache import ComponentCache
-        compute = ops.Compute.resolve(weights, isa, threads)     # the one resolution of this load
         if isinstance(output_layer, bool) or not isinstance(output_layer, (int, np.integer)) or output_layer < 0:
             raise H3ValueError(f"output_layer must be an int >= 0, got {output_layer!r}")
         folder = os.fspath(path)
         if not os.path.exists(folder):
             raise _err(folder, "not a folder or a file (expected a text_encoder folder with config.json "
                                "or a single .safetensors file)")
+        if weights == "auto":      # the file, this CPU's measurement and the memory decide
+            from ..weights.auto import auto_weights
+            weights = auto_weights("text_encoder", folder, isa, streaming=bool(streaming),
+                                   output_layer=int(output_layer))
+        compute = ops.Compute.resolve(weights, isa, threads)     # the one resolution of this load
         src = TextEncoderSource(folder, int(output_layer))
         # a GGUF file with weights="auto" runs every tensor as stored: quantised blocks on the
         # GGUF GEMM (the int8 mode "auto" resolves to), float tensors as float32

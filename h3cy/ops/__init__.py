@@ -12,10 +12,11 @@ copies a large activation behind your back, so a wrong dtype or a strided view r
 >>> lin = h3cy.ops.Linear(w, weights="fp32")
 >>> y = lin(np.ones((3, 48), np.float32))          # y = x @ w.T, shape (3, 64)
 
-Modules: ``_base`` (ISA, thread-pool and weights-mode resolution: Compute, Linear), ``attention``,
+Modules: ``_base`` (ISA, thread-pool and weights-mode resolution: Compute, Linear), ``measurement``
+(the stored GEMM measurement and the static rule behind weights="auto"), ``attention``,
 ``elem`` (norms, RoPE, activations, conversions), ``bf16`` (bf16 rounding in numpy).
 """
-from . import attention as _attention_module, elem as _elem_module
+from . import attention as _attention_module, elem as _elem_module, measurement  # noqa: F401
 from ._base import (ATTENTION_MODES, WEIGHT_MODES, Compute, Linear, ThreadPool, active_isa, attention_bf16,
                     available_isas, cpu_features, drop_batch, isa_supported, neon_extensions, resolve_isa,
                     resolve_weights)

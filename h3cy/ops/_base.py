@@ -63,10 +63,13 @@ def _best_isa():
     return next(n for n in _BEST_FIRST if isa_supported(n))
 
 
-# What weights="auto" runs for the transformer and the text encoder: tensors stored quantised
-# will run as stored (their formats are the next step); float files run int8, the fastest
-# mode at about 1 byte per parameter, until a measured per-CPU choice exists.  The decoders
-# pass auto="fp32": their float files run as released (int8 costs visible quality there).
+# What weights="auto" stands for where nothing more is known (resolve_weights and
+# Compute.resolve called without a checkpoint): int8, the static rule's mode on every path
+# (h3cy.ops.measurement.STATIC_RULE).  The transformer's and the text encoder's loaders
+# resolve "auto" before that, from the checkpoint (tensors stored quantised run as stored),
+# the stored GEMM measurement of this CPU and the memory available: h3cy.weights.auto.
+# The decoders pass auto="fp32": their float files run as released (int8 costs visible
+# quality there).
 AUTO_WEIGHTS = "int8"
 
 
@@ -214,22 +217,24 @@ _warned = set()
 
 
 def _warn_if_portable(weights, isa):
-    """One warning per (mode, path) when the CPU has no fast instruction for the mode:
-    int8/int4 without VNNI / dot-product instructions run exact but slower kernels."""
-    feats = set(cpu_features())
-    slow = None
-    if weights in ("int8", "int4"):
-        if isa == "avx512" and "avx512_vnni" not in feats:
-            slow = "AVX-512 without VNNI (vpmaddubsw kernels)"
-        elif isa == "avx2":
-            slow = "AVX2 without VNNI (vpmaddubsw kernels)"
-        elif isa == "neon" and "asimddp" not in feats:
-            slow = "NEON without the dot-product extension (SMULL kernels)"
-    if slow and (weights, isa) not in _warned:
+    """Say once per process, when int8/int4 run kernels without VNNI / dot-product
+    instructions, what runs on this CPU and what the stored GEMM measurement (or, without
+    one, the static rule) chooses (:func:`h3cy.ops.measurement.portable_note`).  A warning
+    unless the measurement shows the running mode is the faster one; then an info line."""
+    if _warned:
+        return
+    from . import measurement
+    note = measurement.portable_note(weights, isa, set(cpu_features()))
+    if note is None:
+        return
+    _warned.add("portable")
+    is_warning, text = note
+    if is_warning:
         import warnings
-        _warned.add((weights, isa))
-        warnings.warn(f"h3cy: {weights} weights run the portable {slow} on this CPU: results "
-                      f"are exact but slower; bf16 may be faster here", RuntimeWarning, stacklevel=3)
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
+    else:
+        import logging
+        logging.getLogger("h3cy").info("%s", text)
 
 
 class Linear:

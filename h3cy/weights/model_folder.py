@@ -117,6 +117,15 @@ def tensor_sizes(tensors):
             "matrix_bytes_on_disk": matrix_disk}
 
 
+def component_sizes(path, component, output_layer=50):
+    """:func:`tensor_sizes` of what ``component`` reads from ``path`` (a folder or a single
+    file): the text encoder's layers below ``output_layer`` and its embeddings, the VAEs'
+    decoders, everything of the transformer.  Headers only."""
+    keep = _text_encoder_keep(output_layer) if component == "text_encoder" else (
+        _decoder_keep if component in ("video_vae", "audio_vae") else None)
+    return tensor_sizes(folder_tensors(path, keep))
+
+
 def resident_bytes(s, component, weights):
     """Approximate resident bytes of a component of sizes ``s`` (:func:`tensor_sizes`)
     loaded in weights mode ``weights``: matrices in that mode, everything else float32
@@ -172,9 +181,7 @@ class ModelFolder:
             p = self.paths.get(c)
             if p is None:
                 continue
-            keep = _text_encoder_keep() if c == "text_encoder" else (
-                _decoder_keep if c in ("video_vae", "audio_vae") else None)
-            out[c] = tensor_sizes(folder_tensors(p, keep))
+            out[c] = component_sizes(p, c)
         return out
 
     def resident_bytes(self, component, weights):
