@@ -9,7 +9,7 @@ torch columns: F.linear fp32 and bf16, and torch's int8 dynamic-quantised Linear
 (fbgemm: u8 x s8 with vpmaddubsw on AVX2, VNNI where the CPU has it).
 
     python3 bench/isa_gemm_table.py --threads 2 [--isas avx2,avxvnni] [--modes int8,fp32]
-        [--m 2048,128] [--shapes qkv,down] [--rounds 3] [--reps 3] [--no-torch]
+        [--m 2048,128] [--shapes qkv,down] [--rounds 3] [--reps 3] [--no-torch | --torch fp32,int8dyn]
 
 The ref path is slow (plain C): it is left out unless --isas names it.
 """
@@ -85,6 +85,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--torch", default="fp32,bf16,int8dyn",
+                    help="torch columns (torch bf16 is very slow on CPUs without bf16 products)")
     args = ap.parse_args()
     isas = args.isas.split(",") if args.isas else [i for i in h3cy.ops.available_isas() if i != "ref"]
     modes = args.modes.split(",")
@@ -106,7 +108,8 @@ def main():
                     lin = h3cy.ops.Linear(w, weights=mode, threads=args.threads, isa=isa, **kw)
                     runs[f"{isa} {mode}"] = (lambda lin=lin: lin(x, out=out))
             if not args.no_torch:
-                runs.update(torch_runs(w, x, args.threads))
+                keep = {f"torch {t}" for t in args.torch.split(",")}
+                runs.update({k: f for k, f in torch_runs(w, x, args.threads).items() if k in keep})
             for fn in runs.values():
                 fn()  # warm-up: first touch of outputs and workspaces
             times = {k: [] for k in runs}
