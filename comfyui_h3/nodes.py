@@ -59,13 +59,14 @@ def _loader_inputs():
 
 
 def _files_loader_inputs():
-    tips = {"dit": "The MiniMax-H3 diffusion model file (Comfy-Org's minimax_h3_*_bf16.safetensors), from "
-                   "models/diffusion_models/.",
-            "text_encoder": "The Qwen3-VL text encoder file (qwen3vl_32b_minimax_h3_bf16.safetensors), from "
-                            "models/text_encoders/.",
+    tips = {"dit": "The MiniMax-H3 diffusion model file (Comfy-Org's minimax_h3_*_bf16.safetensors, or a "
+                   "GGUF such as minimax_h3_fl2va-Q4_K_M.gguf), from models/diffusion_models/ or models/unet/.",
+            "text_encoder": "The Qwen3-VL text encoder file (qwen3vl_32b_minimax_h3_bf16.safetensors, or a GGUF), "
+                            "from models/text_encoders/ or models/clip/.",
             "video_vae": "The video VAE file (minimax_h3_video_vae_fp16.safetensors), from models/vae/.",
             "audio_vae": "The audio VAE file (minimax_h3_audio_vae_fp32.safetensors), from models/vae/."}
-    return [(role, "COMBO", {"options": nodes_load.file_options(folder), "tooltip": tips[role]})
+    return [(role, "COMBO", {"options": nodes_load.file_options(folder, gguf=role in nodes_load.GGUF_ROLES),
+                             "tooltip": tips[role]})
             for role, (folder, _, _) in nodes_load.FILE_INPUTS.items()] + _loader_inputs()[1:]
 
 

@@ -290,6 +290,11 @@ def load_model(model, weights="auto", threads=0, streaming="auto"):
 
 # -- H3 Model Loader from files: ComfyUI's own diffusion_models / text_encoders / vae files ---
 FILE_SUFFIXES = (".safetensors", ".sft")
+# GGUF files (the sd.cpp / unsloth sets; ComfyUI-GGUF users keep them in models/unet and
+# models/clip): ComfyUI lists only its own extensions for these folders, so the loader looks
+# for them itself, in the same folders
+GGUF_SUFFIX = ".gguf"
+GGUF_ROLES = ("dit", "text_encoder")
 # node input -> (ComfyUI folder, h3cy component, what the user calls it)
 FILE_INPUTS = {"dit": ("diffusion_models", "transformer", "diffusion model"),
                "text_encoder": ("text_encoders", "text_encoder", "text encoder"),
@@ -301,13 +306,34 @@ def _no_file(folder):
     return f"(no .safetensors in models/{folder}/)"
 
 
-def file_options(folder):
+def _gguf_files(folder):
+    """The .gguf files under ``folder``'s paths (recursively, relative names, the first path
+    winning on duplicates, as ComfyUI lists files)."""
+    out = set()
+    try:
+        bases = folder_paths.get_folder_paths(folder)
+    except KeyError:
+        return []
+    for base in bases:
+        if not os.path.isdir(base):
+            continue
+        for root, _dirs, files in os.walk(base, followlinks=True):
+            for n in files:
+                if n.lower().endswith(GGUF_SUFFIX):
+                    out.add(os.path.relpath(os.path.join(root, n), base))
+    return sorted(out)
+
+
+def file_options(folder, gguf=False):
     """The .safetensors files ComfyUI lists for ``folder`` (its own folders and
-    extra_model_paths.yaml's), so existing downloads appear without moving anything."""
+    extra_model_paths.yaml's), so existing downloads appear without moving anything; with
+    ``gguf``, the .gguf files in the same folders too."""
     try:
         names = [n for n in folder_paths.get_filename_list(folder) if n.lower().endswith(FILE_SUFFIXES)]
     except KeyError:
         names = []
+    if gguf:
+        names = sorted(set(names) | set(_gguf_files(folder)))
     return names or [_no_file(folder)]
 
 

@@ -694,3 +694,37 @@ def test_taesd_previews_use_taeh3_from_vae_approx(nodes, comfy_env, monkeypatch)
         np.testing.assert_array_equal(np.asarray(previews[-1][1]), img.repeat(8, 0).repeat(8, 1))
     finally:
         os.remove(path)
+
+
+def test_files_loader_lists_and_runs_gguf_files(nodes, comfy_env, comfy_files, tiny_dit_factory, tmp_path):
+    """GGUF downloads kept where ComfyUI-GGUF users keep them (models/unet) appear in the files
+    loader beside the .safetensors ones, and a GGUF of float tensors makes the same video as
+    the safetensors file it was written from."""
+    import torch
+    from _comfy_files import dit_state
+    from _gguf_files import write_gguf
+    fp = comfy_env["folder_paths"]
+    tensors = []
+    for name, v in dit_state(tiny_dit_factory("p")).items():
+        if v.dtype == torch.bfloat16:
+            tensors.append((name, "BF16", tuple(v.shape), v.view(torch.int16).numpy().view(np.uint16)))
+        else:
+            tensors.append((name, "F32", tuple(v.shape), v.float().numpy()))
+    d = os.path.join(fp.models_dir, "unet", "gguf")
+    os.makedirs(d, exist_ok=True)
+    write_gguf(os.path.join(d, "h3_dit-F32.gguf"), tensors)
+    picks = {"dit": os.path.join("gguf", "h3_dit-F32.gguf")}
+    for role, folder in (("text_encoder", "text_encoders"), ("video_vae", "vae"), ("audio_vae", "vae")):
+        p = os.path.join(fp.models_dir, folder, "gg_" + os.path.basename(comfy_files[role]))
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        if not os.path.exists(p):
+            os.symlink(comfy_files[role], p)
+        picks[role] = os.path.basename(p)
+    info = nodes["H3cyFilesLoader"].INPUT_TYPES()["required"]
+    assert picks["dit"] in info["dit"][1]["options"]
+    assert not any(o.endswith(".gguf") for o in info["video_vae"][1]["options"])   # VAEs: no GGUF sets
+    model = run(nodes["H3cyFilesLoader"], weights="fp32", threads=0, streaming="off", **picks)[0]
+    images, _ = run(nodes["H3cyGenerate"], model=model, prompt="a fox in snow", **SMALL)
+    want = h3cy.load(weights="fp32", streaming=False, **{r: comfy_files[r] for r in picks}).generate(
+        prompt="a fox in snow", width=64, height=64, frames=22, steps=2, seed=7)
+    assert np.array_equal(images.numpy(), want.frames * np.float32(1.0 / 255.0))
