@@ -319,17 +319,15 @@ ukr_int_tile(const int is_i4, int mr_, int nr_, int nseg, int seg_q, const int8_
     ukr_int_neon(is_i4, nseg, seg_q, ap, bp, sa, sw, sw_stride, c, ldc, mr, nr, accumulate);
 }
 
-static void ukr_i8_neon(int mr_, int nr_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                        const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                        float *c, int64_t ldc, int mr, int nr, int accumulate) {
-    ukr_int_tile(0, mr_, nr_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
-}
-
-static void ukr_i4_neon(int mr_, int nr_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                        const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                        float *c, int64_t ldc, int mr, int nr, int accumulate) {
-    ukr_int_tile(1, mr_, nr_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
-}
+/* A table's int8 / int4 entry point (the gemm_ukr_int signature) over a tile function. */
+#define INT_ENTRY(name, is_i4, tile)                                                                         \
+    static void name(int mr_, int nr_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,           \
+                     const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride, float *c,   \
+                     int64_t ldc, int mr, int nr, int accumulate) {                                        \
+        tile(is_i4, mr_, nr_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);  \
+    }
+INT_ENTRY(ukr_i8_neon, 0, ukr_int_tile)
+INT_ENTRY(ukr_i4_neon, 1, ukr_int_tile)
 
 /* ---- ARMv8.6 matrix multiply-accumulate: SMMLA (i8mm) and BFMMLA (bf16).
  *
@@ -429,17 +427,8 @@ ukr_int_mm_tile(const int is_i4, int mr_, int nr_, int nseg, int seg_q, const in
     ukr_int_mmla(is_i4, nseg, seg_q, ap, bp, sa, sw, sw_stride, c, ldc, mr, nr, accumulate);
 }
 
-static void ukr_i8_i8mm(int mr_, int nr_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                        const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                        float *c, int64_t ldc, int mr, int nr, int accumulate) {
-    ukr_int_mm_tile(0, mr_, nr_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
-}
-
-static void ukr_i4_i8mm(int mr_, int nr_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                        const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,
-                        float *c, int64_t ldc, int mr, int nr, int accumulate) {
-    ukr_int_mm_tile(1, mr_, nr_, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate);
-}
+INT_ENTRY(ukr_i8_i8mm, 0, ukr_int_mm_tile)
+INT_ENTRY(ukr_i4_i8mm, 1, ukr_int_mm_tile)
 
 /* BFMMLA bf16 kernel, for bf16 weights whose caller promises bf16-valued inputs
  * (h3_linear_opts.bf16_inputs, as gemm_bf16_avx512.c): the driver's float slots hold bf16
