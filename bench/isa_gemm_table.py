@@ -14,7 +14,6 @@ torch columns: F.linear fp32 and bf16, and torch's int8 dynamic-quantised Linear
 The ref path is slow (plain C): it is left out unless --isas names it.
 """
 import argparse
-import os
 import platform
 import statistics
 import sys
