@@ -14,55 +14,31 @@ torch columns: F.linear fp32 and bf16, and torch's int8 dynamic-quantised Linear
 The ref path is slow (plain C): it is left out unless --isas names it.
 """
 import argparse
-import platform
+import os
 import statistics
 import sys
-import time
 import warnings
 
 import numpy as np
 
 import h3cy
+from h3cy.ops.measurement import cpu_model
+from h3cy.tuning import best_time
 
-SHAPES = {"qkv": (7168, 5376), "out": (5376, 7168), "up": (28672, 5376), "down": (5376, 14336)}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from int4_vs_int8 import SHAPES, torch_int8dyn  # noqa: E402
+
 MODES = ("int8", "int4", "bf16", "fp32")
 
 
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def best_time(fn, reps):
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def torch_runs(w, x, threads):
-    try:
-        import torch
-    except ImportError:
+    """torch F.linear fp32 and bf16, and the int8 dynamic-quantised Linear (int4_vs_int8's)."""
+    q = torch_int8dyn(w, x, threads)
+    if q is None:
         return {}
-    torch.set_num_threads(threads)
-    N, K = w.shape
+    import torch
     tw, tx = torch.from_numpy(w), torch.from_numpy(x)
     tw16, tx16 = tw.to(torch.bfloat16), tx.to(torch.bfloat16)
-    lin = torch.nn.Linear(K, N, bias=False)
-    with torch.no_grad():
-        lin.weight.copy_(tw)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        q = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(lin), {torch.nn.Linear}, dtype=torch.qint8)
 
     def run(f):
         def go():
@@ -71,7 +47,7 @@ def torch_runs(w, x, threads):
         return go
     F = torch.nn.functional
     return {"torch fp32": run(lambda: F.linear(tx, tw)), "torch bf16": run(lambda: F.linear(tx16, tw16)),
-            "torch int8dyn": run(lambda: q(tx))}
+            "torch int8dyn": q}
 
 
 def main():
@@ -90,7 +66,7 @@ def main():
     isas = args.isas.split(",") if args.isas else [i for i in h3cy.ops.available_isas() if i != "ref"]
     modes = args.modes.split(",")
     warnings.simplefilter("ignore", RuntimeWarning)  # the portable-path notes; the table says it
-    print(f"# {cpu_name()}; features: {' '.join(sorted(h3cy.ops.cpu_features()))}")
+    print(f"# {cpu_model()}; features: {' '.join(sorted(h3cy.ops.cpu_features()))}")
     print(f"# {args.threads} threads; best of {args.reps} calls, median of {args.rounds} alternated rounds; GOP/s")
     rng = np.random.default_rng(0)
     for Ms in args.m.split(","):

@@ -31,13 +31,9 @@ import numpy as np
 
 
 def _time(fn, repeat=3):
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    from .tuning import best_time
+    fn()                           # warm-up: first touch of outputs and workspaces
+    return best_time(fn, repeat)
 
 
 def _print_extensions(isa):

@@ -43,7 +43,8 @@ def _weight_bits(N, K, rng):
     return np.ascontiguousarray((w.view(np.uint32) >> 16).astype(np.uint16))
 
 
-def _best_time(fn, runs):
+def best_time(fn, runs):
+    """The shortest of ``runs`` calls of ``fn``, in seconds (cli and bench/ time with it too)."""
     best = float("inf")
     for _ in range(runs):
         t0 = time.perf_counter()
@@ -106,7 +107,7 @@ def selfcheck(threads=None, isa=None, rows=DEFAULT_ROWS, shapes=None, runs=2, sa
             for _ in range(max(1, int(runs))):      # modes interleaved: a burst of load hits all
                 for m in modes:
                     xm = xb if m == "bf16" else x
-                    best[m] = min(best[m], _best_time(lambda: lins[m](xm, out=out), 1))
+                    best[m] = min(best[m], best_time(lambda: lins[m](xm, out=out), 1))
             del lins, w
             timed[(Nt, K, act_group)] = best
         else:

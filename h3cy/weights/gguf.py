@@ -35,6 +35,7 @@ import struct
 import numpy as np
 
 from ..errors import CheckpointError
+from .safetensors import MappedFile
 
 __all__ = ["GGUFFile", "GGUFWeight", "GGML_TYPES", "QUANT_TYPES", "RUNNABLE_TYPES", "open_gguf"]
 
@@ -169,7 +170,7 @@ class _Cursor:
         return [self.value(etype, key, depth + 1) for _ in range(count)]
 
 
-class GGUFFile:
+class GGUFFile(MappedFile):
     """One GGUF file, mapped and validated (see the module docstring).
 
     Attributes
@@ -310,25 +311,6 @@ class GGUFFile:
         rows = info.nbytes // info.row_bytes if info.row_bytes else 0
         blocks = np.frombuffer(self._mm, np.uint8, info.nbytes, info.offset).reshape(rows, info.row_bytes)
         return GGUFWeight(name, info.dtype, info.type_id, blocks, (rows, info.shape[-1]), self.path)
-
-    def close(self):
-        self._open = False
-        mm, self._mm = self._mm, None
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass  # views still use it: unmapped when the last one dies
-
-    @property
-    def closed(self):
-        return not self._open
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def open_gguf(path):

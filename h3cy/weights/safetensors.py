@@ -180,7 +180,34 @@ def parse_header(raw, path, data_size):
     return tensors, metadata
 
 
-class SafetensorsFile:
+class MappedFile:
+    """What every memory-mapped tensor file shares: ``self._mm`` (the map, or None) and
+    ``self._open``; close(), ``closed`` and use as a context manager."""
+    _mm = None
+    _open = False
+
+    def close(self):
+        """Unmap now if no view is alive, else drop this object's reference (views keep the map)."""
+        self._open = False
+        mm, self._mm = self._mm, None
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # exported views still use it; it is unmapped when the last one dies
+
+    @property
+    def closed(self):
+        return not self._open
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class SafetensorsFile(MappedFile):
     """One safetensors file, validated and mapped read-only.
 
     Parameters
@@ -289,25 +316,5 @@ class SafetensorsFile:
         return arr
 
     # -- lifetime --------------------------------------------------------------------------------
-    def close(self):
-        """Unmap now if no view is alive, else drop this object's reference (views keep the map)."""
-        self._open = False
-        mm, self._mm = self._mm, None
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass  # exported views still use it; it is unmapped when the last one dies
-
-    @property
-    def closed(self):
-        return not self._open
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
     def __repr__(self):
         return f"SafetensorsFile({self.path!r}, {len(self.tensors)} tensors)"
