@@ -281,6 +281,22 @@ def calibrate(state, tc, step_times, name):
             f"for {tc['budget_minutes']} min")
 
 
+def next_step_lr(state, tc, step_times, name, clock, optimizers):
+    """The learning rate of a stage's next step, set on ``optimizers``; None when the stage's
+    schedule is finished (``state["done"]`` set) or this invocation is out of time."""
+    calibrate(state, tc, step_times, name)
+    if state["total_steps"] is not None and state["step"] >= state["total_steps"]:
+        state["done"] = True
+        return None
+    if clock.out_of_time():
+        return None
+    lr = lr_at(state["step"], state["total_steps"] or 10 ** 9, tc["lr"], tc["warmup"], state.get("rewarm_from"))
+    for o in optimizers:
+        for g in o.param_groups:
+            g["lr"] = lr
+    return lr
+
+
 def atomic_save(obj, path):
     tmp = path + ".tmp"
     torch.save(obj, tmp)
@@ -379,17 +395,10 @@ def run_vae(cfg, args, device, clock):
     avae.train()
     step_times, last_save, t_log, acc_t, nacc = [], time.time(), time.time(), None, 0
     while True:
-        calibrate(state, tc, step_times, "vae")
-        if state["total_steps"] is not None and state["step"] >= state["total_steps"]:
-            state["done"] = True
-            break
-        if clock.out_of_time():
+        lr = next_step_lr(state, tc, step_times, "vae", clock, (ov, oa))
+        if lr is None:
             break
         t0 = time.time()
-        lr = lr_at(state["step"], state["total_steps"] or 10 ** 9, tc["lr"], tc["warmup"], state.get("rewarm_from"))
-        for o in (ov, oa):
-            for g in o.param_groups:
-                g["lr"] = lr
         combos = ds.sample_combos(max(tc["video_batch"], tc["audio_batch"] // 2 + 1), gen_cpu(gen))
         video, audio, _ = ds.make_batch(combos, spec, generator=gen, device=device)
         with autocast(device):
@@ -700,16 +709,10 @@ def run_dit(cfg, args, device, clock):
     step_times, last_save, t_log, acc_t, nacc = [], time.time(), time.time(), None, 0
     B = tc["batch"]
     while True:
-        calibrate(state, tc, step_times, "dit")
-        if state["total_steps"] is not None and state["step"] >= state["total_steps"]:
-            state["done"] = True
-            break
-        if clock.out_of_time():
+        lr = next_step_lr(state, tc, step_times, "dit", clock, (opt,))
+        if lr is None:
             break
         t0 = time.time()
-        lr = lr_at(state["step"], state["total_steps"] or 10 ** 9, tc["lr"], tc["warmup"], state.get("rewarm_from"))
-        for g in opt.param_groups:
-            g["lr"] = lr
         bank.add(tc["refresh"], cgen)
         xv, xa, text, L = bank.draw(B, cgen)
         text = text.to(device)
