@@ -356,4 +356,5 @@ h3_status h3_adaln_modulate(const float *x, const float *scale, const float *shi
 #include "h3_dit.h"
 #include "h3_qwen.h"
 #include "h3_vit.h"
+#include "h3_qwen_vision.h"
 #include "h3_audio.h"

@@ -319,3 +319,48 @@ cdef extern from "h3_loop.h" nogil:
         H3_PAGES_WILLNEED
         H3_PAGES_DONTNEED
     void h3_pages_advise(const void *p, size_t n, int advice)
+
+cdef extern from "h3_qwen_vision.h" nogil:
+    h3_status h3_gelu_erf(const float *x, float *out, int64_t n, h3_pool *pool, h3_err *err)
+    h3_status h3_qvis_pos_add(float *h, const float *table, int64_t P, const int64_t *idx,
+                              const float *w, int taps, int64_t S, int C, int round_bf16,
+                              h3_err *err)
+    h3_status h3_rows_add(float *h, int64_t L, const int64_t *rows, const float *src, int64_t n,
+                          int C, int round_bf16, h3_err *err)
+    ctypedef struct h3_qvis_block:
+        const h3_linear *q
+        const h3_linear *k
+        const h3_linear *v
+        const h3_linear *proj
+        const h3_linear *fc1
+        const h3_linear *fc2
+        const float *norm1_w
+        const float *norm1_b
+        const float *norm2_w
+        const float *norm2_b
+    ctypedef struct h3_qvis_block_args:
+        int64_t S
+        int hidden, heads, ffn
+        int nseg
+        const int64_t *seg
+        const float *cos
+        const float *sin
+        float eps
+        int round_bf16
+    size_t h3_qvis_block_workspace_bytes(const h3_qvis_block *w, const h3_qvis_block_args *a,
+                                         int n_threads)
+    h3_status h3_qvis_block_forward(const h3_qvis_block *w, const h3_qvis_block_args *a, float *h,
+                                    h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
+                                    h3_err *err)
+    ctypedef struct h3_qvis_merger:
+        const h3_linear *fc1
+        const h3_linear *fc2
+        const float *norm_w
+        const float *norm_b
+        int postshuffle
+    size_t h3_qvis_merger_workspace_bytes(const h3_qvis_merger *w, int64_t S, int C, int unit,
+                                          int n_threads)
+    h3_status h3_qvis_merger_forward(const h3_qvis_merger *w, const float *x, int64_t S, int C,
+                                     int unit, float eps, int round_bf16, float *out,
+                                     h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
+                                     h3_err *err)
