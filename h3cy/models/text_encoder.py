@@ -387,7 +387,7 @@ class TextEncoder:
                 self.layers = list(ex.map(lambda i: _Layer(self, source, i), range(n)))
 
     # ---- weights ---------------------------------------------------------------------
-    def _linear(self, w, name, pair=False):
+    def _linear(self, w, name, pair=False, bias=None):
         """A checkpoint weight in this encoder's mode (h3cy.weights.linears.make_linear); int
         modes take one activation scale per 1024 input channels where K allows."""
         ag = None      # (w is None: mapped from the cache, which knows its own layout)
@@ -396,10 +396,10 @@ class TextEncoder:
             ag = 1024 if K % 1024 == 0 else None
         if self._as_stored and w is not None and not _is_gguf(w):
             # a GGUF file's float tensor, as stored: float32 (not cached: nothing converted)
-            lin, _ = make_linear(w, self.compute, mode="fp32", pair=pair)
+            lin, _ = make_linear(w, self.compute, mode="fp32", pair=pair, bias=bias)
             return lin
         lin, _ = make_linear(w, self.compute, name=name, cache=(self._cache_reader, self._cache_writer),
-                             pair=pair, act_group=ag)
+                             pair=pair, act_group=ag, bias=bias)
         return lin
 
     def _pair(self, src, p):
