@@ -18,6 +18,11 @@ Weights modes (as :class:`h3cy.DiT`):
 
 Text-only positions are ``0 .. L-1`` on all three MRoPE axes, so the interleaved MRoPE
 reduces to 1-D RoPE (``tests/test_text_encoder.py`` checks this against transformers).
+
+With images (``encode(ids, images=...)``, :meth:`TextEncoder.presentation`), the vision tower
+(:mod:`h3cy.models.vision_tower`, built on first use) gives the image tokens' embeddings and
+the deepstack features added to those rows after layers 0, 1, 2; positions are the 3-D
+MRoPE ones (:mod:`h3cy.models.mrope`).
 """
 import concurrent.futures
 import logging
@@ -376,6 +381,7 @@ class TextEncoder:
         self.inv_freq = rope_inv_freq(self.config.head_dim, self.config.rope_theta)
         self._embed = source.get(PREFIX + "embed_tokens.weight")
         self._ws = None
+        self._vision = self._vision_config = self._image_processor = None
         self._tokenizer = None
         self.streaming = bool(streaming)
         self._stream_ex = None
@@ -462,28 +468,151 @@ class TextEncoder:
             round_bf16(x, out=x)
         return np.ascontiguousarray(x, np.float32)
 
-    def encode(self, input_ids, on_progress=None, cancel=None):
-        """``hidden_states[output_layer]`` of a token sequence (batch 1, positions 0..L-1).
+    # ---- images --------------------------------------------------------------------------
+    @property
+    def vision(self):
+        """The vision tower (:class:`h3cy.models.vision_tower.VisionTower`), built on first use
+        in this encoder's weights mode (CheckpointError when the checkpoint has none)."""
+        if self._vision is None:
+            from .vision_tower import VisionTower
+            with self._build_lock:
+                if self._vision is None:
+                    self._vision = VisionTower.load(self)
+        return self._vision
+
+    @property
+    def image_processor(self):
+        """The Qwen3-VL image processor (the shipped release settings)."""
+        if self._image_processor is None:
+            from .image_processor import ImageProcessor
+            self._image_processor = ImageProcessor.default()
+        return self._image_processor
+
+    @property
+    def vision_config(self):
+        """The checkpoint's vision_config (no weights read); CheckpointError without one."""
+        if self._vision_config is None:
+            from .vision_tower import VisionConfig
+            if os.path.isfile(self.path):
+                raise _err(self.path, "a single-file text encoder carries no vision tower; images need "
+                                      "the text_encoder/ folder of the release")
+            cfg_path = os.path.join(self.path, "config.json")
+            self._vision_config = VisionConfig(load_json(cfg_path, "config"), cfg_path)
+        return self._vision_config
+
+    def prepare_images(self, images):
+        """``(PIL images, grids)``: each image checked and converted to RGB (numpy (H, W, 3)
+        uint8, a path or a PIL image; h3cy.models.image_processor.load_image) and its patch
+        grid — cheap, so bad input fails before any heavy work."""
+        from .image_processor import load_image
+        if isinstance(images, (str, os.PathLike, np.ndarray)) or not hasattr(images, "__len__"):
+            raise H3ValueError("images must be a list (of numpy arrays, paths or PIL images)")
+        vc = self.vision_config
+        proc = self.image_processor
+        if proc.patch_size != vc.patch_size or proc.merge_size != vc.spatial_merge_size or \
+                proc.temporal_patch_size != vc.temporal_patch_size:
+            raise _err(self.path, f"the vision tower's patch {vc.patch_size}/merge {vc.spatial_merge_size}/"
+                                  f"temporal {vc.temporal_patch_size} differ from the processor's")
+        prepared = [load_image(im, f"images[{i}]") for i, im in enumerate(images)]
+        return prepared, [proc.grid(im) for im in prepared]
+
+    def presentation(self, prompt, images=(), tokenizer=None):
+        """MiniMax-H3's fl2va presentation (diffusers' MiniMaxH3FL2VATextEncoderStep): per image
+        ``"<Picture i>: "`` (tag 1), then its vision block ``<|vision_start|>``, one
+        ``<|image_pad|>`` per merged patch, ``<|vision_end|>`` (tag 0); then the prompt verbatim
+        (tag 1).  Returns ``(ids, tags int64, prepared images, grids)``."""
+        tok = tokenizer if tokenizer is not None else self.tokenizer
+        ids, tags = [], []
+        prepared, grids = self.prepare_images(images) if len(images) else ([], [])
+        if prepared:
+            vc = self.vision_config
+            unit = vc.spatial_merge_size ** 2
+            for i, (t, h, w) in enumerate(grids):
+                label = list(tok.encode(f"<Picture {i + 1}>: "))
+                block = [vc.vision_start_token_id] + [vc.image_token_id] * (t * h * w // unit) + [vc.vision_end_token_id]
+                ids += label + block
+                tags += [1] * len(label) + [0] * len(block)
+        p = list(tok.encode(prompt))
+        ids += p
+        tags += [1] * len(p)
+        return ids, np.asarray(tags, np.int64), prepared, grids
+
+    def token_tags(self, input_ids):
+        """Per-row tags of a token sequence: 0 for a vision block's rows (its image tokens and
+        the <|vision_start|> / <|vision_end|> around them), 1 for text."""
+        ids = np.asarray(input_ids).reshape(-1)
+        tags = np.ones(ids.shape[0], np.int64)
+        if not np.any(ids == self._image_token_id()):
+            return tags
+        vc = self.vision_config
+        from .mrope import image_runs
+        for s, e in image_runs(ids, vc.image_token_id):
+            tags[s:e] = 0
+            if s > 0 and ids[s - 1] == vc.vision_start_token_id:
+                tags[s - 1] = 0
+            if e < ids.shape[0] and ids[e] == vc.vision_end_token_id:
+                tags[e] = 0
+        return tags
+
+    def _image_token_id(self):
+        try:
+            return self.vision_config.image_token_id
+        except CheckpointError:
+            return 151655
+
+    # ---- the forward ---------------------------------------------------------------------
+    def encode(self, input_ids, on_progress=None, cancel=None, images=None, return_tags=False):
+        """``hidden_states[output_layer]`` of a token sequence (batch 1).
 
         Parameters
         ----------
         input_ids : sequence of int, shape (L,) (or (1, L))
-        on_progress : callable(done, total, phase), optional — after layers (phase "encode"),
-            at most ~20 times a second and always after the last one
-        cancel : h3cy.CancelToken, optional — checked before each layer; raises Cancelled
+        on_progress : callable(done, total, phase), optional — after vision blocks (phase
+            "vision", when there are images) and layers (phase "encode"), at most ~20 times a
+            second and always after the last one of each phase
+        cancel : h3cy.CancelToken, optional — checked before each block and layer; raises Cancelled
+        images : list, optional — keyframes (numpy (H, W, 3) uint8, paths or PIL images), one
+            per run of ``<|image_pad|>`` tokens in ``input_ids``, in order; each run must hold
+            the image's token count (:meth:`presentation` builds such ids).  Their embeddings
+            from the vision tower replace those tokens', the tower's deepstack features are
+            added to those rows after the first layers, and positions are Qwen3-VL's 3-D MRoPE
+            ones, as transformers' ``Qwen3VLModel`` does with ``pixel_values``
+        return_tags : bool — also return the per-row tags (:meth:`token_tags`)
 
         Returns
         -------
-        ndarray of shape (L, hidden_size), float32 (bf16 values in bf16 mode)
+        ndarray of shape (L, hidden_size), float32 (bf16 values in bf16 mode); with
+        return_tags, ``(states, tags int64 (L,))``
         """
-        h = self.embed(input_ids)
+        ids = np.asarray(input_ids)
+        h = self.embed(ids)
+        ids = ids.reshape(-1)
         S = h.shape[0]
-        cos, sin = rope_tables(np.arange(S), self.inv_freq)
+        deep, rows = [], None
+        if images is not None and len(images):
+            prepared, grids = self.prepare_images(images)
+            vc = self.vision_config
+            from .mrope import positions_3d, mrope_tables
+            pos = positions_3d(ids, grids, vc.image_token_id, vc.spatial_merge_size)
+            cos, sin = mrope_tables(pos, self.inv_freq, self.config.mrope_section)
+        else:
+            if images is not None and not hasattr(images, "__len__"):
+                raise H3ValueError("images must be a list (of numpy arrays, paths or PIL images)")
+            prepared = []
+            cos, sin = rope_tables(np.arange(S), self.inv_freq)
         total = self.num_layers
         eps = self.config.rms_norm_eps
-        ticker = Ticker(total, "encode", on_progress, cancel, what="encode")
-        ticker.step = lambda: ticker.done
         with self._run_lock:
+            if prepared:
+                vt = self.vision
+                proc = self.image_processor
+                pv = [proc(im) for im in prepared]
+                embeds, deep = vt.forward(np.concatenate([p for p, _ in pv]), [g for _, g in pv],
+                                          on_progress=on_progress, cancel=cancel)
+                rows = np.flatnonzero(ids == vc.image_token_id).astype(np.int64)
+                h[rows] = embeds
+            ticker = Ticker(total, "encode", on_progress, cancel, what="encode")
+            ticker.step = lambda: ticker.done
             ticker.check()
             for i, layer in enumerate(self._iter_layers()):
                 need = layer.core.workspace_bytes(S) + 64
@@ -491,9 +620,13 @@ class TextEncoder:
                     self._ws = None
                     self._ws = np.empty(need, np.uint8)
                 layer.core.forward(h, eps, int(self.round_bf16), self._ws, cos, sin)
+                if i < len(deep):     # deepstack: the tower's features join the image rows
+                    _kernels.rows_add(h, rows, deep[i], int(self.round_bf16))
                 ticker.tick()
             if total == 0 and on_progress is not None:
                 on_progress(0, 0, "encode")
+        if return_tags:
+            return h, self.token_tags(ids)
         return h
 
     __call__ = encode
