@@ -50,11 +50,16 @@ def _identity(paths, weights, output_layer, isa):
             "version": FORMAT_VERSION}
 
 
-def cache_key(prompt, identity):
+def cache_key(prompt, identity, images=()):
+    """images: each image's identifying bytes (image_processor.image_bytes: size and RGB
+    pixels); none keeps a text-only prompt's key as it was."""
     h = hashlib.sha256()
     h.update(json.dumps(identity, sort_keys=True).encode())
     h.update(b"\0prompt\0")
     h.update(prompt.encode("utf-8", "surrogatepass"))
+    for i, b in enumerate(images):
+        h.update(f"\0image {i} {len(b)}\0".encode())
+        h.update(b)
     return h.hexdigest()
 
 
@@ -117,9 +122,12 @@ def store(path, array):
                 pass
 
 
-def encode_prompt(text_encoder, prompt, tokenizer=None, cache_dir=None, on_progress=None, cancel=None):
+def encode_prompt(text_encoder, prompt, tokenizer=None, cache_dir=None, on_progress=None, cancel=None,
+                  images=None, return_tags=False):
     """Encode a prompt as MiniMax-H3's conditioning: ``hidden_states[50]`` of the tokens
-    (spec §3.1: verbatim, no chat template, no special tokens added).
+    (spec §3.1: verbatim, no chat template, no special tokens added); with ``images``, the
+    fl2va presentation (diffusers' MiniMaxH3FL2VATextEncoderStep): per image ``"<Picture i>: "``
+    and its vision block, then the prompt (:meth:`h3cy.TextEncoder.presentation`).
 
     Parameters
     ----------
@@ -128,34 +136,60 @@ def encode_prompt(text_encoder, prompt, tokenizer=None, cache_dir=None, on_progr
     tokenizer : h3cy.Tokenizer, optional — default: found next to the encoder (its own
         folder, else the release layout's sibling ``../tokenizer``)
     cache_dir : str or os.PathLike or False, optional — the prompt cache folder (default
-        ``$H3CY_CACHE_DIR/prompts``, else ``~/.cache/h3cy/prompts``); False disables it
-    on_progress : callable(done, total, phase="encode"), optional — per layer, throttled,
-        always at the end (a cache hit reports (total, total) once)
-    cancel : h3cy.CancelToken, optional — stops within one layer, raising h3cy.Cancelled
+        ``$H3CY_CACHE_DIR/prompts``, else ``~/.cache/h3cy/prompts``); False disables it.
+        The key covers the images' sizes and pixels too
+    on_progress : callable(done, total, phase), optional — phase "vision" per vision block
+        (with images), then "encode" per layer; throttled, always at the end of each phase
+        (a cache hit reports (total, total, "encode") once)
+    cancel : h3cy.CancelToken, optional — stops within one block or layer, raising h3cy.Cancelled
+    images : list, optional — keyframes: numpy (H, W, 3) uint8 RGB arrays, paths of image
+        files or PIL images, used as given (the Qwen3-VL processor's own resize applies);
+        checked before any heavy work (H3ValueError: wrong shape/dtype, unreadable file,
+        a side under 16 pixels, aspect ratio above 200)
+    return_tags : bool — also return the rows' tags (int64 (num_tokens,): 1 text, 0 a vision
+        block's rows)
 
     Returns
     -------
-    ndarray of shape (num_tokens, hidden_size), float32 (``encoder_hidden_states`` of the DiT)
+    ndarray of shape (num_tokens, hidden_size), float32 (``encoder_hidden_states`` of the
+    DiT); with return_tags, ``(states, tags)``
     """
     if not isinstance(prompt, str):
         raise H3ValueError(f"prompt must be a str, got {type(prompt).__name__}")
     if prompt == "":
         raise H3ValueError("the prompt is empty (whitespace is a valid prompt)")
+    images = [] if images is None else images
+    if isinstance(images, (str, os.PathLike, np.ndarray)) or not hasattr(images, "__len__"):
+        raise H3ValueError("images must be a list (of numpy arrays, paths or PIL images)")
+    tok = tokenizer
+    if len(images):
+        if tok is None:
+            tok = text_encoder.tokenizer
+        ids, tags, prepared, _ = text_encoder.presentation(prompt, images, tok)
+        from .image_processor import image_bytes
+        keys = [image_bytes(im) for im in prepared]
+    else:
+        ids = tags = prepared = None
+        keys = []
     path = None
     if cache_dir is not False:
         folder = default_dir() if cache_dir is None else os.fspath(cache_dir)
-        path = entry_path(folder, cache_key(prompt, encoder_identity(text_encoder)))
+        path = entry_path(folder, cache_key(prompt, encoder_identity(text_encoder), keys))
         hit = load(path)
         if hit is not None:
             if on_progress is not None:
                 on_progress(text_encoder.num_layers, text_encoder.num_layers, "encode")
-            return hit
-    tok = tokenizer if tokenizer is not None else text_encoder.tokenizer
-    ids = tok.encode(prompt)
-    out = text_encoder.encode(ids, on_progress=on_progress, cancel=cancel)
+            if return_tags and tags is None:
+                tags = np.ones(hit.shape[0], np.int64)
+            return (hit, tags) if return_tags else hit
+    if ids is None:
+        tok = tok if tok is not None else text_encoder.tokenizer
+        ids = tok.encode(prompt)
+        tags = np.ones(len(ids), np.int64)
+    out = text_encoder.encode(ids, on_progress=on_progress, cancel=cancel, images=prepared or None)
     if path is not None:
         store(path, out)
-    return out
+    return (out, tags) if return_tags else out
 
 
 def cached_prompt(folder, prompt, weights, cache_dir=None, isa=None, output_layer=50):
