@@ -975,6 +975,7 @@ static void test_cpu(void) {
 #include "test_kernels_dit.inc"
 #include "test_kernels_qwen.inc"
 #include "test_kernels_vit.inc"
+#include "test_kernels_qvis.inc"
 #include "test_kernels_loop.inc"
 #include "test_kernels_lora.inc"
 #include "test_kernels_hadamard.inc"
@@ -1021,7 +1022,7 @@ int main(int argc, char **argv) {
         {"cpu", test_cpu}, {"alloc", test_alloc}, {"pool", test_pool}, {"convert", test_convert},
         {"gemm errors", test_gemm_errors}, {"gemm tables", test_gemm_tables}, {"int kernels", test_int_kernels}, {"bf16 unpack", test_bf16_unpack}, {"gemm", test_gemm}, {"gemm parts", test_gemm_parts}, {"ops", test_ops},
         {"audio", test_audio}, {"dit", test_dit},
-        {"qwen", test_qwen}, {"vit", test_vit}, {"loop", test_loop}, {"lora", test_lora},
+        {"qwen", test_qwen}, {"vit", test_vit}, {"qvis", test_qvis}, {"loop", test_loop}, {"lora", test_lora},
         {"hadamard", test_hadamard}, {"neon ext", test_neon_ext}, {"gguf", test_gguf},
     };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
