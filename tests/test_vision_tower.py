@@ -168,6 +168,13 @@ def test_each_part_is_seen_by_the_parity_check(encoders, want, images, monkeypat
     assert vt is enc.vision
 
 
+def test_streaming_with_images_is_bit_identical(vte, encoders, want, images):
+    _, _, ids = want[(2, "float32")]
+    streamed = h3cy.TextEncoder.from_pretrained(vte, weights="bf16", streaming=True)
+    assert np.array_equal(streamed.encode(ids, images=images), encoders("bf16").encode(ids, images=images))
+    streamed.close()
+
+
 # ---- the fl2va presentation -------------------------------------------------------------------
 @pytest.mark.parametrize("n", [0, 1, 2])
 def test_presentation_ids_and_tags_are_diffusers_fl2va(vroot, encoders, images, n):
