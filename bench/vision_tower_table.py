@@ -83,6 +83,9 @@ def main():
     ap.add_argument("--depth", type=int, default=27)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--modes", nargs="+", default=["fp32", "bf16", "int8"])
+    ap.add_argument("--ref-modes", nargs="*", default=["fp32", "bf16"], choices=["fp32", "bf16"],
+                    help="transformers runs to time (torch bf16 without native bf16 kernels, e.g. Zen 1, "
+                         "takes minutes per block at 1344x768)")
     ap.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     ap.add_argument("--out", default=os.path.join(HERE, "results", "vision_tower.json"))
     a = ap.parse_args()
@@ -104,20 +107,25 @@ def main():
             pv, grid = proc(load_image(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)))
             tpv, tgrid = torch.from_numpy(pv), torch.tensor([grid])
             times = {}
-            with torch.no_grad():
-                times["torch fp32"] = timeit(lambda: ref32(tpv, grid_thw=tgrid), a.reps)
-                times["torch bf16"] = timeit(lambda: ref16(tpv.to(torch.bfloat16), grid_thw=tgrid), a.reps)
-            for m, t in towers.items():
-                times[f"h3cy {m}"] = timeit(lambda: t.forward(pv, [grid]), a.reps)
+            print(f"{name} ({pv.shape[0]} patches, {pv.shape[0] // 4} tokens), depth {a.depth}, {a.threads} threads:",
+                  flush=True)
+            runs = [(f"h3cy {m}", lambda t=t: t.forward(pv, [grid])) for m, t in towers.items()]
+            if "fp32" in a.ref_modes:
+                runs.append(("torch fp32", lambda: ref32(tpv, grid_thw=tgrid)))
+            if "bf16" in a.ref_modes:
+                runs.append(("torch bf16", lambda: ref16(tpv.to(torch.bfloat16), grid_thw=tgrid)))
+            for k, fn in runs:
+                with torch.no_grad():
+                    times[k] = timeit(fn, a.reps)
+                print(f"  {k:11s} {times[k]:8.3f} s   {times[k] / a.depth:7.3f} s/block", flush=True)
             row = dict(image=name, patches=int(pv.shape[0]), tokens=int(pv.shape[0] // 4), seconds=times,
-                       per_block={k: v / a.depth for k, v in times.items()},
-                       speedup_vs_torch_fp32={k: times["torch fp32"] / v for k, v in times.items()},
-                       speedup_vs_torch_bf16={k: times["torch bf16"] / v for k, v in times.items()})
+                       per_block={k: v / a.depth for k, v in times.items()})
+            for ref in ("torch fp32", "torch bf16"):
+                if ref in times:
+                    row["speedup_vs_" + ref.replace(" ", "_")] = {k: times[ref] / v for k, v in times.items()}
+                    print(f"  vs {ref}: " + ", ".join(f"{k} x{times[ref] / v:.2f}" for k, v in times.items()
+                                                      if k.startswith("h3cy")))
             rows.append(row)
-            print(f"{name} ({row['patches']} patches, {row['tokens']} tokens), depth {a.depth}, {a.threads} threads:")
-            for k, v in times.items():
-                print(f"  {k:11s} {v:8.3f} s   {v / a.depth:7.3f} s/block   x{times['torch fp32'] / v:5.2f} vs torch fp32"
-                      f"   x{times['torch bf16'] / v:5.2f} vs torch bf16")
     rec = dict(cpu=cpu_model(), isa=resolve_isa(None), threads=a.threads, depth=a.depth, machine=platform.machine(),
                torch=torch.__version__, rows=rows)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
