@@ -11,7 +11,6 @@ temporal patch).  The settings come from the shipped config
 Resampling is Pillow's own (a run-time dependency): transformers with torchvision installed
 resizes with torchvision instead, which differs by ~5e-4 relative in the prompt states.
 """
-import io
 import json
 import math
 import os

@@ -17,6 +17,18 @@ from ..errors import H3ValueError
 DEFAULT_SECTION = (24, 20, 20)      # transformers' default when the config names none
 
 
+def rope_inv_freq(head_dim, theta):
+    """``1 / theta ** (arange(0, D, 2) / D)`` in float32, as transformers computes it."""
+    ar = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
+    return (np.float32(1.0) / (np.float32(theta) ** ar)).astype(np.float32)
+
+
+def rope_tables(positions, inv_freq):
+    """cos, sin [L, D/2] float32 of angle ``fl32(p * inv_freq[i])`` (1-D RoPE)."""
+    ang = (np.asarray(positions, np.float32)[:, None] * inv_freq[None, :]).astype(np.float32)
+    return np.ascontiguousarray(np.cos(ang), np.float32), np.ascontiguousarray(np.sin(ang), np.float32)
+
+
 def image_runs(ids, image_token_id):
     """``[(start, end), ...]``: the maximal runs of ``image_token_id`` in ``ids``."""
     ids = np.asarray(ids)

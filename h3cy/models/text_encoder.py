@@ -40,6 +40,7 @@ from ..weights.files import TensorFiles, find_weights, load_json, report_once
 from ..weights.linears import make_linear
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
 from .._progress import Ticker
+from .mrope import rope_inv_freq, rope_tables
 from ..errors import CheckpointError, H3ValueError
 
 log = logging.getLogger("h3cy")
@@ -104,18 +105,6 @@ class TextConfig:
 
     def to_dict(self):
         return dict(self.__dict__)
-
-
-def rope_inv_freq(head_dim, theta):
-    """``1 / theta ** (arange(0, D, 2) / D)`` in float32, as transformers computes it."""
-    ar = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
-    return (np.float32(1.0) / (np.float32(theta) ** ar)).astype(np.float32)
-
-
-def rope_tables(positions, inv_freq):
-    """cos, sin [L, D/2] float32 of angle ``fl32(p * inv_freq[i])`` (1-D RoPE)."""
-    ang = (np.asarray(positions, np.float32)[:, None] * inv_freq[None, :]).astype(np.float32)
-    return np.ascontiguousarray(np.cos(ang), np.float32), np.ascontiguousarray(np.sin(ang), np.float32)
 
 
 class TextEncoderSource:

@@ -25,9 +25,10 @@ import numpy as np
 
 from .. import _kernels
 from ..errors import CheckpointError, H3ValueError
-from ..ops.bf16 import round_bf16
+from ..ops.bf16 import bf16_bits_to_f32, round_bf16
 from ..weights.files import TensorFiles, find_weights, load_json
 from .._progress import Ticker
+from .mrope import rope_inv_freq
 
 PREFIX = "model.visual."
 EPS = 1e-6                 # every LayerNorm of the tower (transformers hard-codes it)
@@ -131,7 +132,6 @@ def pos_interp(grids, side, merge):
 def vision_rope(grids, merge, head_dim, theta):
     """cos, sin [N, head_dim/2] of the 2-D RoPE: angles row * f for the first quarter of each
     head's channels' frequencies, col * f for the second (f = theta^(-k / (head_dim/2)))."""
-    from .text_encoder import rope_inv_freq
     inv = rope_inv_freq(head_dim // 2, theta)
     row, col = patch_coords(grids, merge)
     ang = np.concatenate([row.astype(np.float32)[:, None] * inv[None, :],
@@ -265,5 +265,5 @@ class VisionTower:
 
 
 def _f32(a):
-    from .text_encoder import _f32 as f
-    return f(a)
+    """A stored float tensor (BF16 as uint16 bits) as float32."""
+    return bf16_bits_to_f32(a) if a.dtype == np.uint16 else np.ascontiguousarray(a, dtype=np.float32)
