@@ -101,11 +101,12 @@ def test_image_inputs_path_pil_and_array_agree(tmp_path, images):
 
 
 # ---- the vision tower alone ------------------------------------------------------------------
-# observed (Zen 1, AVX2): fp32 merged/deepstack max rel 1.2e-6; bf16 rel L2 < 4e-3 (a bf16 ulp
-# here and there: torch's bf16 GEMM and LayerNorm sum in another order); a wrong op (a missing
-# bias, GELU tanh for erf, a swapped RoPE half) gives > 1e-2 in fp32
+# observed (Zen 1, AVX2): fp32 merged/deepstack max rel 1.2e-6 -- the sharp check; bf16 rel L2
+# 5.8e-3 on ref (torch's bf16 attention emulated) and 8e-3 on avx2 (float32 attention on the
+# bf16 q/k/v, qwen_vision.c says why), torch's bf16 GEMMs summing in another order; the bound
+# is the text stack's bf16 one
 @pytest.mark.parametrize("weights,ref,metric,tol", [("fp32", "float32", max_rel, 1e-5),
-                                                   ("bf16", "bfloat16", rel_l2, 1e-2)])
+                                                   ("bf16", "bfloat16", rel_l2, 2e-2)])
 def test_tower_and_deepstack_match_transformers(encoders, vte, images, weights, ref, metric, tol):
     merged, deep, pv, grids = tiny.reference_vision(vte, images, ref)
     vt = encoders(weights).vision

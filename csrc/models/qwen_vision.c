@@ -31,10 +31,6 @@ h3_status h3_gelu_erf(const float *x, float *out, int64_t n, h3_pool *pool, h3_e
     return H3_OK;
 }
 
-static void round_rows(float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] = h3_round_to_bf16(x[i]);
-}
-
 h3_status h3_qvis_pos_add(float *h, const float *table, int64_t P, const int64_t *idx,
                           const float *w, int taps, int64_t S, int C, int round_bf16,
                           h3_err *err) {
@@ -165,26 +161,32 @@ h3_status h3_qvis_block_forward(const h3_qvis_block *w, const h3_qvis_block_args
 
     /* ---- attention half: norm1, q/k/v (+bias), 2-D RoPE, attention per image, proj ---- */
     TRY(h3_layernorm(h, w->norm1_w, w->norm1_b, y, S, C, a->eps, pool, eisa, err));
-    if (R) round_rows(y, SC);
+    if (R) TRY(h3_round_bf16(y, SC, pool, err));
     TRY(h3_linear_forward(w->q, pool, y, S, q, NULL, lws, lws_b, err));
     TRY(h3_linear_forward(w->k, pool, y, S, k, NULL, lws, lws_b, err));
     TRY(h3_linear_forward(w->v, pool, y, S, v, NULL, lws, lws_b, err));
-    if (R) { round_rows(q, SC); round_rows(k, SC); round_rows(v, SC); }
+    if (R) { TRY(h3_round_bf16(q, SC, pool, err)); TRY(h3_round_bf16(k, SC, pool, err)); TRY(h3_round_bf16(v, SC, pool, err)); }
     /* transformers rotates in float32 and casts back once (apply_rotary_pos_emb_vision) */
     TRY(h3_rope(q, a->cos, a->sin, S, H, D, D, pool, eisa, NULL, err));
     TRY(h3_rope(k, a->cos, a->sin, S, H, D, D, pool, eisa, NULL, err));
-    if (R) { round_rows(q, SC); round_rows(k, SC); }
+    if (R) { TRY(h3_round_bf16(q, SC, pool, err)); TRY(h3_round_bf16(k, SC, pool, err)); }
     const float scale = 1.0f / sqrtf((float)D);
     for (int s = 0; s < a->nseg; s++) {
         const int64_t r0 = a->seg[s], n = a->seg[s + 1] - r0;
         h3_attn_args aa = {n, H, H, D, C, C, C, C, scale, 0, 0};
-        if (R) TRY(h3_attention_bf16p(&aa, q + r0 * C, k + r0 * C, v + r0 * C, o + r0 * C, pool, aws, aws_b, eisa, err));
+        /* bf16: torch's bf16 flash attention, emulated (h3_attention_bf16p), on the paths
+         * that have it vectorised (AVX-512, AMX) and on ref; AVX2 and NEON run it scalar,
+         * which at one 1344x768 image (4032 patches) took 5x the float32 block, so they
+         * run the float32 attention on the bf16 q/k/v instead (the numerators unrounded:
+         * ~1e-3 relative, inside the bf16 bounds) */
+        if (R && (eisa == H3_ISA_REF || eisa == H3_ISA_AVX512))
+            TRY(h3_attention_bf16p(&aa, q + r0 * C, k + r0 * C, v + r0 * C, o + r0 * C, pool, aws, aws_b, eisa, err));
         else TRY(h3_attention(&aa, q + r0 * C, k + r0 * C, v + r0 * C, o + r0 * C, pool, aws, aws_b, isa, err));
     }
     if (R) {
-        round_rows(o, SC);
+        TRY(h3_round_bf16(o, SC, pool, err));
         TRY(h3_linear_forward(w->proj, pool, o, S, br, NULL, lws, lws_b, err));
-        round_rows(br, SC);
+        TRY(h3_round_bf16(br, SC, pool, err));
         for (int64_t i = 0; i < SC; i++) h[i] = h3_round_to_bf16(h[i] + br[i]);
     } else {
         TRY(h3_linear_forward(w->proj, pool, o, S, h, &resid, lws, lws_b, err));
@@ -192,14 +194,14 @@ h3_status h3_qvis_block_forward(const h3_qvis_block *w, const h3_qvis_block_args
 
     /* ---- MLP half: norm2, fc1 (+bias), GELU (tanh), fc2 (+bias) ---- */
     TRY(h3_layernorm(h, w->norm2_w, w->norm2_b, y, S, C, a->eps, pool, eisa, err));
-    if (R) round_rows(y, SC);
+    if (R) TRY(h3_round_bf16(y, SC, pool, err));
     TRY(h3_linear_forward(w->fc1, pool, y, S, act, NULL, lws, lws_b, err));
-    if (R) round_rows(act, S * (int64_t)F);
+    if (R) TRY(h3_round_bf16(act, S * (int64_t)F, pool, err));
     TRY(h3_activation(act, act, S * (int64_t)F, H3_ACT_GELU_TANH, pool, eisa, NULL, err));
     if (R) {
-        round_rows(act, S * (int64_t)F);
+        TRY(h3_round_bf16(act, S * (int64_t)F, pool, err));
         TRY(h3_linear_forward(w->fc2, pool, act, S, br, NULL, lws, lws_b, err));
-        round_rows(br, SC);
+        TRY(h3_round_bf16(br, SC, pool, err));
         for (int64_t i = 0; i < SC; i++) h[i] = h3_round_to_bf16(h[i] + br[i]);
     } else {
         TRY(h3_linear_forward(w->fc2, pool, act, S, h, &resid, lws, lws_b, err));
@@ -247,13 +249,13 @@ h3_status h3_qvis_merger_forward(const h3_qvis_merger *w, const float *x, int64_
      * (the final merger) over each patch's C before the rows are merged */
     if (w->postshuffle) TRY(h3_layernorm(x, w->norm_w, w->norm_b, y, M, K, eps, pool, eisa, err));
     else TRY(h3_layernorm(x, w->norm_w, w->norm_b, y, S, C, eps, pool, eisa, err));
-    if (round_bf16) round_rows(y, S * C);
+    if (round_bf16) TRY(h3_round_bf16(y, S * C, pool, err));
     TRY(h3_linear_forward(w->fc1, pool, y, M, mid, NULL, lws, lws_b, err));
-    if (round_bf16) round_rows(mid, M * K);
+    if (round_bf16) TRY(h3_round_bf16(mid, M * K, pool, err));
     TRY(h3_gelu_erf(mid, mid, M * K, pool, err));
-    if (round_bf16) round_rows(mid, M * K);
+    if (round_bf16) TRY(h3_round_bf16(mid, M * K, pool, err));
     TRY(h3_linear_forward(w->fc2, pool, mid, M, out, NULL, lws, lws_b, err));
-    if (round_bf16) round_rows(out, M * N);
+    if (round_bf16) TRY(h3_round_bf16(out, M * N, pool, err));
 fail:
     h3_free(own);
     return st;
