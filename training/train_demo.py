@@ -697,7 +697,7 @@ def load_vaes(args, cfg, device):
     if not os.path.exists(path):
         raise SystemExit(f"{path} is missing: run --stage vae first")
     ck = torch.load(path, map_location=device, weights_only=False)
-    if not ck["state"]["done"] or "stats" not in ck:
+    if not ck["state"].get("done") or "stats" not in ck:
         raise SystemExit(f"{path}: the vae stage has not finished (step {ck['state']['step']} of "
                          f"{ck['state']['total_steps']}); run --stage vae --resume")
     vvae, avae = make_video_vae(cfg).to(device).eval(), make_audio_vae(cfg).to(device).eval()
@@ -705,13 +705,25 @@ def load_vaes(args, cfg, device):
     avae.load_state_dict(ck["audio_vae"])
     for p in list(vvae.parameters()) + list(avae.parameters()):
         p.requires_grad_(False)
-    return vvae, avae, ck["stats"]
+    return vvae, avae, ck["stats"], ck["state"]
+
+
+def dit_budget(cfg, vae_state):
+    """The transformer's minutes: its own budget plus what the VAE stage left of its budget
+    when its held-out judge stopped it early, so a run's total stays what its calls were
+    planned for."""
+    tc = cfg["dit_train"]
+    spare = 0.0
+    if tc.get("take_unused_vae_minutes") and not cfg["vae_train"].get("total_steps"):
+        spare = max(0.0, cfg["vae_train"]["budget_minutes"] - vae_state["trained_s"] / 60.0)
+    return tc["budget_minutes"] + spare
 
 
 def run_dit(cfg, args, device, clock):
     tc = cfg["dit_train"]
     path = os.path.join(args.run, "dit.pt")
-    vvae, avae, stats = load_vaes(args, cfg, device)
+    vvae, avae, stats, vae_state = load_vaes(args, cfg, device)
+    tc = dict(tc, budget_minutes=dit_budget(cfg, vae_state))
     vm, vsd, am, asd = (torch.tensor(x, device=device) for x in stats)
     tok = load_tokenizer(os.path.join(args.run, "tokenizer"))
     caps = [ds.caption(*c, article=a) for c in ds.ALL_COMBOS for a in (True, False)]
