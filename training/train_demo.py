@@ -230,15 +230,16 @@ def pixel_norm(video):
     return (video - m) / s, m, s
 
 
-def stft_loss(x, y):
-    """Multi-resolution STFT magnitude loss (spectral convergence + log magnitude)."""
+def stft_loss(x, y, log_eps=1e-5):
+    """Multi-resolution STFT magnitude loss (spectral convergence + log magnitude; magnitudes
+    below ``log_eps`` count as silence in the log term)."""
     loss = 0.0
     for n in (256, 512, 1024):
         w = torch.hann_window(n, device=x.device)
         X = torch.stft(x, n, n // 4, window=w, return_complex=True).abs()
         Y = torch.stft(y, n, n // 4, window=w, return_complex=True).abs()
         loss = loss + torch.linalg.norm(Y - X) / (torch.linalg.norm(Y) + 1e-7)
-        loss = loss + (torch.log(X + 1e-5) - torch.log(Y + 1e-5)).abs().mean()
+        loss = loss + (torch.log(X + log_eps) - torch.log(Y + log_eps)).abs().mean()
     return loss / 3
 
 
@@ -351,9 +352,10 @@ def audio_vae_loss(vae, audio, tc, gen):
     rec = vae.decode(z).sample.float()[:, 0, :x.shape[-1]]
     y = x[:, 0]
     wave = (rec - y).abs().mean()
-    spec = stft_loss(rec.float(), y.float())
+    spec = stft_loss(rec.float(), y.float(), tc.get("stft_log_eps", 1e-5))
     kl = 0.5 * (post.mean ** 2 + post.std ** 2 - 1.0 - 2 * post.logs).mean()
-    return wave + tc["stft_weight"] * spec + tc["kl_weight"] * kl, wave.detach(), spec.detach()
+    loss = tc.get("wave_weight", 1.0) * wave + tc["stft_weight"] * spec + tc["kl_weight"] * kl
+    return loss, wave.detach(), spec.detach()
 
 
 @torch.no_grad()
