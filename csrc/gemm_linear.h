@@ -48,11 +48,13 @@ struct h3_lora {
     h3_linear *a;          /* [R, K] float32 A, rank order: u = x . A^T by the GEMM driver */
     float *scale;          /* [R]: strength * alpha / rank of the adapter each rank belongs to */
     int64_t *perm;         /* [R]: rank-order rank i is the caller's rank perm[i] */
-    const gemm_kernels *kt; /* the fp32 table whose micro-kernel runs the up product */
+    const gemm_kernels *kt; /* the table whose micro-kernel runs the up product */
+    int bf16;              /* AMX: both products on bf16 tiles (u, x, A, B rounded to bf16,
+                              float32 sums); elsewhere 0: float32 FMA */
     int32_t *col_lo, *col_hi; /* [N]: the ranks nonzero on column n lie in [col_lo, col_hi) */
     /* B in NR-column panels (NR = kt->nr): panel p covers the ranks [pan_lo, pan_hi), the
      * union of its columns' ranges, as [pan_hi - pan_lo][NR] floats at bp + pan_off[p]
-     * (zero past column N) */
+     * (zero past column N; bf16: the AMX table's pairs [kc32/2][NR][2]) */
     int64_t npanel, max_kc;
     int64_t *pan_lo, *pan_hi, *pan_off;
     float *bp;

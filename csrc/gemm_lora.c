@@ -16,6 +16,12 @@
  *         panels, each holding only the ranks nonzero on its columns (a to_q LoRA on the
  *         fused QKV fills a third of the ranks of each panel, not all of them).
  *
+ * AMX (lo->bf16): both products on bf16 tiles, as the AMX table's float path runs them (x,
+ * A, u and B rounded to bf16, float32 sums): beside an int8 base on AMX, float32 FMA at
+ * ~1/16 of the int8 tile rate made a rank-64 LoRA cost +55% of a block.  Not bit-equal to
+ * the reference (which rounds only B there): ~2^-8 relative of the LoRA's part.  DiT gives
+ * a float32/fp16 base on AMX an AVX-512 (float32) LoRA instead.
+ *
  * Ranks are reordered at create (stably, by the first output column where B is nonzero),
  * so that the ranks nonzero on any column form one run: the q, k and v ranks of several
  * LoRAs on a fused QKV each become adjacent.
@@ -47,14 +53,19 @@ void h3_lora_free(h3_lora *lo) {
     h3_free(lo);
 }
 
-/* The fp32 table whose micro-kernel runs the up product: AMX's float kernel is bf16 and
- * AVX-VNNI's table is AVX2's with other int kernels, so both use the exact fp32 one. */
+/* The table whose micro-kernel runs the up product: the ISA's fp32 one (AVX-VNNI's table
+ * is AVX2's with other int kernels), except AMX, whose float kernel is bf16 tiles (lo->bf16). */
 static const gemm_kernels *up_kernels(h3_isa isa) {
 #if H3_X86
-    if (isa == H3_ISA_AMX) isa = H3_ISA_AVX512;
     if (isa == H3_ISA_AVXVNNI) isa = H3_ISA_AVX2;
 #endif
     return gemm_kernels_for(isa);
+}
+
+/* Floats of room for one panel of kc ranks: [kc][NR] f32, or AMX's bf16 pairs over
+ * kc rounded up to 32 (half the bytes of as many floats), 64-byte aligned. */
+static int64_t panel_floats(const h3_lora *lo, int64_t kc) {
+    return H3_ALIGN_UP((lo->bf16 ? H3_ALIGN_UP(kc, 32) : kc) * lo->kt->nr, 16);
 }
 
 typedef struct {
@@ -86,20 +97,27 @@ static h3_status order_ranks(h3_lora *lo, const float *b, h3_err *err) {
 
 /* col_lo/col_hi per column, the panels' ranges (their columns' union) and the packed B:
  * panel p at bp + pan_off[p], [kc][NR] with kc = pan_hi - pan_lo, zero past column N. */
-static h3_status pack_up(h3_lora *lo, const float *b, h3_err *err) {
+static h3_status pack_up(h3_lora *lo, const float *b_caller, h3_err *err) {
     const int64_t R = lo->R, N = lo->N, NR = lo->kt->nr, P = H3_CEIL_DIV(N, NR);
+    float *b = h3_alloc((size_t)N * (size_t)R * 4);       /* B [N, R] in rank order */
+    if (!b) return h3_fail(err, H3_ENOMEM, "lora_create: out of memory (B)");
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t i = 0; i < R; i++) b[n * R + i] = b_caller[n * R + lo->perm[i]];
+    h3_status st = H3_OK;
     lo->npanel = P;
     lo->col_lo = h3_alloc((size_t)N * 4);
     lo->col_hi = h3_alloc((size_t)N * 4);
     lo->pan_lo = h3_alloc((size_t)P * 8);
     lo->pan_hi = h3_alloc((size_t)P * 8);
     lo->pan_off = h3_alloc((size_t)P * 8);
-    if (!lo->col_lo || !lo->col_hi || !lo->pan_lo || !lo->pan_hi || !lo->pan_off)
-        return h3_fail(err, H3_ENOMEM, "lora_create: out of memory (panels)");
+    if (!lo->col_lo || !lo->col_hi || !lo->pan_lo || !lo->pan_hi || !lo->pan_off) {
+        st = h3_fail(err, H3_ENOMEM, "lora_create: out of memory (panels)");
+        goto done;
+    }
     for (int64_t n = 0; n < N; n++) {
         int64_t a = R, z = 0;
         for (int64_t i = 0; i < R; i++)
-            if (b[n * R + lo->perm[i]] != 0.0f) {
+            if (b[n * R + i] != 0.0f) {
                 if (a == R) a = i;
                 z = i + 1;
             }
@@ -119,21 +137,30 @@ static h3_status pack_up(h3_lora *lo, const float *b, h3_err *err) {
         lo->pan_lo[p] = a;
         lo->pan_hi[p] = z;
         lo->pan_off[p] = total;
-        total += H3_ALIGN_UP((z - a) * NR, 16);   /* 64-byte aligned panels (aligned loads) */
+        total += panel_floats(lo, z - a);
         lo->max_kc = H3_MAX(lo->max_kc, z - a);
     }
     lo->bp = h3_alloc((size_t)(total ? total : 16) * 4);
-    if (!lo->bp) return h3_fail(err, H3_ENOMEM, "lora_create: cannot allocate the packed B (%lld floats)",
-                                (long long)total);
+    if (!lo->bp) {
+        st = h3_fail(err, H3_ENOMEM, "lora_create: cannot allocate the packed B (%lld floats)", (long long)total);
+        goto done;
+    }
     for (int64_t p = 0; p < P; p++) {
         float *o = lo->bp + lo->pan_off[p];
+        if (lo->pan_lo[p] >= lo->pan_hi[p]) continue;
+        if (lo->bf16) {   /* the table's own bf16 packing (rounds to nearest even) */
+            lo->kt->unpack(H3_DT_F32, b, R, p * NR, NR, N, lo->pan_lo[p], lo->pan_hi[p] - lo->pan_lo[p], o, (int)NR);
+            continue;
+        }
         for (int64_t k = lo->pan_lo[p]; k < lo->pan_hi[p]; k++, o += NR)
             for (int64_t j = 0; j < NR; j++) {
                 const int64_t n = p * NR + j;
-                o[j] = n < N ? b[n * R + lo->perm[k]] : 0.0f;
+                o[j] = n < N ? b[n * R + k] : 0.0f;
             }
     }
-    return H3_OK;
+done:
+    h3_free(b);
+    return st;
 }
 
 h3_status h3_lora_create(const float *a, const float *b, const float *scale, int64_t R, int64_t N,
@@ -150,6 +177,9 @@ h3_status h3_lora_create(const float *a, const float *b, const float *scale, int
     memset(lo, 0, sizeof *lo);
     lo->N = N; lo->K = K; lo->R = R;
     lo->kt = up_kernels(isa);
+#if H3_X86
+    lo->bf16 = isa == H3_ISA_AMX;
+#endif
     lo->perm = h3_alloc((size_t)R * 8);
     lo->scale = h3_alloc((size_t)R * 4);
     float *ar = h3_alloc((size_t)R * (size_t)K * 4);
@@ -163,7 +193,8 @@ h3_status h3_lora_create(const float *a, const float *b, const float *scale, int
     for (int64_t i = 0; i < R; i++) memcpy(ar + i * K, a + lo->perm[i] * K, (size_t)K * 4);
     h3_linear_opts o;
     memset(&o, 0, sizeof o);
-    o.wtype = H3_DT_F32;
+    o.wtype = lo->bf16 ? H3_DT_BF16 : H3_DT_F32;   /* AMX: the down product on bf16 tiles too */
+    o.bf16_inputs = lo->bf16;
     o.isa = isa;
     o.small_pages = 1;
     st = h3_linear_create(ar, H3_DT_F32, R, K, NULL, &o, &lo->a, err);
@@ -208,7 +239,7 @@ static size_t u_bytes(const h3_lora *lo, int64_t M) { return H3_ALIGN_UP((size_t
  * at different times): the packed rows of u [MR][max_kc] and one MR x NR tile. */
 static size_t thread_bytes(const h3_lora *lo, int64_t M) {
     const size_t down = h3_linear_workspace_bytes(lo->a, H3_MIN(M, H3_LORA_CHUNK), 1, NULL);
-    const size_t up = H3_ALIGN_UP((size_t)lo->kt->mr * (size_t)(lo->max_kc ? lo->max_kc : 1) * 4, 64) +
+    const size_t up = H3_ALIGN_UP((size_t)lo->kt->mr * (size_t)H3_ALIGN_UP(H3_MAX(lo->max_kc, 1), 32) * 4, 64) +
                       H3_ALIGN_UP((size_t)lo->kt->mr * (size_t)lo->kt->nr * 4, 64);
     return H3_ALIGN_UP(H3_MAX(down, up), 64) + ERR_BYTES;
 }
@@ -270,10 +301,13 @@ h3_status gemm_lora_u(const h3_linear *l, h3_pool *pool, const float *x, int64_t
 
 /* ---- the up product -------------------------------------------------------------------- */
 
-/* B[n, r] (rank order) from the packed panels; r must lie in n's panel range. */
+/* B[n, r] (rank order) from the packed panels; r must lie in n's panel range.  bf16
+ * panels are pairs [kc32/2][NR][2]. */
 static inline float b_at(const h3_lora *lo, int64_t r, int64_t n) {
-    const int64_t NR = lo->kt->nr, p = n / NR;
-    return lo->bp[lo->pan_off[p] + (r - lo->pan_lo[p]) * NR + (n - p * NR)];
+    const int64_t NR = lo->kt->nr, p = n / NR, k = r - lo->pan_lo[p], j = n - p * NR;
+    if (lo->bf16)
+        return h3_bf16_to_f32(((const uint16_t *)(lo->bp + lo->pan_off[p]))[((k / 2) * NR + j) * 2 + (k & 1)]);
+    return lo->bp[lo->pan_off[p] + k * NR + j];
 }
 
 void gemm_lora_add_ref(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0, int64_t m1,
@@ -300,14 +334,19 @@ static void lora_add_panels(const h3_lora *lo, const float *u, float *target, in
     const int MR = kt->mr, NR = kt->nr;
     const int64_t R = lo->R, c1 = c0 + w;
     float *ap = scratch;
-    float *tmp = scratch + H3_ALIGN_UP((int64_t)MR * (lo->max_kc ? lo->max_kc : 1), 16);
+    float *tmp = scratch + H3_ALIGN_UP((int64_t)MR * H3_ALIGN_UP(H3_MAX(lo->max_kc, 1), 32), 16);
+    if (kt->begin) kt->begin();   /* AMX: the tile configuration (already loaded inside the GEMM) */
     for (int64_t ir = m0; ir < m1; ir += MR) {
         const int mr = (int)H3_MIN(MR, m1 - ir);
         int64_t plo = -1, phi = -1;
         for (int64_t p = c0 / NR; p * NR < c1; p++) {
             const int64_t a = lo->pan_lo[p], z = lo->pan_hi[p];
             if (a >= z) continue;
-            if (a != plo || z != phi) {
+            if ((a != plo || z != phi) && kt->pack_a) {   /* AMX: bf16 tiles */
+                kt->pack_a(u + ir * R + a, R, mr, z - a, MR, ap);
+                plo = a;
+                phi = z;
+            } else if (a != plo || z != phi) {
                 for (int64_t k = a; k < z; k++) {
                     float *d = ap + (k - a) * MR;
                     int i = 0;

@@ -53,9 +53,12 @@ def test_lora_linear_matches_float64_and_ref_on_every_path(isa):
     # observed 3e-7 relative (fp32 sums over K = 40 and 18 ranks); a rank in the wrong
     # place or a panel with the wrong ranks is O(1)
     err = np.abs(got - want).max() / np.abs(want).max()
-    assert err < 1e-5, err
+    # AMX runs both products on bf16 tiles (x, A, u, B rounded to bf16: ~2^-8 relative per
+    # factor of the LoRA's part, bound 1e-2); the other paths are float32 FMA
+    assert err < (1e-2 if isa == "amx" else 1e-5), err
     ref = run(w, a, b, scale, x, "ref", 1)
-    assert np.array_equal(got, ref)
+    if isa != "amx":
+        assert np.array_equal(got, ref)
     assert np.array_equal(run(w, a, b, scale, x, isa, 1), got)
 
 
@@ -64,6 +67,10 @@ def test_lora_on_int8_and_swiglu_pair_equals_ref(isa):
     w, a, b, scale, x = case(1)
     for weights, pair in (("int8", False), ("fp32", True), ("int8", True)):
         got = run(w, a, b, scale, x, isa, 2, weights, pair)
-        assert np.array_equal(got, run(w, a, b, scale, x, "ref", 1, weights, pair)), (weights, pair)
+        ref = run(w, a, b, scale, x, "ref", 1, weights, pair)
+        if isa == "amx":    # the LoRA products on bf16 tiles (a LoraCore made for "amx")
+            assert np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max(), (weights, pair)
+        else:
+            assert np.array_equal(got, ref), (weights, pair)
         base = Linear(w, weights=weights, isa=isa, threads=2, pair=pair)(x)
         assert not np.allclose(got, base, atol=1e-3), (weights, pair)   # the LoRA did something

@@ -530,6 +530,10 @@ class DiT:
         for target, ps in pieces.items():
             lin = self._lora_linear(target)
             isa = lin.core.isa if lin is not None else self.isa
+            # an AMX LoRA runs on bf16 tiles: beside an int8/int4/bf16 base; a float32 or
+            # fp16 base (float32 products) keeps its LoRA in float32 too (AVX-512)
+            if isa == "amx" and (lin is None or lin.weights in ("fp32", "fp16")):
+                isa = "avx512"
             a = np.ascontiguousarray(np.concatenate([m.a for m, _, _ in ps]), np.float32)
             b = np.ascontiguousarray(np.concatenate([m.b for m, _, _ in ps], axis=1), np.float32)
             sc = np.concatenate([np.full(m.a.shape[0], s, np.float32) for m, s, _ in ps])
