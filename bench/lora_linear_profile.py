@@ -1,8 +1,9 @@
 """Where a LoRA's time goes on one int8 linear: the base GEMM alone, the base with the
-LoRA attached, the down product u = x.A^T alone (an fp32 linear [R, K], run as the addend
-runs it) and, by difference, the up product u.B^T added in the epilogue.  Also prints how
-many threads the down product can use (its GEMM splits only its R output columns into
-panels of the table's NR, one panel per thread).
+LoRA attached, the down product u = x.A^T alone (an fp32 linear [R, K]: one GEMM split
+over its R output columns, as the addend ran it before commit c3ec36e; since then the
+addend runs it in 128-row chunks on all threads, so this is an estimate) and, by
+difference, the up product u.B^T added in the epilogue.  Also prints how many threads a
+column-split down product can use (R / NR panels, one per thread).
 
     PYTHONPATH=$PWD python bench/lora_linear_profile.py --isa avx2 --threads 2
     PYTHONPATH=$PWD python bench/lora_linear_profile.py --M 1872 --K 5376 --N 21504 --R 192 --isa amx --threads 16
@@ -59,7 +60,7 @@ def main(argv=None):
     print(f"MACs vs base: down {a.R / a.N:.3f}, up {a.R / a.K:.3f}")
     print(f"base {tb * 1e3:8.1f} ms")
     print(f"+LoRA {tl * 1e3:7.1f} ms  ratio {tl / tb:.3f}")
-    print(f"down  {tu * 1e3:7.1f} ms  ({tu / tb:.3f} of base; threads it can use: "
+    print(f"down  {tu * 1e3:7.1f} ms  ({tu / tb:.3f} of base; threads a column split can use: "
           f"{min(a.threads, -(-a.R // NR.get(a.isa, 16)))} of {a.threads})")
     print(f"up    {(tl - tb - tu) * 1e3:7.1f} ms  ({(tl - tb - tu) / tb:.3f} of base, by difference)")
     print(f"base rate {macs / tb / 1e9:.1f} GMAC/s")

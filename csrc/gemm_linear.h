@@ -69,6 +69,8 @@ size_t gemm_lora_workspace_bytes(const h3_linear *l, int64_t M, int nth);
 /* u[M, R] = (x . A^T) * scale into ws (which holds gemm_lora_workspace_bytes), all threads. */
 h3_status gemm_lora_u(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *u,
                       void *ws, h3_err *err);
+/* Floats of scratch one gemm_lora_add call needs (64-byte aligned). */
+size_t gemm_lora_scratch_floats(const h3_lora *lo);
 /* Thread ith's up-product scratch inside that workspace. */
 float *gemm_lora_scratch(const h3_linear *l, void *ws, int64_t M, int ith);
 /* The up product on one output tile: target[m*ld + j] += sum_r u[m*R + r] * B[c0 + j, r]

@@ -235,12 +235,21 @@ h3_status h3_linear_set_lora(h3_linear *lin, const h3_lora *lo, h3_err *err) {
 
 static size_t u_bytes(const h3_lora *lo, int64_t M) { return H3_ALIGN_UP((size_t)M * (size_t)lo->R * 4, 64); }
 
+/* The up product's scratch: the packed rows of u (MR x max_kc, room for AMX's bf16 tiles
+ * over max_kc rounded up to 32), then one MR x NR tile at tmp_offset. */
+static int64_t tmp_offset(const h3_lora *lo) {
+    return H3_ALIGN_UP((int64_t)lo->kt->mr * H3_ALIGN_UP(H3_MAX(lo->max_kc, 1), 32), 16);
+}
+
+size_t gemm_lora_scratch_floats(const h3_lora *lo) {
+    return (size_t)(tmp_offset(lo) + H3_ALIGN_UP((int64_t)lo->kt->mr * lo->kt->nr, 16));
+}
+
 /* One thread's down-product GEMM workspace, or its up-product scratch (the two are used
- * at different times): the packed rows of u [MR][max_kc] and one MR x NR tile. */
+ * at different times). */
 static size_t thread_bytes(const h3_lora *lo, int64_t M) {
     const size_t down = h3_linear_workspace_bytes(lo->a, H3_MIN(M, H3_LORA_CHUNK), 1, NULL);
-    const size_t up = H3_ALIGN_UP((size_t)lo->kt->mr * (size_t)H3_ALIGN_UP(H3_MAX(lo->max_kc, 1), 32) * 4, 64) +
-                      H3_ALIGN_UP((size_t)lo->kt->mr * (size_t)lo->kt->nr * 4, 64);
+    const size_t up = gemm_lora_scratch_floats(lo) * 4;
     return H3_ALIGN_UP(H3_MAX(down, up), 64) + ERR_BYTES;
 }
 
@@ -334,7 +343,7 @@ static void lora_add_panels(const h3_lora *lo, const float *u, float *target, in
     const int MR = kt->mr, NR = kt->nr;
     const int64_t R = lo->R, c1 = c0 + w;
     float *ap = scratch;
-    float *tmp = scratch + H3_ALIGN_UP((int64_t)MR * H3_ALIGN_UP(H3_MAX(lo->max_kc, 1), 32), 16);
+    float *tmp = scratch + tmp_offset(lo);
     if (kt->begin) kt->begin();   /* AMX: the tile configuration (already loaded inside the GEMM) */
     for (int64_t ir = m0; ir < m1; ir += MR) {
         const int mr = (int)H3_MIN(MR, m1 - ir);
