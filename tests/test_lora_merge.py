@@ -8,6 +8,7 @@ import glob
 import os
 
 import numpy as np
+import pytest
 import torch
 
 import h3cy
@@ -51,14 +52,17 @@ def test_merged_fp32_matches_diffusers_fused_and_unloads(tiny_dit_factory, tmp_p
     assert all(np.array_equal(x, y) for x, y in zip(fwd(dit, inputs), base))   # bit for bit
 
 
-def test_merged_int8_within_int8_error_and_cached(lora_a, tmp_path):
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_merged_int_within_quantisation_error_and_cached(lora_a, tmp_path, mode):
     t, one, two = lora_a
     inputs = packed_inputs(t.config, seed=13, U=2)
     f32 = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="fp32", threads=2)
-    i8 = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="int8", threads=2, cache_dir=str(tmp_path))
-    base_err = rel_l2(fwd(i8, inputs)[0], fwd(f32, inputs)[0])
+    i8 = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights=mode, threads=2, cache_dir=str(tmp_path))
+    f32_base = fwd(f32, inputs)[0]
+    base_err = rel_l2(fwd(i8, inputs)[0], f32_base)
     f32.load_lora(one, strength=0.9)
     want = fwd(f32, inputs)[0]
+    assert rel_l2(want, f32_base) > 3 * base_err          # the LoRA moves the output 0.50 (observed)
     i8.load_lora(one, strength=0.9)
     run_time = fwd(i8, inputs)[0]
     i8.unload_lora("pytorch_lora_weights")
@@ -67,12 +71,15 @@ def test_merged_int8_within_int8_error_and_cached(lora_a, tmp_path):
     merged = fwd(i8, inputs)[0]
     files = glob.glob(str(tmp_path / "h3cy-lora-merged-*.h3w"))
     assert len(files) == 1
-    # W + sBA requantised: an int8 error of the base's size (observed: merged vs fp32+LoRA
-    # 1.6e-2, merged vs run-time 1.1e-2, base_err 1.07e-2 on the tiny model)
-    assert rel_l2(merged, want) <= 2.0 * base_err, (rel_l2(merged, want), base_err)
-    assert rel_l2(merged, run_time) <= 2.0 * base_err, (rel_l2(merged, run_time), base_err)
+    # W + sBA requantised: an error of the base's size.  Observed on the tiny model, merged
+    # vs fp32+LoRA / vs run-time / base_err: int8 0.016 / 0.011 / 0.0107; int4 0.195 / 0.094
+    # / 0.107 (the run-time int4+LoRA itself is 0.206 from fp32+LoRA: int4 at K = 32-96 is
+    # coarse).  The LoRA itself moves the output by 0.50, > 3x base_err (asserted above).
+    k = 2.0 if mode == "int8" else 2.5
+    assert rel_l2(merged, want) <= k * base_err, (rel_l2(merged, want), base_err)
+    assert rel_l2(merged, run_time) <= k * base_err, (rel_l2(merged, run_time), base_err)
     # a second model maps the cached merge: the same bits, no requantisation
-    again = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights="int8", threads=2, cache_dir=str(tmp_path))
+    again = h3cy.DiT.from_pretrained(t.diffusers_fp32, weights=mode, threads=2, cache_dir=str(tmp_path))
     again.load_lora(one, strength=0.9, merge=True)
     assert again.lora_merge_cached
     assert np.array_equal(fwd(again, inputs)[0], merged)

@@ -74,10 +74,15 @@ def _merged(lin, core, pieces, pool):
         w += float(s) * (m.b.astype(np.float64) @ m.a.astype(np.float64))
     bias = _bias_of(core)
     kw = {}
-    if lin.weights == "int4":
-        kw["group_size"] = lin.group_size
-    if lin.weights in ("int8", "int4") and lin.act_group:
-        kw["act_group"] = lin.act_group
+    if lin.weights in ("int8", "int4"):
+        # the base's int4 group and activation groups, from its C layout (a Linear mapped
+        # from a weight cache does not carry them in Python)
+        lay = core.export()[0]
+        if lin.weights == "int4" and lay["group_size"]:
+            kw["group_size"] = int(lay["group_size"])
+        ag = int(lay["act_group"] or 0)
+        if 0 < ag < core.K:
+            kw["act_group"] = ag
     out = ops.Linear(np.ascontiguousarray(w, np.float32), bias=bias, weights=lin.weights, isa=core.isa,
                      threads=pool, pair=bool(core.pair), bf16_inputs=lin.weights == "bf16", **kw)
     return out
