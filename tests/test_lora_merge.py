@@ -13,8 +13,9 @@ import torch
 
 import h3cy
 from _compare import assert_close, rel_l2
+# lora_a, pipeline_lora: module fixtures of test_dit_lora, imported so that pytest finds them
 from test_dit_lora import (BLOCK_MODULES, EDGE_MODULES, TIME_MODULES, fwd, lora_a,  # noqa: F401
-                           make_peft_lora, pipeline_lora)
+                           make_peft_lora, pipeline_lora)  # noqa: F401
 from test_dit_parity import packed_inputs
 
 
