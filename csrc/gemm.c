@@ -53,6 +53,7 @@ typedef struct {
     /* the low-rank addend's u = (x . A^T) * scale [M, R] (l->lora), added to each output
      * tile right after the base product; NULL without one */
     const float *lora_u;
+    void *lora_ws;          /* the workspace's LoRA part (gemm_lora_workspace_bytes) */
 } run_ctx;
 
 static size_t float_thread_bytes(const gemm_kernels *kt, int64_t M, int need_scratch) {
@@ -328,20 +329,19 @@ static void int_block(run_ctx *c, char *tw, int64_t m0, int64_t m1, int64_t pr0,
 
 /* One output run: rows [m0, m1), output columns [o0, o0+w) from logical rows r0 (and
  * r0+H for SWIGLU). */
-static void run_block(run_ctx *c, char *tw, char *scratch, int64_t m0, int64_t m1, int64_t o0, int64_t r0,
-                      int64_t w) {
+static void run_block(run_ctx *c, char *tw, char *scratch, float *lora_scratch, int64_t m0, int64_t m1, int64_t o0,
+                      int64_t r0, int64_t w) {
     const h3_linear *l = c->l;
     const int kind = c->epi ? c->epi->kind : H3_EPI_NONE;
     const int64_t ldy = c->ldy;
     float *S = (float *)scratch;
     const int64_t lds = c->kt->nc;
     const int intm = is_int(l->wtype);
-    const gemm_lora_add_fn lora_add = c->kt->lora_add ? c->kt->lora_add : gemm_lora_add_ref;
 #define MUL(rowstart, target, ld)                                                                                   \
     do {                                                                                                            \
         if (intm) int_block(c, tw, m0, m1, prow_of(l, rowstart), w, target, ld);                                    \
         else float_block(c, tw, m0, m1, rowstart, w, target, ld);                                                   \
-        if (c->lora_u) lora_add(l->lora, c->lora_u, target, ld, m0, m1, rowstart, w);                             \
+        if (c->lora_u) gemm_lora_add(l->lora, c->lora_u, target, ld, m0, m1, rowstart, w, lora_scratch);          \
     } while (0)
     if (kind == H3_EPI_NONE) {
         MUL(r0, c->y + o0, ldy);
@@ -392,6 +392,7 @@ static void mul_task(void *p, int ith, int nth) {
     const h3_linear *l = c->l;
     const int NR = c->kt->nr, NC = c->kt->nc;
     char *tw = c->tws + (size_t)ith * c->tws_bytes;
+    float *lora_scratch = c->lora_u ? gemm_lora_scratch(l, c->lora_ws, c->M, ith) : NULL;
     char *scratch = NULL;
     if (c->need_scratch) {
         /* the scratch [M][NC] sits at the end of the thread's area (see *_thread_bytes) */
@@ -429,7 +430,7 @@ static void mul_task(void *p, int ith, int nth) {
             int64_t qe = H3_MIN(b, q + NC / NR);
             int64_t off = (q - base) * NR;
             int64_t w = H3_MIN((qe - base) * NR, seg_n[s]) - off;
-            run_block(c, tw, scratch, m0, m1, seg_o[s] + off, seg_r[s] + off, w);
+            run_block(c, tw, scratch, lora_scratch, m0, m1, seg_o[s] + off, seg_r[s] + off, w);
         }
         base += ps;
     }
@@ -513,11 +514,12 @@ static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, cons
     run_ctx c;
     memset(&c, 0, sizeof c);
     if (l->lora) { /* u first, at the front of the workspace; the base product's arena after it */
-        const size_t lb = gemm_lora_workspace_bytes(l, M, nth), ub = H3_ALIGN_UP((size_t)M * (size_t)l->lora->R * 4, 64);
+        const size_t lb = gemm_lora_workspace_bytes(l, M, nth);
         float *u = (float *)ws;
-        st = gemm_lora_u(l, pool, x, M, u, (char *)ws + ub, lb - ub, err);
+        st = gemm_lora_u(l, pool, x, M, u, ws, err);
         if (st) { h3_free(own); return st; }
         c.lora_u = u;
+        c.lora_ws = ws;
         ws = (char *)ws + lb;
         ws_bytes -= lb;
     }

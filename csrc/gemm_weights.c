@@ -40,7 +40,6 @@ static void resolve_tables(void) {
         if (!t.ukr_i4) t.ukr_i4 = r->ukr_i4;
         if (!t.quant_row) t.quant_row = r->quant_row;
         if (!t.swiglu_row) t.swiglu_row = r->swiglu_row;
-        if (!t.lora_add) t.lora_add = gemm_lora_add_ref;
         resolved[i] = t;
     }
 }

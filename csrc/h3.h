@@ -188,7 +188,11 @@ h3_status h3_linear_attach_parts(const h3_linear_layout *layout, const void *con
  *   y[m, n] += sum_r ((x[m] . a[r]) * scale[r]) * b[n, r]
  * a: [R, K] float32, b: [N, R] float32 (rows in the linear's logical order: [gate; value]
  * for a pair linear), scale: [R].  Several adapters on one linear are one h3_lora whose
- * ranks are concatenated (each its own scale).  create copies a, b and scale. */
+ * ranks are concatenated (each its own scale).  create copies a, b and scale (ranks
+ * reordered inside; set_scale takes them in the caller's order).  Float32 products on
+ * every isa (bit-identical to H3_ISA_REF but for the sign of zero results) except
+ * H3_ISA_AMX, whose products run on bf16 tiles (x, a, u, b rounded to bf16; pass
+ * H3_ISA_AVX512 for float32 LoRA products beside an AMX linear). */
 typedef struct h3_lora h3_lora;
 h3_status h3_lora_create(const float *a, const float *b, const float *scale, int64_t R, int64_t N,
                          int64_t K, h3_isa isa, h3_lora **out, h3_err *err);
@@ -196,7 +200,7 @@ void h3_lora_free(h3_lora *lora);                       /* NULL is a no-op */
 h3_status h3_lora_set_scale(h3_lora *lora, const float *scale, h3_err *err);   /* [R] */
 /* Attach (borrowed: keep it alive and unchanged while attached; NULL detaches) to a linear
  * of the same N and K.  Not for conv rows (h3_linear_forward_rows refuses).  The
- * linear's workspace_bytes grow by the addend's (u and its GEMM's workspace). */
+ * linear's workspace_bytes grow by the addend's (u and per thread its GEMM's workspace). */
 h3_status h3_linear_set_lora(h3_linear *lin, const h3_lora *lora, h3_err *err);
 
 /* The weight the GEMM effectively multiplies by, dequantised to float32: out [N,K] (a
