@@ -24,12 +24,15 @@ from .models.tokenizer import Tokenizer
 from .models.text_encoder import TextEncoder
 from .models.prompt_cache import encode_prompt
 from .models.video_vae import VideoDecoder, to_uint8
+from .models.video_encoder import VideoEncoder
 from .models.audio_vae import AudioDecoder
 from .sampling.layout import Geometry, Layout
 from .sampling.schedule import Schedule
 from .sampling.sampler import STOP, CancelToken, StepState, denoise, initial_noise
 from .sampling import audio_schedule
 from .pipeline import Pipeline, load
+from . import keyframes
+from .keyframes import encode_image, prepare_keyframes
 from .result import Result
 from .tuning import selfcheck
 
@@ -42,10 +45,12 @@ __all__ = [
     # weights
     "ModelFolder", "find_model", "TransformerCheckpoint", "TransformerConfig", "open_transformer",
     # models
-    "DiT", "Tokenizer", "TextEncoder", "encode_prompt", "VideoDecoder", "to_uint8", "AudioDecoder",
+    "DiT", "Tokenizer", "TextEncoder", "encode_prompt", "VideoDecoder", "VideoEncoder", "to_uint8", "AudioDecoder",
     # sampling
     "Geometry", "Layout", "Schedule", "STOP", "CancelToken", "StepState", "denoise", "initial_noise",
     "audio_schedule",
     # the pipeline
     "Pipeline", "load", "Result",
+    # image conditioning (fl2va keyframes)
+    "keyframes", "encode_image", "prepare_keyframes",
 ]
