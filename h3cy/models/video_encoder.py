@@ -34,7 +34,7 @@ from ..weights.files import TensorFiles, checkpoint_error, load_json
 from ..weights.transformer import weight_files
 from .._progress import Ticker
 from ..errors import H3ValueError
-from .video_vae import PIXEL_MEAN, PIXEL_STD, blend, split_tiles, _diffusers_config, _original_config
+from .video_vae import PIXEL_MEAN, PIXEL_STD, blend, split_tiles, vae_config_diffusers, vae_config_original
 
 log = logging.getLogger("h3cy")
 
@@ -77,7 +77,7 @@ def _open(path):
     if os.path.isfile(p):
         from ..weights.released import released_config
         raw = released_config("video_vae")
-        conf = _diffusers_config(raw, p)
+        conf = vae_config_diffusers(raw, p)
         files = TensorFiles([p], float_dtypes=("F32", "BF16", "F16"))
         sf = tf = None
     elif os.path.isdir(p):
@@ -94,7 +94,7 @@ def _open(path):
             src = load_json(spath, "source config") if os.path.isfile(spath) else {}
             if not isinstance(src, dict):
                 raise checkpoint_error(spath, None, "source config is not a JSON object")
-            conf = _original_config(cfg, cpath, src, spath)
+            conf = vae_config_original(cfg, cpath, src, spath)
             raw = dict(src)
             sf, tf = src.get("space_down"), src.get("time_down")
             wpath = os.path.join(p, sub, wname)
@@ -102,7 +102,7 @@ def _open(path):
                 raise checkpoint_error(wpath, None, "weights file not found")
             paths = [wpath]
         else:
-            conf = _diffusers_config(cfg, cpath)
+            conf = vae_config_diffusers(cfg, cpath)
             raw = cfg
             sf, tf = cfg.get("spatial_downsample_factors"), cfg.get("temporal_downsample_factors")
             _, paths = weight_files(p)
