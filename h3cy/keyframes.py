@@ -19,7 +19,6 @@ VAE encoder run on the single frame (its spatial path), the posterior *sampled*
 ``mean + std * noise`` under a generator of its own (torch's seeded 42 in the reference),
 rounded to float16, normalised with the VAE's ``(z - latents_mean) / latents_std``.
 """
-import math
 import os
 
 import numpy as np
