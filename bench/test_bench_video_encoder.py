@@ -51,6 +51,25 @@ def models(torch_mod):
     return folder, enc, qc
 
 
+def encoder_flop(size, levels=(128, 256, 256, 512, 512, 1024), spatial=(2, 2, 2, 2, 1, 1), per=2):
+    """Multiply-adds x 2 of one frame through the encoder: a frame's causal 3x3x3 conv is
+    one 3x3 tap (the others land on the zero frames), 2 * H * W * Cout * 9 * Cin."""
+    f, h, cin = 0, size, 3
+
+    def conv(h_out, ci, co, k=9):
+        return 2 * h_out * h_out * co * k * ci
+    f += conv(h, cin, levels[0])
+    cin = levels[0]
+    for co, s in zip(levels, spatial):
+        for j in range(per):
+            f += conv(h, cin, co) + conv(h, co, co) + (conv(h, cin, co, 1) if cin != co else 0)
+            cin = co
+        if s == 2:
+            h = (h + 1) // 2
+            f += conv(h, co, co)
+    return f + conv(h, cin, 48) + conv(h, 48, 48, 1)
+
+
 @pytest.fixture(scope="module")
 def pixels():
     return np.random.default_rng(1).standard_normal((1, SIZE, SIZE, 3), dtype=np.float32)
@@ -87,7 +106,8 @@ def test_h3cy_video_encoder(benchmark, models, pixels, want, threads):
     rel = float(np.linalg.norm(got - want) / np.linalg.norm(want))
     assert rel < 1e-4, rel
     benchmark.group = GROUP
-    benchmark.extra_info.update(role="h3cy fp32", impl=f"h3cy fp32 ({enc.isa})", rel_l2=rel)
+    benchmark.extra_info.update(role="h3cy fp32", impl=f"h3cy fp32 ({enc.isa})", rel_l2=rel,
+                                flop=encoder_flop(SIZE))
     benchmark.pedantic(run, rounds=2, warmup_rounds=0)
 
 
@@ -99,5 +119,5 @@ def test_diffusers_video_encoder(benchmark, models, pixels, want, dtype, torch_m
     run = _torch_run(torch_mod, enc, qc, pixels, dtype)
     benchmark.group = GROUP
     benchmark.extra_info.update(role="baseline" if dtype == "fp32" else f"diffusers {dtype}",
-                                impl=f"diffusers video encoder {dtype} (torch)")
+                                impl=f"diffusers video encoder {dtype} (torch)", flop=encoder_flop(SIZE))
     benchmark.pedantic(run, rounds=2, warmup_rounds=1)
