@@ -149,6 +149,13 @@ def test_each_load_resolves_its_context_once(tiny_dit_factory, tiny_te, tiny_vae
     vdec = h3cy.VideoDecoder.from_pretrained(tiny_vae.diffusers, weights="int8", threads=2)
     assert len(calls) == 1 and all(b.core.pool is vdec.compute.pool for b in vdec.blocks)
 
+    calls.clear()
+    venc = h3cy.VideoEncoder.from_pretrained(tiny_vae.diffusers, threads=2)
+    assert len(calls) == 1 and venc._pool is venc.compute.pool and venc._pool is not shared
+    for res, down in venc.levels:
+        for r in res:
+            assert all(t.pool is venc._pool for t in r.conv1.taps + r.conv2.taps) and r.norm1.pool is venc._pool
+
     import _tiny_audio_vae
     calls.clear()
     _, folders = _tiny_audio_vae.build("a", str(tiny_vae.diffusers) + "_audio")
