@@ -10,7 +10,8 @@ Subpackages, lowest first (each imports only those before it):
 - ``h3cy.weights``   safetensors files, checkpoint layouts, model folders, weight caches;
 - ``h3cy.models``    the transformer, the text encoder and tokenizer, the two decoders;
 - ``h3cy.sampling``  geometry, packed layout, schedules and the denoising loop;
-- then ``pipeline`` (load / generate), ``media`` (MP4, WAV), ``cli`` and ``demo``.
+- then ``pipeline`` (load / generate), ``keyframes`` (fl2va keyframes on the canvas and
+  their conditioning latents), ``media`` (MP4, WAV), ``cli`` and ``demo``.
 
 ``docs/architecture.md`` follows one call from ``h3cy.load`` down to a C kernel.
 """
