@@ -361,3 +361,4 @@ h3_status h3_adaln_modulate(const float *x, const float *scale, const float *shi
 #include "h3_qwen.h"
 #include "h3_vit.h"
 #include "h3_audio.h"
+#include "h3_video.h"

@@ -299,6 +299,23 @@ cdef extern from "h3.h" nogil:
                           const float *beta, const float *fu, const float *fd, h3_pool *pool,
                           h3_isa isa, h3_isa *ran, h3_err *err)
 
+cdef extern from "h3.h" nogil:
+    # video VAE encoder kernels (h3_video.h): channels-last [T, H, W, C] video
+    ctypedef struct h3_conv3d_args:
+        int64_t T, H, W, Cin
+        int kt, kh, kw
+        int st, sh, sw
+        int pad_t
+        int pad_top, pad_bottom, pad_left, pad_right
+    size_t h3_conv3d_workspace_bytes(const h3_conv3d_args *a, const h3_linear *const *taps,
+                                     int n_threads)
+    h3_status h3_conv3d(const h3_conv3d_args *a, const h3_linear *const *taps, const float *x,
+                        const float *resid, float *y, h3_pool *pool, void *ws, size_t ws_bytes,
+                        h3_err *err)
+    h3_status h3_group_norm(const float *x, float *y, int64_t T, int64_t P, int64_t C, int G,
+                            const float *gamma, const float *beta, float eps, int silu,
+                            h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err)
+
 cdef extern from "h3_loop.h" nogil:
     void h3_patchify(const float *lat, int64_t C, int64_t T, int64_t h, int64_t w, float *rows)
     void h3_unpatchify(const float *rows, int64_t C, int64_t T, int64_t h, int64_t w, float *lat)

@@ -969,6 +969,7 @@ static void test_cpu(void) {
 #include "test_kernels_convert.inc"
 #include "test_kernels_ops.inc"
 #include "test_kernels_audio.inc"
+#include "test_kernels_video.inc"
 #include "test_kernels_blockref.inc"
 #include "test_kernels_dit.inc"
 #include "test_kernels_qwen.inc"
@@ -1018,7 +1019,7 @@ int main(int argc, char **argv) {
     struct { const char *name; void (*fn)(void); } parts[] = {
         {"cpu", test_cpu}, {"alloc", test_alloc}, {"pool", test_pool}, {"convert", test_convert},
         {"gemm errors", test_gemm_errors}, {"gemm tables", test_gemm_tables}, {"int kernels", test_int_kernels}, {"bf16 unpack", test_bf16_unpack}, {"gemm", test_gemm}, {"gemm parts", test_gemm_parts}, {"ops", test_ops},
-        {"audio", test_audio}, {"dit", test_dit},
+        {"audio", test_audio}, {"video", test_video}, {"dit", test_dit},
         {"qwen", test_qwen}, {"vit", test_vit}, {"loop", test_loop}, {"lora", test_lora},
         {"hadamard", test_hadamard}, {"neon ext", test_neon_ext}, {"gguf", test_gguf},
     };
