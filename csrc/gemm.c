@@ -84,6 +84,7 @@ size_t h3_linear_workspace_bytes(const h3_linear *l, int64_t M, int nth,
                                  const h3_epilogue *epi) {
     if (!l || M < 0 || nth < 1) return 0;
     if (l->wtype == H3_DT_GGUF) return gemm_gguf_workspace_bytes(l, M, nth);
+    if (l->wtype == H3_DT_NVFP4) return gemm_nvfp4_workspace_bytes(l, M, nth);
     int ns = needs_scratch(epi);
     if (is_int(l->wtype)) {
         size_t Mp = (size_t)H3_ALIGN_UP(M, l->kt->mr);
@@ -497,6 +498,10 @@ static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, cons
     if (l->wtype == H3_DT_GGUF) {
         if (rows) return h3_fail(err, H3_EINVAL, "linear_forward: a GGUF linear does not take conv rows");
         return gemm_gguf_forward(l, pool, x, M, y, epi, ws, ws_bytes, err);
+    }
+    if (l->wtype == H3_DT_NVFP4) {
+        if (rows) return h3_fail(err, H3_EINVAL, "linear_forward: an NVFP4 linear does not take conv rows");
+        return gemm_nvfp4_forward(l, pool, x, M, y, epi, ws, ws_bytes, err);
     }
     const int nth = h3_pool_threads(pool);
     size_t need = rows ? h3_linear_rows_workspace_bytes(l, M, nth, epi) : h3_linear_workspace_bytes(l, M, nth, epi);
