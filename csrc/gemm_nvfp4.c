@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NV_MC 128  /* rows of x per block: the decoded panel is reused by all of them */
+#define NV_MC 64  /* rows of x per block: the decoded panel is reused by all of them */
 #define NV_KB 512  /* inputs per decoded K block: 8 KB of int8 + 4 KB of scales */
 
 void gemm_nvfp4_free(h3_linear *l) {
@@ -135,6 +135,7 @@ size_t gemm_nvfp4_workspace_bytes(const h3_linear *l, int64_t M, int nth) {
 typedef struct {
     const h3_linear *l;
     nvfp4_ukr_fn ukr;
+    nvfp4_decode_fn decode;
     const float *x;
     int64_t M;
     float *y;
@@ -172,7 +173,7 @@ static void panel(const nv_ctx *c, int64_t m0, int64_t mc, int64_t r0, int nr, c
     const float *d = c->d[slot] + m0 * (K / NV_ACT);
     for (int64_t k0 = 0; k0 < K; k0 += NV_KB) {
         const int nseg = (int)(H3_MIN(NV_KB, K - k0) / NV_SEG);
-        nvfp4_decode_ref(rs, nr, k0 / NV_SEG, nseg, q, sw, corr);
+        c->decode(rs, nr, k0 / NV_SEG, nseg, q, sw, corr);
         c->ukr((int)mc, nseg, a + k0, K, d + k0 / NV_ACT, K / NV_ACT, q, sw, corr, cb);
     }
 }
@@ -233,7 +234,7 @@ h3_status gemm_nvfp4_forward(const h3_linear *l, h3_pool *pool, const float *x, 
     if (st) return st;
     nv_ctx c;
     memset(&c, 0, sizeof c);
-    c.l = l; c.ukr = nvfp4_ukr_for(l->isa); c.x = x; c.M = M; c.y = y; c.epi = epi;
+    c.l = l; c.ukr = nvfp4_ukr_for(l->isa); c.decode = nvfp4_decode_for(l->isa); c.x = x; c.M = M; c.y = y; c.epi = epi;
     h3_arena ar = {(char *)ws, 0, ws_bytes};
     for (int s = 0; s < l->nv_slots; s++) {
         c.a[s] = h3_arena_take(&ar, H3_ALIGN_UP((size_t)M * (size_t)l->K, 64));

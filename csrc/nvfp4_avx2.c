@@ -16,6 +16,40 @@ static inline __m256i bcast4(const uint8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
+/* The panel decoder (the reference's bytes): a row's 8 code bytes of a segment become its
+ * 16 nibbles in input order (high first: unpack of high and low halves), vpshufb maps them
+ * to q; four rows' 4-byte quads are transposed like a 4 x 4 int32 matrix into the
+ * [quad][column][4] layout, and vpmaddubsw/vpmaddwd by ones sum each column's q for corr. */
+void nvfp4_decode_avx2(const nvfp4_row *rs, int nr, int64_t s0, int nseg, int8_t *q, float *sw, int32_t *corr) {
+    const __m128i lut = _mm_loadu_si128((const __m128i *)nvfp4_q_of_code), m4 = _mm_set1_epi8(0x0f);
+    const __m128i one8 = _mm_set1_epi8(1), one16 = _mm_set1_epi16(1);
+    for (int s = 0; s < nseg; s++) {
+        const int64_t b = s0 + s;
+        int8_t *qs = q + (int64_t)s * 4 * NV_NR * 4;
+        for (int g = 0; g < NV_NR; g += 4) {
+            __m128i v[4];
+            for (int c = 0; c < 4; c++) {
+                if (g + c >= nr) { v[c] = _mm_setzero_si128(); continue; }
+                const __m128i x = _mm_loadl_epi64((const __m128i *)(rs[g + c].codes + b * (NV_SEG / 2)));
+                const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
+                v[c] = _mm_shuffle_epi8(lut, nib);
+            }
+            const __m128i t0 = _mm_unpacklo_epi32(v[0], v[1]), t1 = _mm_unpacklo_epi32(v[2], v[3]);
+            const __m128i t2 = _mm_unpackhi_epi32(v[0], v[1]), t3 = _mm_unpackhi_epi32(v[2], v[3]);
+            const __m128i o[4] = {_mm_unpacklo_epi64(t0, t1), _mm_unpackhi_epi64(t0, t1),
+                                  _mm_unpacklo_epi64(t2, t3), _mm_unpackhi_epi64(t2, t3)};
+            __m128i sum = _mm_setzero_si128();
+            for (int j = 0; j < 4; j++) {
+                _mm_storeu_si128((__m128i *)(qs + (j * NV_NR + g) * 4), o[j]);
+                sum = _mm_add_epi16(sum, _mm_maddubs_epi16(one8, o[j]));
+            }
+            _mm_storeu_si128((__m128i *)(corr + s * NV_NR + g), _mm_slli_epi32(_mm_madd_epi16(sum, one16), 7));
+            for (int c = 0; c < 4; c++)
+                sw[s * NV_NR + g + c] = g + c < nr ? rs[g + c].lut[rs[g + c].scales[(b / 4) * 512 + b % 4]] : 0.0f;
+        }
+    }
+}
+
 /* RB (1 or 2) rows */
 static inline __attribute__((always_inline)) void rows(const int RB, int nseg, const uint8_t *a, int64_t lda,
                                                        const float *d, int64_t ldd, const int8_t *q,

@@ -47,7 +47,14 @@ extern const int8_t nvfp4_q_of_code[16];
  *   q    [nseg * 4][16][4] int8: quad (4 inputs) j of segment s, column c at
  *        ((s * 4 + j) * 16 + c) * 4
  *   sw   [nseg][16] float, corr [nseg][16] int32 (128 * sum of the segment's q) */
+typedef void (*nvfp4_decode_fn)(const nvfp4_row *rs, int nr, int64_t s0, int nseg, int8_t *q, float *sw,
+                                int32_t *corr);
 void nvfp4_decode_ref(const nvfp4_row *rs, int nr, int64_t s0, int nseg, int8_t *q, float *sw, int32_t *corr);
+#if H3_X86
+void nvfp4_decode_avx2(const nvfp4_row *rs, int nr, int64_t s0, int nseg, int8_t *q, float *sw, int32_t *corr);
+#endif
+/* the decoder a linear on path `isa` runs (every one writes the reference's bytes) */
+nvfp4_decode_fn nvfp4_decode_for(h3_isa isa);
 
 /* One activation row: x[K] (times pre[K] when pre is not NULL, rounded to float first) ->
  * a[K] = int8 + 128, d[K / 32]: d = amax / 127, a = rint(x / d) clamped to +-127 (0 when

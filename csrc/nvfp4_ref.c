@@ -75,6 +75,15 @@ void nvfp4_ukr_ref(int mr, int nseg, const uint8_t *a, int64_t lda, const float 
         }
 }
 
+nvfp4_decode_fn nvfp4_decode_for(h3_isa isa) {
+#if H3_X86
+    const h3_isa v = h3_isa_vector(isa);
+    if (v == H3_ISA_AVX2 || v == H3_ISA_AVX512) return nvfp4_decode_avx2;
+#endif
+    (void)isa;
+    return nvfp4_decode_ref;
+}
+
 nvfp4_ukr_fn nvfp4_ukr_for(h3_isa isa) {
 #if H3_X86
     const h3_isa v = h3_isa_vector(isa);
