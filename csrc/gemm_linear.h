@@ -35,6 +35,10 @@ struct h3_linear {
      * grow_bytes[i] bytes */
     int gtype[H3_LINEAR_MAX_PARTS];
     int64_t grow_bytes[H3_LINEAR_MAX_PARTS];
+    /* H3_DT_NVFP4 (gemm_nvfp4.c): nparts parts, owned; nv_slots distinct activation
+     * variants (parts with the same AWQ pre-scale, or none, share one) */
+    struct nvfp4_part *nv;
+    int nv_slots;
     /* h3_linear_set_lora: a low-rank addend, borrowed (the caller keeps it alive and
      * detaches it before freeing it); NULL: the plain linear, bit for bit */
     const h3_lora *lora;
@@ -86,6 +90,24 @@ size_t gemm_gguf_workspace_bytes(const h3_linear *l, int64_t M, int nth);
 h3_status gemm_gguf_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
                             const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err);
 h3_status gemm_gguf_dequant(const h3_linear *l, float *out, h3_err *err);
+
+/* One part of an NVFP4 linear: the file's codes and blocked scales, borrowed as stored */
+typedef struct nvfp4_part {
+    const uint8_t *codes;  /* part_rows rows of ld bytes */
+    int64_t ld;
+    const uint8_t *scales; /* blocked e4m3, ncb column blocks of 4 */
+    int64_t ncb;
+    float lut[256];        /* e4m3 byte -> e4m3 * scale_2 * 0.5 (the scale of q = 2 e2m1) */
+    float *pre;            /* [K] AWQ pre-scale (owned copy) or NULL */
+    int slot;              /* the activation variant this part multiplies */
+} nvfp4_part;
+
+/* The NVFP4 linear (gemm_nvfp4.c), routed to from gemm.c and gemm_weights.c */
+size_t gemm_nvfp4_workspace_bytes(const h3_linear *l, int64_t M, int nth);
+h3_status gemm_nvfp4_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
+                             const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err);
+h3_status gemm_nvfp4_dequant(const h3_linear *l, float *out, h3_err *err);
+void gemm_nvfp4_free(h3_linear *l);
 
 /* The base of the float rows holding logical row r, and r's index there. */
 static inline const void *rows_at(const h3_linear *l, int64_t r, int64_t *local) {

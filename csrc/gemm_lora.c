@@ -221,6 +221,8 @@ h3_status h3_linear_set_lora(h3_linear *lin, const h3_lora *lo, h3_err *err) {
     if (!lin) return h3_fail(err, H3_EINVAL, "linear_set_lora: NULL linear");
     if (lo && lin->wtype == H3_DT_GGUF)
         return h3_fail(err, H3_EUNSUPPORTED, "linear_set_lora: a LoRA on a GGUF linear is not supported yet");
+    if (lo && lin->wtype == H3_DT_NVFP4)
+        return h3_fail(err, H3_EUNSUPPORTED, "linear_set_lora: a LoRA on an NVFP4 linear is not supported yet");
     if (lo && (lo->N != lin->N || lo->K != lin->K))
         return h3_fail(err, H3_EINVAL, "linear_set_lora: the LoRA is [%lld x %lld], the linear [%lld x %lld]",
                        (long long)lo->N, (long long)lo->K, (long long)lin->N, (long long)lin->K);

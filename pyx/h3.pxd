@@ -1,5 +1,5 @@
 # h3.pxd — the one `cdef extern` of csrc/h3.h; every declaration is nogil.
-from libc.stdint cimport int8_t, int32_t, int64_t, uint16_t, uint64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t, uint64_t
 
 cdef extern from "h3.h" nogil:
     ctypedef enum h3_status:
@@ -219,6 +219,15 @@ cdef extern from "h3.h" nogil:
     h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int nparts,
                                     int64_t N, int64_t K, const float *bias, int pair, h3_isa isa,
                                     h3_linear **out, h3_err *err)
+    ctypedef struct h3_nvfp4_part:
+        const uint8_t *codes
+        int64_t ld
+        const uint8_t *scales
+        float scale_2
+        const float *pre_scale
+    h3_status h3_linear_attach_nvfp4(const h3_nvfp4_part *parts, int nparts, int64_t N, int64_t K,
+                                     const float *bias, int pair, h3_isa isa, h3_linear **out,
+                                     h3_err *err)
 
 cdef extern from "h3.h" nogil:
     h3_status h3_qwen_rmsnorm_bf16(const float *x, const float *w, float *out, int64_t rows,

@@ -979,6 +979,7 @@ static void test_cpu(void) {
 #include "test_kernels_hadamard.inc"
 #include "test_kernels_neon.inc"
 #include "test_kernels_gguf.inc"
+#include "test_kernels_nvfp4.inc"
 
 /* ------------------------------------------------------------------ main */
 
@@ -1022,6 +1023,7 @@ int main(int argc, char **argv) {
         {"audio", test_audio}, {"video", test_video}, {"dit", test_dit},
         {"qwen", test_qwen}, {"vit", test_vit}, {"loop", test_loop}, {"lora", test_lora},
         {"hadamard", test_hadamard}, {"neon ext", test_neon_ext}, {"gguf", test_gguf},
+        {"nvfp4", test_nvfp4},
     };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         if (only && strcmp(only, parts[i].name)) continue;
