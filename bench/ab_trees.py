@@ -1,7 +1,10 @@
 """A/B of two source trees of h3cy (each built in place): one full-size DiT block forward, one
-full-size GEMM and the full-size attention, timed in fresh processes that alternate old,
-new, old, new ...; prints each pair's new/old ratio and the median ratio per measurement.  For refactors that must
-not change speed (same kernels, other Python around them).
+full-size GEMM and the full-size attention.  One process per tree builds its models once
+(a full-size block's random weights take a while), then the two are asked in turn to time
+everything: old, new, new, old, old, new ... (each pair's order swapped, so a drift of the
+machine's speed cancels); prints each pair's new/old ratio and the median ratio per
+measurement.  For refactors that must not change speed (same kernels, other Python
+around them).
 
     python3 bench/ab_trees.py --old /path/to/old/tree --new . [--pairs 5] [--threads 2]
         [--what block,gemm,attention]
@@ -28,7 +31,7 @@ except ImportError:
 threads, reps, S, M = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 what = sys.argv[6].split(",")
 assert os.path.dirname(h3cy.__file__).startswith(os.path.abspath(tree)), h3cy.__file__
-out = {}
+jobs = {}
 def med(f):
     f()
     ts = []
@@ -52,15 +55,14 @@ for mode in ("int8", "bf16"):
         d = h3cy.DiT(SyntheticSource(num_layers=1, num_refiner_layers=0), weights=mode, threads=threads)
         inputs = block_inputs(d.config)
         d.prepare_timesteps([0.5])
-        out[f"dit_block_{mode}"] = med(lambda: d.forward(**inputs))
-        del d
+        jobs[f"dit_block_{mode}"] = (lambda d=d, inputs=inputs: d.forward(**inputs))
     if "gemm" in what:
         rng = np.random.default_rng(1)
         lin = h3cy.ops.Linear(rng.standard_normal((14336, 5376)).astype(np.float32) * 0.02,
                               weights=mode, threads=threads)
         x = rng.standard_normal((M, 5376)).astype(np.float32)
         y = np.empty((M, 14336), np.float32)
-        out[f"gemm_{mode}"] = med(lambda: lin(x, out=y))
+        jobs[f"gemm_{mode}"] = (lambda lin=lin, x=x, y=y: lin(x, out=y))
 if "attention" in what:
     # the full-size DiT's attention (56 heads of 128) over S rows, float32 and bf16 products
     rng = np.random.default_rng(2)
@@ -68,17 +70,29 @@ if "attention" in what:
     o = np.empty_like(q)
     for bf16 in (False, True):
         att = h3cy.ops.Attention(threads=threads, bf16=bf16)
-        out["attention_" + ("bf16" if bf16 else "fp32")] = med(lambda: att(q, k, v, out=o))
-print("RESULT " + json.dumps(out))
+        jobs["attention_" + ("bf16" if bf16 else "fp32")] = (lambda att=att: att(q, k, v, out=o))
+print("READY", flush=True)
+for line in sys.stdin:                      # one line from the parent: time everything once
+    print("RESULT " + json.dumps({k: med(f) for k, f in jobs.items()}), flush=True)
 """
 
 
-def run(tree, a):
-    r = subprocess.run([sys.executable, "-c", CHILD, os.path.abspath(tree), str(a.threads), str(a.reps),
-                        str(a.S), str(a.M), a.what], capture_output=True, text=True)
-    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if r.returncode or line is None:
-        raise SystemExit(f"{tree}: failed\n{r.stderr[-3000:]}")
+def start(tree, a):
+    """The tree's child process, once it has built its models."""
+    p = subprocess.Popen([sys.executable, "-c", CHILD, os.path.abspath(tree), str(a.threads), str(a.reps),
+                          str(a.S), str(a.M), a.what], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p.tree = tree
+    if p.stdout.readline().strip() != "READY":
+        raise SystemExit(f"{tree}: failed to start (exit {p.wait()})")
+    return p
+
+
+def ask(p):
+    p.stdin.write("go\n")
+    p.stdin.flush()
+    line = p.stdout.readline()
+    if not line.startswith("RESULT "):
+        raise SystemExit(f"{p.tree}: failed (exit {p.wait()})")
     return json.loads(line[len("RESULT "):])
 
 
@@ -95,12 +109,19 @@ def main():
                     "(building a full-size block's random weights takes minutes on 2 cores)")
     a = ap.parse_args()
     ratios = {}
+    po, pn = start(a.old, a), start(a.new, a)
     for p in range(a.pairs):
-        old, new = run(a.old, a), run(a.new, a)
+        if p % 2 == 0:
+            old, new = ask(po), ask(pn)
+        else:
+            new, old = ask(pn), ask(po)
         for k in old:
             ratios.setdefault(k, []).append(new[k] / old[k])
         print(f"pair {p + 1}: " + "  ".join(f"{k} old {old[k]:.4f}s new {new[k]:.4f}s ({new[k] / old[k]:.3f})"
                                             for k in old), flush=True)
+    for c in (po, pn):
+        c.stdin.close()
+        c.wait()
     print(f"median new/old over {a.pairs} alternated pairs ({a.threads} threads):")
     for k, v in ratios.items():
         print(f"  {k:16s} {statistics.median(v):.3f}  (range {min(v):.3f} .. {max(v):.3f})")

@@ -1,19 +1,24 @@
 """Overhead of a LoRA on one full-size MiniMax-H3 block (hidden 5376, 56 heads x 128, FFN
 14336, random weights; bench/synthetic.py), as the ratio of the block's time with the LoRA
-to its time without, and the memory the LoRA adds.
+to its time without, and the memory the LoRA adds; each rank run beside the base (the
+run-time addend) and merged into the weights (``load_lora(merge=True)``: requantised into
+the block's mode, cached in the run's work folder).
 
 The LoRA is a random PEFT file (diffusers names, ``lora_A``/``lora_B``, alpha = rank) on
 the block's attention (to_q, to_k, to_v, to_out.0) and FFN (ff.net.0.proj, ff.net.2),
 the linears the published turbo LoRAs adapt.  One DiT holds the base; the LoRA is loaded
 and unloaded on it (unload gives the base bits back, checked), so both sides run the same
-base weights on the same inputs.  Runs alternate base, rank 64, rank 128, base, ... so a
-change of machine load hits every column.
+base weights on the same inputs.  Runs alternate base, rank 64, rank 128, rank 64 merged,
+rank 128 merged, base, ... so a change of machine load hits every column (a merged load
+after the first maps the merged-weight cache file: outside the timed run).
 
-Memory: "C pairs" is what the C addends hold (A [R, K] and B^T [R, N] in float32 per h3cy
-linear; a to_q/to_k/to_v LoRA is one fused-QKV addend with 3R ranks whose B^T is dense over
-all 3 x inner columns), "numpy" the float32 copies DiT keeps of the file's pairs (each
+Memory: "C pairs" is what the C addends hold (A [R, K] and B packed in NR-column panels in float32
+per h3cy linear; a to_q/to_k/to_v LoRA is one fused-QKV addend with 3R ranks, each panel
+holding the R ranks of its q, k or v columns), "numpy" the float32 copies DiT keeps of the file's pairs (each
 to_q/k/v B zero-padded to the fused rows; kept to rebuild the addends when a strength or
-another LoRA changes), "u" the per-call workspace [S, 3R] of the largest addend.
+another LoRA changes), "u" the per-call workspace [S, 3R] of the largest addend.  Merged:
+"C pairs" is the merged copies of the adapted linears (the base ones are kept for
+unloading), "u" nothing.
 
     python bench/lora_overhead.py                       # S=1872 int8, ranks 64 and 128, all cores
     python bench/lora_overhead.py --S 256 --threads 2 --repeat 3 --out bench/results/x.txt
@@ -58,12 +63,12 @@ def write_lora(path, rank, seed=0, config=FULL_CONFIG):
 
 
 def pairs_bytes(rank, config=FULL_CONFIG):
-    """Bytes the C addends hold: A and B^T in float32 per h3cy linear (to_q/k/v fused: 3R
-    ranks over the 3*inner rows)."""
+    """Bytes the C addends hold: A and the packed B in float32 per h3cy linear (to_q/k/v
+    fused: 3R ranks, but each B panel holds only the R ranks of its q, k or v columns)."""
     shapes = lora_shapes(config)
     H = config["hidden_size"]
     qkv_rows = sum(shapes[f"transformer_blocks.0.attn.to_{x}"][0] for x in "qkv")
-    held = (3 * rank) * H * 4 + (3 * rank) * qkv_rows * 4
+    held = (3 * rank) * H * 4 + rank * qkv_rows * 4
     for t in ("attn.to_out.0", "ff.net.0.proj", "ff.net.2"):
         n, k = shapes[f"transformer_blocks.0.{t}"]
         held += rank * (n + k) * 4
@@ -115,21 +120,34 @@ def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, wor
         assert np.all(np.isfinite(out)) and not np.array_equal(out, base_out), "the LoRA changed nothing"
         blk.dit.unload_lora(f"r{r}")
     assert np.array_equal(blk.run(), base_out), "unload did not give the base bits back"
-    times = {None: [], **{r: [] for r in ranks}}
-    for _ in range(repeat):              # alternate: base, r64, r128, base, ...
-        for r in [None, *ranks]:
+    blk.dit._merge_cache_dir = workdir
+    merged_bytes = {}
+    for r in ranks:                      # merge once (writes the cache), check, unload
+        blk.dit.load_lora(files[r], name=f"r{r}", merge=True)
+        out = blk.run()
+        merged_bytes[r] = sum(getattr(blk.dit.blocks[0], n).weight_bytes for n in ("qkv", "out", "up", "down"))
+        assert np.all(np.isfinite(out)) and not np.array_equal(out, base_out), "the merge changed nothing"
+        blk.dit.unload_lora(f"r{r}")
+    assert np.array_equal(blk.run(), base_out), "unloading the merge did not give the base bits back"
+    cols = [(None, False), *[(r, False) for r in ranks], *[(r, True) for r in ranks]]
+    times = {c: [] for c in cols}
+    for _ in range(repeat):              # alternate: base, r64, r128, r64 merged, r128 merged, base, ...
+        for r, merge in cols:
             if r is not None:
-                blk.dit.load_lora(files[r], name=f"r{r}")
+                blk.dit.load_lora(files[r], name=f"r{r}", merge=merge)
             t0 = time.perf_counter()
             blk.run()
-            times[r].append(time.perf_counter() - t0)
+            times[(r, merge)].append(time.perf_counter() - t0)
             if r is not None:
                 blk.dit.unload_lora(f"r{r}")
-    base = float(np.median(times[None]))
+    base = float(np.median(times[(None, False)]))
     rows = [("base", base, 1.0, 0, 0, 0)]
     for r in ranks:
-        t = float(np.median(times[r]))
+        t = float(np.median(times[(r, False)]))
         rows.append((f"rank {r}", t, t / base, pairs_bytes(r), numpy_bytes[r], S * 3 * r * 4))
+    for r in ranks:
+        t = float(np.median(times[(r, True)]))
+        rows.append((f"r{r} merged", t, t / base, merged_bytes[r], numpy_bytes[r], 0))
     return blk.dit.isa, rows
 
 

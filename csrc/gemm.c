@@ -53,6 +53,7 @@ typedef struct {
     /* the low-rank addend's u = (x . A^T) * scale [M, R] (l->lora), added to each output
      * tile right after the base product; NULL without one */
     const float *lora_u;
+    void *lora_ws;          /* the workspace's LoRA part (gemm_lora_workspace_bytes) */
 } run_ctx;
 
 static size_t float_thread_bytes(const gemm_kernels *kt, int64_t M, int need_scratch) {
@@ -84,6 +85,7 @@ size_t h3_linear_workspace_bytes(const h3_linear *l, int64_t M, int nth,
                                  const h3_epilogue *epi) {
     if (!l || M < 0 || nth < 1) return 0;
     if (l->wtype == H3_DT_GGUF) return gemm_gguf_workspace_bytes(l, M, nth);
+    if (l->wtype == H3_DT_NVFP4) return gemm_nvfp4_workspace_bytes(l, M, nth);
     int ns = needs_scratch(epi);
     if (is_int(l->wtype)) {
         size_t Mp = (size_t)H3_ALIGN_UP(M, l->kt->mr);
@@ -155,47 +157,51 @@ static void fpack_task(void *p, int ith, int nth) {
     }
 }
 
-/* Phase 1 (split by MR-row panels): quantise each row, scatter it into the panel layout
- * of every K block, and record per-segment scales and sums. */
+/* Phase 1 (split by rows): quantise each row (copied and rotated first for a rotated
+ * linear), scatter it into its MR-row panel's layout of every K block, and record
+ * per-segment scales and sums.  Split by rows, not by panels: at small M there are fewer
+ * panels than threads (M = 128 on AMX's 32-row panels: 4 panels for 16 threads), and the
+ * rotation makes a row's work several passes over it while 12 of 16 threads wait (convrot
+ * at M = 128 on the 16-core SPR measured 0.59x h3cy int8 for K = 7168 with the panel
+ * split).  Each row's bytes are the same whichever thread writes them. */
 static void quant_task(void *p, int ith, int nth) {
     run_ctx *c = (run_ctx *)p;
     const h3_linear *l = c->l;
     const int MR = c->kt->mr, tiles = c->kt->int_a_tiles;
     const int64_t Kp = l->Kp, kci = l->kci, seg = c->segeff, nsg = c->nsg;
-    const int64_t P = H3_CEIL_DIV(c->M, MR);
+    const int64_t Mp = H3_CEIL_DIV(c->M, MR) * MR;
     int8_t *row = (int8_t *)(c->qtmp + (size_t)ith * c->qtmp_bytes);
     float *rs = (float *)(row + H3_ALIGN_UP((size_t)Kp, 64));
     float *xr = c->rowtmp ? (float *)(c->rowtmp + (size_t)ith * c->rowtmp_bytes) : NULL;
-    for (int64_t pp = P * ith / nth; pp < P * (ith + 1) / nth; pp++) {
+    for (int64_t m = Mp * ith / nth; m < Mp * (ith + 1) / nth; m++) {
+        const int64_t pp = m / MR;
+        const int i = (int)(m % MR);
         int8_t *panel = c->qa + pp * MR * Kp;
-        for (int i = 0; i < MR; i++) {
-            int64_t m = pp * MR + i;
-            if (m < c->M) {
-                if (c->rows) conv_row_span(c->rows, m, 0, l->K, xr);
-                else if (c->rot) memcpy(xr, c->x + m * l->K, (size_t)l->K * 4);
-                if (c->rot) c->rot(xr, l->K, l->rot_group); /* x H, as W was stored rotated */
-                c->kt->quant_row(xr ? xr : c->x + m * l->K, l->K, Kp, l->act_group, row, rs);
+        if (m < c->M) {
+            if (c->rows) conv_row_span(c->rows, m, 0, l->K, xr);
+            else if (c->rot) memcpy(xr, c->x + m * l->K, (size_t)l->K * 4);
+            if (c->rot) c->rot(xr, l->K, l->rot_group); /* x H, as W was stored rotated */
+            c->kt->quant_row(xr ? xr : c->x + m * l->K, l->K, Kp, l->act_group, row, rs);
+        } else {
+            memset(row, 0, (size_t)Kp);
+            for (int64_t g = 0; g < c->nag; g++) rs[g] = 0.0f;
+        }
+        for (int64_t pc = 0; pc < Kp; pc += kci) {
+            int64_t kb = H3_MIN(kci, Kp - pc);
+            int8_t *blk = panel + pc * MR;
+            if (tiles) {
+                for (int64_t k = 0; k < kb; k += 64)
+                    memcpy(blk + gemm_int_a_offset(k, i, kb, MR), row + pc + k, (size_t)H3_MIN(64, kb - k));
             } else {
-                memset(row, 0, (size_t)Kp);
-                for (int64_t g = 0; g < c->nag; g++) rs[g] = 0.0f;
+                for (int64_t q = 0; q < kb / 4; q++) memcpy(blk + (q * MR + i) * 4, row + pc + q * 4, 4);
             }
-            for (int64_t pc = 0; pc < Kp; pc += kci) {
-                int64_t kb = H3_MIN(kci, Kp - pc);
-                int8_t *blk = panel + pc * MR;
-                if (tiles) {
-                    for (int64_t k = 0; k < kb; k += 64)
-                        memcpy(blk + gemm_int_a_offset(k, i, kb, MR), row + pc + k, (size_t)H3_MIN(64, kb - k));
-                } else {
-                    for (int64_t q = 0; q < kb / 4; q++) memcpy(blk + (q * MR + i) * 4, row + pc + q * 4, 4);
-                }
-            }
-            for (int64_t g = 0; g < nsg; g++) {
-                int32_t sum = 0;
-                const int8_t *r = row + g * seg;
-                for (int64_t k = 0; k < seg; k++) sum += r[k];
-                c->asum[(pp * nsg + g) * MR + i] = sum;
-                c->sa[(pp * nsg + g) * MR + i] = rs[(g * seg) / l->act_group];
-            }
+        }
+        for (int64_t g = 0; g < nsg; g++) {
+            int32_t sum = 0;
+            const int8_t *r = row + g * seg;
+            for (int64_t k = 0; k < seg; k++) sum += r[k];
+            c->asum[(pp * nsg + g) * MR + i] = sum;
+            c->sa[(pp * nsg + g) * MR + i] = rs[(g * seg) / l->act_group];
         }
     }
 }
@@ -328,20 +334,19 @@ static void int_block(run_ctx *c, char *tw, int64_t m0, int64_t m1, int64_t pr0,
 
 /* One output run: rows [m0, m1), output columns [o0, o0+w) from logical rows r0 (and
  * r0+H for SWIGLU). */
-static void run_block(run_ctx *c, char *tw, char *scratch, int64_t m0, int64_t m1, int64_t o0, int64_t r0,
-                      int64_t w) {
+static void run_block(run_ctx *c, char *tw, char *scratch, float *lora_scratch, int64_t m0, int64_t m1, int64_t o0,
+                      int64_t r0, int64_t w) {
     const h3_linear *l = c->l;
     const int kind = c->epi ? c->epi->kind : H3_EPI_NONE;
     const int64_t ldy = c->ldy;
     float *S = (float *)scratch;
     const int64_t lds = c->kt->nc;
     const int intm = is_int(l->wtype);
-    const gemm_lora_add_fn lora_add = c->kt->lora_add ? c->kt->lora_add : gemm_lora_add_ref;
 #define MUL(rowstart, target, ld)                                                                                   \
     do {                                                                                                            \
         if (intm) int_block(c, tw, m0, m1, prow_of(l, rowstart), w, target, ld);                                    \
         else float_block(c, tw, m0, m1, rowstart, w, target, ld);                                                   \
-        if (c->lora_u) lora_add(l->lora, c->lora_u, target, ld, m0, m1, rowstart, w);                             \
+        if (c->lora_u) gemm_lora_add(l->lora, c->lora_u, target, ld, m0, m1, rowstart, w, lora_scratch);          \
     } while (0)
     if (kind == H3_EPI_NONE) {
         MUL(r0, c->y + o0, ldy);
@@ -392,6 +397,7 @@ static void mul_task(void *p, int ith, int nth) {
     const h3_linear *l = c->l;
     const int NR = c->kt->nr, NC = c->kt->nc;
     char *tw = c->tws + (size_t)ith * c->tws_bytes;
+    float *lora_scratch = c->lora_u ? gemm_lora_scratch(l, c->lora_ws, c->M, ith) : NULL;
     char *scratch = NULL;
     if (c->need_scratch) {
         /* the scratch [M][NC] sits at the end of the thread's area (see *_thread_bytes) */
@@ -429,7 +435,7 @@ static void mul_task(void *p, int ith, int nth) {
             int64_t qe = H3_MIN(b, q + NC / NR);
             int64_t off = (q - base) * NR;
             int64_t w = H3_MIN((qe - base) * NR, seg_n[s]) - off;
-            run_block(c, tw, scratch, m0, m1, seg_o[s] + off, seg_r[s] + off, w);
+            run_block(c, tw, scratch, lora_scratch, m0, m1, seg_o[s] + off, seg_r[s] + off, w);
         }
         base += ps;
     }
@@ -498,6 +504,10 @@ static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, cons
         if (rows) return h3_fail(err, H3_EINVAL, "linear_forward: a GGUF linear does not take conv rows");
         return gemm_gguf_forward(l, pool, x, M, y, epi, ws, ws_bytes, err);
     }
+    if (l->wtype == H3_DT_NVFP4) {
+        if (rows) return h3_fail(err, H3_EINVAL, "linear_forward: an NVFP4 linear does not take conv rows");
+        return gemm_nvfp4_forward(l, pool, x, M, y, epi, ws, ws_bytes, err);
+    }
     const int nth = h3_pool_threads(pool);
     size_t need = rows ? h3_linear_rows_workspace_bytes(l, M, nth, epi) : h3_linear_workspace_bytes(l, M, nth, epi);
     void *own = NULL;
@@ -513,11 +523,12 @@ static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, cons
     run_ctx c;
     memset(&c, 0, sizeof c);
     if (l->lora) { /* u first, at the front of the workspace; the base product's arena after it */
-        const size_t lb = gemm_lora_workspace_bytes(l, M, nth), ub = H3_ALIGN_UP((size_t)M * (size_t)l->lora->R * 4, 64);
+        const size_t lb = gemm_lora_workspace_bytes(l, M, nth);
         float *u = (float *)ws;
-        st = gemm_lora_u(l, pool, x, M, u, (char *)ws + ub, lb - ub, err);
+        st = gemm_lora_u(l, pool, x, M, u, ws, err);
         if (st) { h3_free(own); return st; }
         c.lora_u = u;
+        c.lora_ws = ws;
         ws = (char *)ws + lb;
         ws_bytes -= lb;
     }

@@ -233,5 +233,5 @@ const gemm_kernels gemm_kernels_amx = {
     .quant_row = gemm_quant_row_avx512, .swiglu_row = gemm_swiglu_row_avx512,
     /* LDTILECFG once per output block, not per micro-kernel call: -22% of a single
      * thread's int8 time at M = 2048, K = 5376 (bench/results/amx_gemm_overheads.txt) */
-    .begin = amx_config_tiles, .lora_add = gemm_lora_add_avx512,
+    .begin = amx_config_tiles,
 };

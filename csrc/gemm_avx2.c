@@ -195,7 +195,6 @@ static void quant_row_avx2(const float *x, int64_t K, int64_t Kp, int64_t ag, in
         .mr = MR, .nr = NR, .kc = 256, .mc = MR * 16, .nc = 192, .gemv_max_m = 4,                \
         .ukr_f32 = ukr_f32_avx2, .unpack = unpack_avx2, .gemv = gemv_avx2, .ukr_i8 = (i8),      \
         .ukr_i4 = (i4), .quant_row = quant_row_avx2, .swiglu_row = gemm_swiglu_row_avx2,        \
-        .lora_add = gemm_lora_add_avx2,                                                          \
     }
 const gemm_kernels gemm_kernels_avx2 = AVX2_TABLE(ukr_i8_avx2, ukr_i4_avx2);
 /* AVX-VNNI CPUs without AVX-512 (Intel Alder Lake and later client cores): the vpdpbusd int

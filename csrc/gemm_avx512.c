@@ -144,8 +144,7 @@ static void gemv_avx512(int wtype, int64_t M, int64_t K, const float *x, int64_t
     .mr = MR, .nr = NR, .kc = 384, .mc = MR * 24, .nc = 512,                              \
     .gemv_max_m = 4, .ukr_f32 = ukr_f32_avx512, .unpack = unpack_avx512, .gemv = gemv_avx512, \
     .pack_a = pack_a_avx512, \
-    .ukr_i8 = i8, .ukr_i4 = i4, .ukr_i4w = i4w, .quant_row = gemm_quant_row_avx512, .swiglu_row = gemm_swiglu_row_avx512, \
-    .lora_add = gemm_lora_add_avx512
+    .ukr_i8 = i8, .ukr_i4 = i4, .ukr_i4w = i4w, .quant_row = gemm_quant_row_avx512, .swiglu_row = gemm_swiglu_row_avx512
 
 const gemm_kernels gemm_kernels_avx512 = {AVX512_TABLE(gemm_ukr_i8_avx512vnni, gemm_ukr_i4_avx512vnni, gemm_ukr_i4w_avx512vnni)};
 /* Same layouts, integer dots through vpmaddubsw/vpmaddwd (exact; see gemm_int_avx512.c). */

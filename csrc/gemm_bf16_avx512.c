@@ -93,5 +93,5 @@ const gemm_kernels gemm_kernels_avx512_bf16dp = {
     .mr = MR, .nr = NR, .kc = 1024, .mc = MR * 24, .nc = 512,
     .gemv_max_m = 0,
     .ukr_f32 = ukr_bf16dp, .unpack = unpack_bf16, .pack_a = pack_a_bf16,
-    .swiglu_row = gemm_swiglu_row_avx512, .lora_add = gemm_lora_add_avx512,
+    .swiglu_row = gemm_swiglu_row_avx512,
 };

@@ -59,13 +59,6 @@ typedef void (*gemm_quant_row_fn)(const float *x, int64_t K, int64_t Kp, int64_t
 typedef void (*gemm_pack_a_fn)(const float *x, int64_t ldx, int64_t rows, int64_t kc, int MR,
                                void *dst);
 
-/* A LoRA's tile add (gemm_lora.c): target[m*ld + j] += sum_r u[m*R + r] * B^T[r, c0 + j] for
- * rows [m0, m1) and columns j < w; ranks in ascending order, each product and sum rounded
- * separately, a zero u or a column outside rank r's nonzero run skipped.  Every path
- * computes the reference's bits. */
-typedef void (*gemm_lora_add_fn)(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0,
-                                 int64_t m1, int64_t c0, int64_t w);
-
 typedef struct {
     int mr, nr;           /* micro-tile */
     int kc, mc, nc;       /* cache blocking (float modes) */
@@ -91,7 +84,6 @@ typedef struct {
     gemm_ukr_int_fn ukr_i4w;
     void (*begin)(void);    /* NULL, or called on the running thread before a block's micro-kernel
                                calls (AMX: load the tile configuration once, not per call) */
-    gemm_lora_add_fn lora_add;  /* NULL -> gemm_lora_add_ref */
 } gemm_kernels;
 
 /* The per-ISA tables (NULL members fall back to ref).  Packed int layouts depend on nr,
@@ -125,18 +117,6 @@ gemm_ukr_int gemm_ukr_i8_ref, gemm_ukr_i4_ref; /* (the int micro-kernel type abo
 void gemm_quant_row_ref(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_t *q,
                         float *scales);
 void gemm_swiglu_row_ref(float *g, const float *v, int64_t n, const float *bg, const float *bv);
-void gemm_lora_add_ref(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0, int64_t m1,
-                       int64_t c0, int64_t w);
-#if H3_X86
-void gemm_lora_add_avx2(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0, int64_t m1,
-                        int64_t c0, int64_t w);
-void gemm_lora_add_avx512(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0, int64_t m1,
-                          int64_t c0, int64_t w);
-#endif
-#if H3_ARM64
-void gemm_lora_add_neon(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0, int64_t m1,
-                        int64_t c0, int64_t w);
-#endif
 #if H3_X86
 /* x86 integer pieces shared by tables (gemm_int_avx512.c, gemm_avx2.c). */
 gemm_ukr_int gemm_ukr_i8_avx512vnni, gemm_ukr_i4_avx512vnni, gemm_ukr_i8_avx512bw, gemm_ukr_i4_avx512bw,

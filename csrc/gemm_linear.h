@@ -35,45 +35,79 @@ struct h3_linear {
      * grow_bytes[i] bytes */
     int gtype[H3_LINEAR_MAX_PARTS];
     int64_t grow_bytes[H3_LINEAR_MAX_PARTS];
+    /* H3_DT_NVFP4 (gemm_nvfp4.c): nparts parts, owned; nv_slots distinct activation
+     * variants (parts with the same AWQ pre-scale, or none, share one) */
+    struct nvfp4_part *nv;
+    int nv_slots;
     /* h3_linear_set_lora: a low-rank addend, borrowed (the caller keeps it alive and
      * detaches it before freeing it); NULL: the plain linear, bit for bit */
     const h3_lora *lora;
 };
 
 /* A low-rank addend y += ((x . A^T) * scale) . B^T, applied before the bias and the
- * epilogue (gemm_lora.c builds it, gemm.c runs it). */
+ * epilogue (gemm_lora.c builds and runs it; gemm.c calls it).  Ranks are held in "rank
+ * order" (gemm_lora.c: sorted by their first nonzero output column). */
 struct h3_lora {
     int64_t N, K, R;
-    h3_linear *a;          /* [R, K] float32: u = x . A^T, computed by the GEMM driver */
-    float *bt;             /* [R, N]: B^T, so that rank r's column run is contiguous */
-    float *scale;          /* [R]: strength * alpha / rank of the adapter rank r belongs to */
-    int64_t *lo, *hi;      /* [R]: rank r's nonzero output columns lie in [lo[r], hi[r]) */
-    /* The same runs as column segments for the SIMD tile adds: segment s is the columns
-     * [seg_at[s], seg_at[s+1]), in which exactly the ranks seg_rank[seg_off[s] ..
-     * seg_off[s+1]) (ascending) have their nonzero run (nseg >= 1, seg_at[0] = 0,
-     * seg_at[nseg] = N). */
-    int64_t nseg;
-    int64_t *seg_at;       /* [nseg + 1] */
-    int64_t *seg_off;      /* [nseg + 1] */
-    int64_t *seg_rank;     /* [seg_off[nseg]] */
+    h3_linear *a;          /* [R, K] float32 A, rank order: u = x . A^T by the GEMM driver */
+    float *scale;          /* [R]: strength * alpha / rank of the adapter each rank belongs to */
+    int64_t *perm;         /* [R]: rank-order rank i is the caller's rank perm[i] */
+    const gemm_kernels *kt; /* the table whose micro-kernel runs the up product */
+    int bf16;              /* AMX: both products on bf16 tiles (u, x, A, B rounded to bf16,
+                              float32 sums); elsewhere 0: float32 FMA */
+    int32_t *col_lo, *col_hi; /* [N]: the ranks nonzero on column n lie in [col_lo, col_hi) */
+    /* B in NR-column panels (NR = kt->nr): panel p covers the ranks [pan_lo, pan_hi), the
+     * union of its columns' ranges, as [pan_hi - pan_lo][NR] floats at bp + pan_off[p]
+     * (zero past column N; bf16: the AMX table's pairs [kc32/2][NR][2]) */
+    int64_t npanel, max_kc;
+    int64_t *pan_lo, *pan_hi, *pan_off;
+    float *bp;
 };
 
-/* Rows of x per u GEMM call: bounds the packed-A workspace of the u product. */
-#define H3_LORA_CHUNK 256
-/* Workspace bytes the low-rank addend needs on top of the linear's own (0 without one). */
+/* Rows of x per down-product GEMM call: fixed chunks, so the bits do not depend on the
+ * thread count, and enough of them (1872 rows: 15) to keep 16 threads busy. */
+#define H3_LORA_CHUNK 128
+/* Workspace bytes the low-rank addend needs on top of the linear's own (0 without one):
+ * u [M, R] and nth thread areas (down-product workspace, then up-product scratch). */
 size_t gemm_lora_workspace_bytes(const h3_linear *l, int64_t M, int nth);
-/* u[M, R] = (x . A^T) * scale, in ws (gemm_lora_workspace_bytes of it at the front). */
+/* u[M, R] = (x . A^T) * scale into ws (which holds gemm_lora_workspace_bytes), all threads. */
 h3_status gemm_lora_u(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *u,
-                      void *ws, size_t ws_bytes, h3_err *err);
-/* The tile add target[m, j] += sum_r u[m, r] * bt[r, c0 + j] is the table's lora_add
- * (gemm_lora_add_fn in gemm_impl.h; the reference in gemm_lora.c, SIMD in
- * gemm_lora_body.inc). */
+                      void *ws, h3_err *err);
+/* Floats of scratch one gemm_lora_add call needs (64-byte aligned). */
+size_t gemm_lora_scratch_floats(const h3_lora *lo);
+/* Thread ith's up-product scratch inside that workspace. */
+float *gemm_lora_scratch(const h3_linear *l, void *ws, int64_t M, int ith);
+/* The up product on one output tile: target[m*ld + j] += sum_r u[m*R + r] * B[c0 + j, r]
+ * for rows [m0, m1), columns j < w (gemm_lora.c has the exact definition).
+ * gemm_lora_add: the lora's ISA (its micro-kernel); gemm_lora_add_ref: element by element. */
+void gemm_lora_add(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0, int64_t m1,
+                   int64_t c0, int64_t w, float *scratch);
+void gemm_lora_add_ref(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0, int64_t m1,
+                       int64_t c0, int64_t w, float *scratch);
 
 /* The GGUF linear (gemm_gguf.c), routed to from gemm.c and gemm_weights.c */
 size_t gemm_gguf_workspace_bytes(const h3_linear *l, int64_t M, int nth);
 h3_status gemm_gguf_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
                             const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err);
 h3_status gemm_gguf_dequant(const h3_linear *l, float *out, h3_err *err);
+
+/* One part of an NVFP4 linear: the file's codes and blocked scales, borrowed as stored */
+typedef struct nvfp4_part {
+    const uint8_t *codes;  /* part_rows rows of ld bytes */
+    int64_t ld;
+    const uint8_t *scales; /* blocked e4m3, ncb column blocks of 4 */
+    int64_t ncb;
+    float lut[256];        /* e4m3 byte -> e4m3 * scale_2 * 0.5 (the scale of q = 2 e2m1) */
+    float *pre;            /* [K] AWQ pre-scale (owned copy) or NULL */
+    int slot;              /* the activation variant this part multiplies */
+} nvfp4_part;
+
+/* The NVFP4 linear (gemm_nvfp4.c), routed to from gemm.c and gemm_weights.c */
+size_t gemm_nvfp4_workspace_bytes(const h3_linear *l, int64_t M, int nth);
+h3_status gemm_nvfp4_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
+                             const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err);
+h3_status gemm_nvfp4_dequant(const h3_linear *l, float *out, h3_err *err);
+void gemm_nvfp4_free(h3_linear *l);
 
 /* The base of the float rows holding logical row r, and r's index there. */
 static inline const void *rows_at(const h3_linear *l, int64_t r, int64_t *local) {

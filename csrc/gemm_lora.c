@@ -1,71 +1,166 @@
 /* gemm_lora.c — a LoRA's low-rank addend on a linear, y += ((x . A^T) * scale) . B^T.
  *
  * The base weights are never touched (they stay int8/int4/bf16 and shared, e.g. mapped
- * from a cache file): h3_linear_forward computes u = (x . A^T) * scale with the GEMM
- * driver on a small float32 linear, then adds u . B^T to each output tile right after
- * the base product and before the bias and the epilogue (gemm.c, run_block), so the
- * fused SwiGLU and gated-residual epilogues see the adapted product.  Each output element
- * is still computed by one thread in a fixed order: results do not depend on the thread
- * count. */
+ * from a cache file).  h3_linear_forward runs the addend in two products:
+ *
+ *   down: u = (x . A^T) * scale [M, R], before the base product, on all threads: the rows
+ *         of x in fixed chunks of H3_LORA_CHUNK, each chunk one single-threaded fp32 GEMM
+ *         (the driver on the float linear `a`).  Splitting by rows rather than by the R
+ *         output columns keeps every thread busy (rank 64 is two NR = 32 panels: one GEMM
+ *         over columns ran on 2 of 16 threads), and chunk boundaries that depend on M
+ *         alone keep the bits independent of the thread count.
+ *   up:   u . B^T, added to each output tile right after the base product and before the
+ *         bias and the epilogue (gemm.c, run_block), so the fused SwiGLU and gated-residual
+ *         epilogues see the adapted product.  It runs on the fp32 GEMM micro-kernel of the
+ *         ISA (FMA, registers blocked MR x NR), with B packed at create into NR-column
+ *         panels, each holding only the ranks nonzero on its columns (a to_q LoRA on the
+ *         fused QKV fills a third of the ranks of each panel, not all of them).
+ *
+ * AMX (lo->bf16): both products on bf16 tiles, as the AMX table's float path runs them (x,
+ * A, u and B rounded to bf16, float32 sums): beside an int8 base on AMX, float32 FMA at
+ * ~1/16 of the int8 tile rate made a rank-64 LoRA cost +55% of a block.  Not bit-equal to
+ * the reference (which rounds only B there): ~2^-8 relative of the LoRA's part.  DiT gives
+ * a float32/fp16 base on AMX an AVX-512 (float32) LoRA instead.
+ *
+ * Ranks are reordered at create (stably, by the first output column where B is nonzero),
+ * so that the ranks nonzero on any column form one run: the q, k and v ranks of several
+ * LoRAs on a fused QKV each become adjacent.
+ *
+ * The up product's definition (gemm_lora_add_ref computes it element by element):
+ *   t[m, n] += acc,  acc = fma-chain over r in [col_lo[n], col_hi[n]) (ascending, from +0)
+ *                    of u[m, r] * B[n, r];   a column with an empty range is untouched.
+ * The micro-kernel runs its panel's (wider) range, whose extra terms are exact zero
+ * products: the same value, and the same bits except the sign of a zero result (+0 where
+ * the reference leaves -0).  Each output element is computed by one thread in a fixed
+ * order: results do not depend on the thread count. */
 #include "gemm_linear.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 void h3_lora_free(h3_lora *lo) {
     if (!lo) return;
     h3_linear_free(lo->a);
-    h3_free(lo->bt);
+    h3_free(lo->bp);
     h3_free(lo->scale);
-    h3_free(lo->lo);
-    h3_free(lo->hi);
-    h3_free(lo->seg_at);
-    h3_free(lo->seg_off);
-    h3_free(lo->seg_rank);
+    h3_free(lo->perm);
+    h3_free(lo->col_lo);
+    h3_free(lo->col_hi);
+    h3_free(lo->pan_lo);
+    h3_free(lo->pan_hi);
+    h3_free(lo->pan_off);
     h3_free(lo);
 }
 
-static int cmp_i64(const void *a, const void *b) {
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
+/* The table whose micro-kernel runs the up product: the ISA's fp32 one (AVX-VNNI's table
+ * is AVX2's with other int kernels), except AMX, whose float kernel is bf16 tiles (lo->bf16). */
+static const gemm_kernels *up_kernels(h3_isa isa) {
+#if H3_X86
+    if (isa == H3_ISA_AVXVNNI) isa = H3_ISA_AVX2;
+#endif
+    return gemm_kernels_for(isa);
 }
 
-/* seg_*: the column boundaries of every rank's nonzero run, sorted and unique, and per
- * segment the ranks whose run covers it (a run covers a segment whole, since every run's
- * ends are boundaries). */
-static h3_status build_segments(h3_lora *lo, h3_err *err) {
+/* Floats of room for one panel of kc ranks: [kc][NR] f32, or AMX's bf16 pairs over
+ * kc rounded up to 32 (half the bytes of as many floats), 64-byte aligned. */
+static int64_t panel_floats(const h3_lora *lo, int64_t kc) {
+    return H3_ALIGN_UP((lo->bf16 ? H3_ALIGN_UP(kc, 32) : kc) * lo->kt->nr, 16);
+}
+
+typedef struct {
+    int64_t first, r;
+} rank_key;
+
+static int cmp_rank(const void *a, const void *b) {
+    const rank_key *x = a, *y = b;
+    if (x->first != y->first) return (x->first > y->first) - (x->first < y->first);
+    return (x->r > y->r) - (x->r < y->r);   /* stable: one adapter's ranks keep their order */
+}
+
+/* perm: ranks by their first nonzero column (an all-zero rank last). */
+static h3_status order_ranks(h3_lora *lo, const float *b, h3_err *err) {
     const int64_t R = lo->R, N = lo->N;
-    int64_t *at = h3_alloc((size_t)(2 * R + 2) * 8);
-    if (!at) return h3_fail(err, H3_ENOMEM, "lora_create: out of memory (segments)");
-    int64_t n = 0;
-    at[n++] = 0;
-    at[n++] = N;
-    for (int64_t r = 0; r < R; r++)
-        if (lo->lo[r] < lo->hi[r]) {
-            at[n++] = lo->lo[r];
-            at[n++] = lo->hi[r];
-        }
-    qsort(at, (size_t)n, 8, cmp_i64);
-    int64_t u = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (u == 0 || at[i] != at[u - 1]) at[u++] = at[i];
-    const int64_t nseg = u - 1;
-    int64_t total = 0;
-    for (int64_t s = 0; s < nseg; s++)
-        for (int64_t r = 0; r < R; r++) total += lo->lo[r] <= at[s] && at[s + 1] <= lo->hi[r];
-    lo->seg_at = at;
-    lo->nseg = nseg;
-    lo->seg_off = h3_alloc((size_t)(nseg + 1) * 8);
-    lo->seg_rank = h3_alloc((size_t)(total ? total : 1) * 8);
-    if (!lo->seg_off || !lo->seg_rank) return h3_fail(err, H3_ENOMEM, "lora_create: out of memory (segments)");
-    int64_t k = 0;
-    for (int64_t s = 0; s < nseg; s++) {
-        lo->seg_off[s] = k;
-        for (int64_t r = 0; r < R; r++)
-            if (lo->lo[r] <= at[s] && at[s + 1] <= lo->hi[r]) lo->seg_rank[k++] = r;
+    rank_key *keys = h3_alloc((size_t)R * sizeof *keys);
+    if (!keys) return h3_fail(err, H3_ENOMEM, "lora_create: out of memory (ranks)");
+    for (int64_t r = 0; r < R; r++) {
+        int64_t n = 0;
+        while (n < N && b[n * R + r] == 0.0f) n++;
+        keys[r].first = n;
+        keys[r].r = r;
     }
-    lo->seg_off[nseg] = k;
+    qsort(keys, (size_t)R, sizeof *keys, cmp_rank);
+    for (int64_t i = 0; i < R; i++) lo->perm[i] = keys[i].r;
+    h3_free(keys);
     return H3_OK;
+}
+
+/* col_lo/col_hi per column, the panels' ranges (their columns' union) and the packed B:
+ * panel p at bp + pan_off[p], [kc][NR] with kc = pan_hi - pan_lo, zero past column N. */
+static h3_status pack_up(h3_lora *lo, const float *b_caller, h3_err *err) {
+    const int64_t R = lo->R, N = lo->N, NR = lo->kt->nr, P = H3_CEIL_DIV(N, NR);
+    float *b = h3_alloc((size_t)N * (size_t)R * 4);       /* B [N, R] in rank order */
+    if (!b) return h3_fail(err, H3_ENOMEM, "lora_create: out of memory (B)");
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t i = 0; i < R; i++) b[n * R + i] = b_caller[n * R + lo->perm[i]];
+    h3_status st = H3_OK;
+    lo->npanel = P;
+    lo->col_lo = h3_alloc((size_t)N * 4);
+    lo->col_hi = h3_alloc((size_t)N * 4);
+    lo->pan_lo = h3_alloc((size_t)P * 8);
+    lo->pan_hi = h3_alloc((size_t)P * 8);
+    lo->pan_off = h3_alloc((size_t)P * 8);
+    if (!lo->col_lo || !lo->col_hi || !lo->pan_lo || !lo->pan_hi || !lo->pan_off) {
+        st = h3_fail(err, H3_ENOMEM, "lora_create: out of memory (panels)");
+        goto done;
+    }
+    for (int64_t n = 0; n < N; n++) {
+        int64_t a = R, z = 0;
+        for (int64_t i = 0; i < R; i++)
+            if (b[n * R + i] != 0.0f) {
+                if (a == R) a = i;
+                z = i + 1;
+            }
+        lo->col_lo[n] = (int32_t)(a < z ? a : 0);
+        lo->col_hi[n] = (int32_t)(a < z ? z : 0);
+    }
+    int64_t total = 0;
+    lo->max_kc = 0;
+    for (int64_t p = 0; p < P; p++) {
+        int64_t a = R, z = 0;
+        for (int64_t n = p * NR; n < H3_MIN(N, (p + 1) * NR); n++)
+            if (lo->col_lo[n] < lo->col_hi[n]) {
+                a = H3_MIN(a, lo->col_lo[n]);
+                z = H3_MAX(z, lo->col_hi[n]);
+            }
+        if (a >= z) a = z = 0;
+        lo->pan_lo[p] = a;
+        lo->pan_hi[p] = z;
+        lo->pan_off[p] = total;
+        total += panel_floats(lo, z - a);
+        lo->max_kc = H3_MAX(lo->max_kc, z - a);
+    }
+    lo->bp = h3_alloc((size_t)(total ? total : 16) * 4);
+    if (!lo->bp) {
+        st = h3_fail(err, H3_ENOMEM, "lora_create: cannot allocate the packed B (%lld floats)", (long long)total);
+        goto done;
+    }
+    for (int64_t p = 0; p < P; p++) {
+        float *o = lo->bp + lo->pan_off[p];
+        if (lo->pan_lo[p] >= lo->pan_hi[p]) continue;
+        if (lo->bf16) {   /* the table's own bf16 packing (rounds to nearest even) */
+            lo->kt->unpack(H3_DT_F32, b, R, p * NR, NR, N, lo->pan_lo[p], lo->pan_hi[p] - lo->pan_lo[p], o, (int)NR);
+            continue;
+        }
+        for (int64_t k = lo->pan_lo[p]; k < lo->pan_hi[p]; k++, o += NR)
+            for (int64_t j = 0; j < NR; j++) {
+                const int64_t n = p * NR + j;
+                o[j] = n < N ? b[n * R + k] : 0.0f;
+            }
+    }
+done:
+    h3_free(b);
+    return st;
 }
 
 h3_status h3_lora_create(const float *a, const float *b, const float *scale, int64_t R, int64_t N,
@@ -74,41 +169,38 @@ h3_status h3_lora_create(const float *a, const float *b, const float *scale, int
     if (R < 1 || N < 1 || K < 1)
         return h3_fail(err, H3_EINVAL, "lora_create: R = %lld, N = %lld, K = %lld must be >= 1",
                        (long long)R, (long long)N, (long long)K);
-    h3_status st = H3_ENOMEM;
+    if (R > INT32_MAX) return h3_fail(err, H3_EINVAL, "lora_create: R = %lld is too large", (long long)R);
+    h3_status st = h3_isa_check(isa, err);
+    if (st) return st;
     h3_lora *lo = h3_alloc(sizeof *lo);
     if (!lo) return h3_fail(err, H3_ENOMEM, "lora_create: out of memory");
     memset(lo, 0, sizeof *lo);
     lo->N = N; lo->K = K; lo->R = R;
-    h3_linear_opts o;
-    memset(&o, 0, sizeof o);
-    o.wtype = H3_DT_F32;
-    o.isa = isa;
-    o.small_pages = 1;
-    st = h3_linear_create(a, H3_DT_F32, R, K, NULL, &o, &lo->a, err);
-    if (st) goto fail;
-    lo->bt = h3_alloc((size_t)R * (size_t)N * 4);
+    lo->kt = up_kernels(isa);
+#if H3_X86
+    lo->bf16 = isa == H3_ISA_AMX;
+#endif
+    lo->perm = h3_alloc((size_t)R * 8);
     lo->scale = h3_alloc((size_t)R * 4);
-    lo->lo = h3_alloc((size_t)R * 8);
-    lo->hi = h3_alloc((size_t)R * 8);
-    if (!lo->bt || !lo->scale || !lo->lo || !lo->hi) {
-        st = h3_fail(err, H3_ENOMEM, "lora_create: cannot allocate B^T (%lld x %lld)", (long long)R,
-                     (long long)N);
+    float *ar = h3_alloc((size_t)R * (size_t)K * 4);
+    if (!lo->perm || !lo->scale || !ar) {
+        h3_free(ar);
+        st = h3_fail(err, H3_ENOMEM, "lora_create: cannot allocate A (%lld x %lld)", (long long)R, (long long)K);
         goto fail;
     }
-    for (int64_t r = 0; r < R; r++) {
-        int64_t first = N, last = -1;
-        for (int64_t n = 0; n < N; n++) {
-            float v = b[n * R + r];
-            lo->bt[r * N + n] = v;
-            if (v != 0.0f) {
-                if (first == N) first = n;
-                last = n;
-            }
-        }
-        lo->lo[r] = first;
-        lo->hi[r] = last + 1;   /* an all-zero rank: the empty range [N, 0) */
-    }
-    st = build_segments(lo, err);
+    st = order_ranks(lo, b, err);
+    if (st) { h3_free(ar); goto fail; }
+    for (int64_t i = 0; i < R; i++) memcpy(ar + i * K, a + lo->perm[i] * K, (size_t)K * 4);
+    h3_linear_opts o;
+    memset(&o, 0, sizeof o);
+    o.wtype = lo->bf16 ? H3_DT_BF16 : H3_DT_F32;   /* AMX: the down product on bf16 tiles too */
+    o.bf16_inputs = lo->bf16;
+    o.isa = isa;
+    o.small_pages = 1;
+    st = h3_linear_create(ar, H3_DT_F32, R, K, NULL, &o, &lo->a, err);
+    h3_free(ar);
+    if (st) goto fail;
+    st = pack_up(lo, b, err);
     if (st) goto fail;
     st = h3_lora_set_scale(lo, scale, err);
     if (st) goto fail;
@@ -121,7 +213,7 @@ fail:
 
 h3_status h3_lora_set_scale(h3_lora *lo, const float *scale, h3_err *err) {
     if (!lo || !scale) return h3_fail(err, H3_EINVAL, "lora_set_scale: NULL argument");
-    memcpy(lo->scale, scale, (size_t)lo->R * 4);
+    for (int64_t i = 0; i < lo->R; i++) lo->scale[i] = scale[lo->perm[i]];
     return H3_OK;
 }
 
@@ -129,6 +221,8 @@ h3_status h3_linear_set_lora(h3_linear *lin, const h3_lora *lo, h3_err *err) {
     if (!lin) return h3_fail(err, H3_EINVAL, "linear_set_lora: NULL linear");
     if (lo && lin->wtype == H3_DT_GGUF)
         return h3_fail(err, H3_EUNSUPPORTED, "linear_set_lora: a LoRA on a GGUF linear is not supported yet");
+    if (lo && lin->wtype == H3_DT_NVFP4)
+        return h3_fail(err, H3_EUNSUPPORTED, "linear_set_lora: a LoRA on an NVFP4 linear is not supported yet");
     if (lo && (lo->N != lin->N || lo->K != lin->K))
         return h3_fail(err, H3_EINVAL, "linear_set_lora: the LoRA is [%lld x %lld], the linear [%lld x %lld]",
                        (long long)lo->N, (long long)lo->K, (long long)lin->N, (long long)lin->K);
@@ -136,43 +230,158 @@ h3_status h3_linear_set_lora(h3_linear *lin, const h3_lora *lo, h3_err *err) {
     return H3_OK;
 }
 
+/* ---- the down product ------------------------------------------------------------------ */
+
+/* each thread area ends with an h3_err for the down product's failure report */
+#define ERR_BYTES H3_ALIGN_UP(sizeof(h3_err), 64)
+
 static size_t u_bytes(const h3_lora *lo, int64_t M) { return H3_ALIGN_UP((size_t)M * (size_t)lo->R * 4, 64); }
+
+/* The up product's scratch: the packed rows of u (MR x max_kc, room for AMX's bf16 tiles
+ * over max_kc rounded up to 32), then one MR x NR tile at tmp_offset. */
+static int64_t tmp_offset(const h3_lora *lo) {
+    return H3_ALIGN_UP((int64_t)lo->kt->mr * H3_ALIGN_UP(H3_MAX(lo->max_kc, 1), 32), 16);
+}
+
+size_t gemm_lora_scratch_floats(const h3_lora *lo) {
+    return (size_t)(tmp_offset(lo) + H3_ALIGN_UP((int64_t)lo->kt->mr * lo->kt->nr, 16));
+}
+
+/* One thread's down-product GEMM workspace, or its up-product scratch (the two are used
+ * at different times). */
+static size_t thread_bytes(const h3_lora *lo, int64_t M) {
+    const size_t down = h3_linear_workspace_bytes(lo->a, H3_MIN(M, H3_LORA_CHUNK), 1, NULL);
+    const size_t up = gemm_lora_scratch_floats(lo) * 4;
+    return H3_ALIGN_UP(H3_MAX(down, up), 64) + ERR_BYTES;
+}
 
 size_t gemm_lora_workspace_bytes(const h3_linear *l, int64_t M, int nth) {
     const h3_lora *lo = l->lora;
     if (!lo) return 0;
-    return u_bytes(lo, M) + h3_linear_workspace_bytes(lo->a, H3_MIN(M, H3_LORA_CHUNK), nth, NULL);
+    return u_bytes(lo, M) + (size_t)nth * thread_bytes(lo, M);
+}
+
+float *gemm_lora_scratch(const h3_linear *l, void *ws, int64_t M, int ith) {
+    const h3_lora *lo = l->lora;
+    return (float *)((char *)ws + u_bytes(lo, M) + (size_t)ith * thread_bytes(lo, M));
+}
+
+typedef struct {
+    const h3_lora *lo;
+    const float *x;
+    int64_t M;
+    float *u;
+    void *ws;
+    size_t each;         /* thread_bytes */
+    int failed;          /* a failing thread + 1, else 0 */
+    int st;              /* its status */
+} down_ctx;
+
+static void down_task(void *p, int ith, int nth) {
+    down_ctx *c = (down_ctx *)p;
+    const h3_lora *lo = c->lo;
+    const int64_t R = lo->R, K = lo->K, nch = H3_CEIL_DIV(c->M, H3_LORA_CHUNK);
+    char *ws = (char *)c->ws + (size_t)ith * c->each;
+    const size_t wsb = c->each - ERR_BYTES;
+    h3_err *err = (h3_err *)(ws + wsb);
+    for (int64_t ch = ith; ch < nch; ch += nth) {
+        const int64_t m0 = ch * H3_LORA_CHUNK, mc = H3_MIN(H3_LORA_CHUNK, c->M - m0);
+        float *u = c->u + m0 * R;
+        const h3_status st = h3_linear_forward(lo->a, NULL, c->x + m0 * K, mc, u, NULL, ws, wsb, err);
+        if (st != H3_OK) {
+            __atomic_store_n(&c->st, (int)st, __ATOMIC_RELAXED);
+            __atomic_store_n(&c->failed, ith + 1, __ATOMIC_RELAXED);
+            return;
+        }
+        for (int64_t m = 0; m < mc; m++)
+            for (int64_t r = 0; r < R; r++) u[m * R + r] *= lo->scale[r];
+    }
 }
 
 h3_status gemm_lora_u(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *u,
-                      void *ws, size_t ws_bytes, h3_err *err) {
-    const h3_lora *lo = l->lora;
-    const int64_t R = lo->R;
-    for (int64_t m0 = 0; m0 < M; m0 += H3_LORA_CHUNK) {
-        int64_t mc = H3_MIN(H3_LORA_CHUNK, M - m0);
-        h3_status st = h3_linear_forward(lo->a, pool, x + m0 * lo->K, mc, u + m0 * R, NULL, ws, ws_bytes, err);
-        if (st) return st;
+                      void *ws, h3_err *err) {
+    down_ctx c = {l->lora, x, M, u, (char *)ws + u_bytes(l->lora, M), thread_bytes(l->lora, M), 0, 0};
+    h3_pool_run(pool, down_task, &c);
+    if (c.failed) {
+        const h3_err *e = (const h3_err *)((char *)c.ws + (size_t)c.failed * c.each - ERR_BYTES);
+        if (err) *err = *e;
+        return (h3_status)c.st;
     }
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t r = 0; r < R; r++) u[m * R + r] *= lo->scale[r];
     return H3_OK;
 }
 
-/* The reference tile add (the spec the SIMD versions in gemm_lora_body.inc match bit for
- * bit): rank by rank, each row's product added over the rank's nonzero run. */
-void gemm_lora_add_ref(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0,
-                   int64_t m1, int64_t c0, int64_t w) {
-    const int64_t R = lo->R, N = lo->N;
-    for (int64_t r = 0; r < R; r++) {
-        /* the part of [c0, c0 + w) where rank r's column of B is nonzero */
-        const int64_t a = H3_MAX(c0, lo->lo[r]), b = H3_MIN(c0 + w, lo->hi[r]);
-        if (a >= b) continue;
-        const float *brow = lo->bt + r * N;
-        for (int64_t m = m0; m < m1; m++) {
-            const float ur = u[m * R + r];
-            if (ur == 0.0f) continue;   /* a zero strength leaves the base bits alone */
-            float *t = target + m * ld - c0;
-            for (int64_t j = a; j < b; j++) t[j] += ur * brow[j];
+/* ---- the up product -------------------------------------------------------------------- */
+
+/* B[n, r] (rank order) from the packed panels; r must lie in n's panel range.  bf16
+ * panels are pairs [kc32/2][NR][2]. */
+static inline float b_at(const h3_lora *lo, int64_t r, int64_t n) {
+    const int64_t NR = lo->kt->nr, p = n / NR, k = r - lo->pan_lo[p], j = n - p * NR;
+    if (lo->bf16)
+        return h3_bf16_to_f32(((const uint16_t *)(lo->bp + lo->pan_off[p]))[((k / 2) * NR + j) * 2 + (k & 1)]);
+    return lo->bp[lo->pan_off[p] + k * NR + j];
+}
+
+void gemm_lora_add_ref(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0, int64_t m1,
+                       int64_t c0, int64_t w, float *scratch) {
+    (void)scratch;
+    const int64_t R = lo->R;
+    for (int64_t m = m0; m < m1; m++)
+        for (int64_t n = c0; n < c0 + w; n++) {
+            const int64_t a = lo->col_lo[n], z = lo->col_hi[n];
+            if (a >= z) continue;
+            float acc = 0.0f;
+            for (int64_t r = a; r < z; r++) acc = fmaf(u[m * R + r], b_at(lo, r, n), acc);
+            target[m * ld + (n - c0)] += acc;
+        }
+}
+
+/* The micro-kernel version: per MR-row panel of u (packed [kc][MR] for the current panel
+ * range, repacked only when the range changes: q, k, v runs of a fused QKV), every NR
+ * column panel of the tile; a panel that starts left of c0 goes through the MR x NR
+ * scratch tile (computed whole, then added: the same c + acc as the in-place call). */
+static void lora_add_panels(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0,
+                            int64_t m1, int64_t c0, int64_t w, float *scratch) {
+    const gemm_kernels *kt = lo->kt;
+    const int MR = kt->mr, NR = kt->nr;
+    const int64_t R = lo->R, c1 = c0 + w;
+    float *ap = scratch;
+    float *tmp = scratch + tmp_offset(lo);
+    if (kt->begin) kt->begin();   /* AMX: the tile configuration (already loaded inside the GEMM) */
+    for (int64_t ir = m0; ir < m1; ir += MR) {
+        const int mr = (int)H3_MIN(MR, m1 - ir);
+        int64_t plo = -1, phi = -1;
+        for (int64_t p = c0 / NR; p * NR < c1; p++) {
+            const int64_t a = lo->pan_lo[p], z = lo->pan_hi[p];
+            if (a >= z) continue;
+            if ((a != plo || z != phi) && kt->pack_a) {   /* AMX: bf16 tiles */
+                kt->pack_a(u + ir * R + a, R, mr, z - a, MR, ap);
+                plo = a;
+                phi = z;
+            } else if (a != plo || z != phi) {
+                for (int64_t k = a; k < z; k++) {
+                    float *d = ap + (k - a) * MR;
+                    int i = 0;
+                    for (; i < mr; i++) d[i] = u[(ir + i) * R + k];
+                    for (; i < MR; i++) d[i] = 0.0f;
+                }
+                plo = a;
+                phi = z;
+            }
+            const int64_t ps = p * NR, e = H3_MIN(ps + NR, c1);
+            const float *bp = lo->bp + lo->pan_off[p];
+            if (ps >= c0) {
+                kt->ukr_f32(MR, NR, z - a, ap, bp, target + ir * ld + (ps - c0), ld, mr, (int)(e - ps), 1);
+            } else {
+                kt->ukr_f32(MR, NR, z - a, ap, bp, tmp, NR, mr, (int)(e - ps), 0);
+                for (int i = 0; i < mr; i++)
+                    for (int64_t n = c0; n < e; n++) target[(ir + i) * ld + (n - c0)] += tmp[i * NR + (n - ps)];
+            }
         }
     }
+}
+
+void gemm_lora_add(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0, int64_t m1,
+                   int64_t c0, int64_t w, float *scratch) {
+    if (lo->kt->ukr_f32 == gemm_ukr_f32_ref) gemm_lora_add_ref(lo, u, target, ld, m0, m1, c0, w, scratch);
+    else lora_add_panels(lo, u, target, ld, m0, m1, c0, w, scratch);
 }

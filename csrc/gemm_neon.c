@@ -507,7 +507,7 @@ _Static_assert(NR % 4 == 0 && MR % 4 == 0, "NEON kernels work in 4-lane groups")
 
 #define NEON_TABLE_COMMON                                                                  \
     .mr = MR, .nr = NR, .mc = MR * 8, .nc = NR * 20, .gemv_max_m = 4, .gemv = gemv_neon,   \
-    .swiglu_row = gemm_swiglu_row_neon, .lora_add = gemm_lora_add_neon
+    .swiglu_row = gemm_swiglu_row_neon
 
 const gemm_kernels gemm_kernels_neon = {
     NEON_TABLE_COMMON, .kc = 256,

@@ -40,7 +40,6 @@ static void resolve_tables(void) {
         if (!t.ukr_i4) t.ukr_i4 = r->ukr_i4;
         if (!t.quant_row) t.quant_row = r->quant_row;
         if (!t.swiglu_row) t.swiglu_row = r->swiglu_row;
-        if (!t.lora_add) t.lora_add = gemm_lora_add_ref;
         resolved[i] = t;
     }
 }
@@ -69,6 +68,7 @@ size_t h3_linear_weight_bytes(const h3_linear *l) { return l->wbytes; }
 int h3_linear_bf16_activations(const h3_linear *l) {
     /* the AMX bf16 tiles take bf16 inputs; every other float kernel multiplies in f32 */
     return l->wtype != H3_DT_I8 && l->wtype != H3_DT_I4 && l->wtype != H3_DT_GGUF &&
+           l->wtype != H3_DT_NVFP4 &&
            (l->kt == gemm_kernels_for(H3_ISA_AMX)
 #if H3_X86
             || l->kt == &gemm_kernels_avx512_bf16dp
@@ -86,6 +86,7 @@ void h3_linear_free(h3_linear *l) {
         h3_free(l->wscale);
     }
     h3_free(l->bias);
+    gemm_nvfp4_free(l);
     free(l);
 }
 
@@ -392,6 +393,7 @@ h3_status h3_linear_attach_parts(const h3_linear_layout *lay, const void *const 
 h3_status h3_linear_dequant(const h3_linear *l, float *out, h3_err *err) {
     if (!l || !out) return h3_fail(err, H3_EINVAL, "linear_dequant: NULL argument");
     if (l->wtype == H3_DT_GGUF) return gemm_gguf_dequant(l, out, err);
+    if (l->wtype == H3_DT_NVFP4) return gemm_nvfp4_dequant(l, out, err);
     const int64_t N = l->N, K = l->K, Kp = l->Kp;
     if (!is_int(l->wtype)) {
         for (int64_t n = 0; n < N; n++) {
@@ -434,6 +436,8 @@ h3_status h3_linear_layout_get(const h3_linear *l, h3_linear_layout *lay, const 
     if (!l || !lay) return h3_fail(err, H3_EINVAL, "linear_layout_get: NULL argument");
     if (l->wtype == H3_DT_GGUF)
         return h3_fail(err, H3_EINVAL, "linear_layout_get: a GGUF linear reads the file's blocks; it has no cache layout");
+    if (l->wtype == H3_DT_NVFP4)
+        return h3_fail(err, H3_EINVAL, "linear_layout_get: an NVFP4 linear reads the file's codes; it has no cache layout");
     memset(lay, 0, sizeof *lay);
     lay->wtype = l->wtype;
     lay->group_size = l->group_size;

@@ -88,7 +88,8 @@ h3_status h3_convert(const void *src, int src_dtype, void *dst, int dst_dtype, i
 h3_status h3_convert_mt(const void *src, int src_dtype, void *dst, int dst_dtype, int64_t n,
                         h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err);
 enum { H3_DT_F32 = 0, H3_DT_BF16 = 1, H3_DT_F16 = 2, H3_DT_I8 = 3, H3_DT_I4 = 4,
-       H3_DT_GGUF = 5 /* a linear over GGUF blocks as stored (h3_linear_attach_gguf) */ };
+       H3_DT_GGUF = 5 /* a linear over GGUF blocks as stored (h3_linear_attach_gguf) */,
+       H3_DT_NVFP4 = 6 /* a linear over NVFP4 codes and scales as stored (h3_linear_attach_nvfp4) */ };
 
 /* ---- GEMM: y[M,N] = x[M,K] . W[N,K]^T (+ epilogue)  (gemm_weights.c, gemm.c) ------ */
 /* A "linear" owns W converted to the storage the chosen mode computes from:
@@ -188,7 +189,11 @@ h3_status h3_linear_attach_parts(const h3_linear_layout *layout, const void *con
  *   y[m, n] += sum_r ((x[m] . a[r]) * scale[r]) * b[n, r]
  * a: [R, K] float32, b: [N, R] float32 (rows in the linear's logical order: [gate; value]
  * for a pair linear), scale: [R].  Several adapters on one linear are one h3_lora whose
- * ranks are concatenated (each its own scale).  create copies a, b and scale. */
+ * ranks are concatenated (each its own scale).  create copies a, b and scale (ranks
+ * reordered inside; set_scale takes them in the caller's order).  Float32 products on
+ * every isa (bit-identical to H3_ISA_REF but for the sign of zero results) except
+ * H3_ISA_AMX, whose products run on bf16 tiles (x, a, u, b rounded to bf16; pass
+ * H3_ISA_AVX512 for float32 LoRA products beside an AMX linear). */
 typedef struct h3_lora h3_lora;
 h3_status h3_lora_create(const float *a, const float *b, const float *scale, int64_t R, int64_t N,
                          int64_t K, h3_isa isa, h3_lora **out, h3_err *err);
@@ -196,7 +201,7 @@ void h3_lora_free(h3_lora *lora);                       /* NULL is a no-op */
 h3_status h3_lora_set_scale(h3_lora *lora, const float *scale, h3_err *err);   /* [R] */
 /* Attach (borrowed: keep it alive and unchanged while attached; NULL detaches) to a linear
  * of the same N and K.  Not for conv rows (h3_linear_forward_rows refuses).  The
- * linear's workspace_bytes grow by the addend's (u and its GEMM's workspace). */
+ * linear's workspace_bytes grow by the addend's (u and per thread its GEMM's workspace). */
 h3_status h3_linear_set_lora(h3_linear *lin, const h3_lora *lora, h3_err *err);
 
 /* The weight the GEMM effectively multiplies by, dequantised to float32: out [N,K] (a
@@ -255,6 +260,32 @@ h3_status h3_gguf_quant_act(const float *x, int64_t n, int8_t *q, float *d, h3_e
 h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int nparts, int64_t N,
                                 int64_t K, const float *bias, int pair, h3_isa isa,
                                 h3_linear **out, h3_err *err);
+
+/* ---- NVFP4 (ComfyUI "nvfp4"; gemm_nvfp4.c, nvfp4_*.c) --------------------------- */
+/* One tensor of an NVFP4 linear as the file stores it (comfy-kitchen's
+ * TensorCoreNVFP4Layout): W[n, k] = e2m1(code) * e4m3(scale[n, k / 16]) * scale_2, times
+ * pre_scale[k] when given (AWQ: the input is multiplied by it before it is quantised). */
+typedef struct {
+    const uint8_t *codes;    /* rows of ld bytes: two E2M1 codes a byte, the even input in the
+                                high nibble (bit 3 of a code its sign) */
+    int64_t ld;              /* bytes per row (the file pads K to 16: ld >= K / 2) */
+    const uint8_t *scales;   /* float8 e4m3fn, one per 16 inputs, in cuBLAS's blocked layout
+                                over (rows rounded up to 128, 2 ld / 16 rounded up to 4):
+                                128 x 4 tiles, each stored as [32][4][4] */
+    float scale_2;           /* the per-tensor scale */
+    const float *pre_scale;  /* [K] or NULL (copied) */
+} h3_nvfp4_part;
+/* A linear over NVFP4 tensors, borrowed (codes and scales stay the caller's, alive and
+ * unchanged; nothing is widened in memory): the [N, K] weight's rows lie in nparts (1..3)
+ * equal parts; pair: rows are [gate; value] halves (H3_EPI_SWIGLU), nparts 1 or 2.
+ * K % 32 == 0.  h3_linear_forward multiplies each row of x by the part's pre_scale,
+ * quantises it per 32 inputs to int8 (d = max|x| / 127, rint, ties to even), widens 16
+ * weight rows' codes at a time to int8 2 e2m1 in [-12, 12] and multiplies in integers per
+ * 16 inputs, the scales applied in float32: every path (ref, AVX2, AVX-512 VNNI, NEON)
+ * computes the same bits.  No LoRA (EUNSUPPORTED), no conv rows, no cache layout (EINVAL);
+ * a NaN scale_2 or pre_scale, or a NaN block scale, is EINVAL. */
+h3_status h3_linear_attach_nvfp4(const h3_nvfp4_part *parts, int nparts, int64_t N, int64_t K, const float *bias,
+                                 int pair, h3_isa isa, h3_linear **out, h3_err *err);
 
 /* ---- Block Hadamard rotation (hadamard.c) ------------------------------------ */
 /* x: [rows, n] in place: each run of `group` consecutive values of a row becomes
@@ -358,3 +389,4 @@ h3_status h3_adaln_modulate(const float *x, const float *scale, const float *shi
 #include "h3_vit.h"
 #include "h3_qwen_vision.h"
 #include "h3_audio.h"
+#include "h3_video.h"

@@ -10,7 +10,8 @@ Subpackages, lowest first (each imports only those before it):
 - ``h3cy.weights``   safetensors files, checkpoint layouts, model folders, weight caches;
 - ``h3cy.models``    the transformer, the text encoder and tokenizer, the two decoders;
 - ``h3cy.sampling``  geometry, packed layout, schedules and the denoising loop;
-- then ``pipeline`` (load / generate), ``media`` (MP4, WAV), ``cli`` and ``demo``.
+- then ``pipeline`` (load / generate), ``keyframes`` (fl2va keyframes on the canvas and
+  their conditioning latents), ``media`` (MP4, WAV), ``cli`` and ``demo``.
 
 ``docs/architecture.md`` follows one call from ``h3cy.load`` down to a C kernel.
 """
@@ -24,12 +25,15 @@ from .models.tokenizer import Tokenizer
 from .models.text_encoder import TextEncoder
 from .models.prompt_cache import encode_prompt
 from .models.video_vae import VideoDecoder, to_uint8
+from .models.video_encoder import VideoEncoder
 from .models.audio_vae import AudioDecoder
 from .sampling.layout import Geometry, Layout
 from .sampling.schedule import Schedule
 from .sampling.sampler import STOP, CancelToken, StepState, denoise, initial_noise
 from .sampling import audio_schedule
 from .pipeline import Pipeline, load
+from . import keyframes
+from .keyframes import encode_image, prepare_keyframes
 from .result import Result
 from .tuning import selfcheck
 
@@ -42,10 +46,12 @@ __all__ = [
     # weights
     "ModelFolder", "find_model", "TransformerCheckpoint", "TransformerConfig", "open_transformer",
     # models
-    "DiT", "Tokenizer", "TextEncoder", "encode_prompt", "VideoDecoder", "to_uint8", "AudioDecoder",
+    "DiT", "Tokenizer", "TextEncoder", "encode_prompt", "VideoDecoder", "VideoEncoder", "to_uint8", "AudioDecoder",
     # sampling
     "Geometry", "Layout", "Schedule", "STOP", "CancelToken", "StepState", "denoise", "initial_noise",
     "audio_schedule",
     # the pipeline
     "Pipeline", "load", "Result",
+    # image conditioning (fl2va keyframes)
+    "keyframes", "encode_image", "prepare_keyframes",
 ]

@@ -37,7 +37,7 @@ AUTO_STREAM_FRACTION = ops.measurement.FIT_FRACTION     # the one rule weights="
 
 def load(path=None, weights="auto", streaming="auto", threads=None, cache_dir=None, vae_weights="auto",
          keep_loaded=False, isa=None, attention=None, *, dit=None, text_encoder=None, video_vae=None,
-         audio_vae=None, tokenizer=None, loras=()):
+         audio_vae=None, tokenizer=None, loras=(), lora_merge=False):
     """Open a MiniMax-H3 model -- a folder, single files per component, or both -- for
     generation.
 
@@ -74,13 +74,16 @@ def load(path=None, weights="auto", streaming="auto", threads=None, cache_dir=No
         products, float32 otherwise), "fp32" or "bf16" (see :func:`h3cy.ops.attention_bf16`)
     loras : sequence of ``path`` or ``(path, strength)`` — LoRAs for the transformer (see
         :meth:`Pipeline.load_lora`), checked now
+    lora_merge : merge those LoRAs into the transformer's weights (cached) instead of
+        running them beside the base: a step then costs what the bare base costs (see
+        :meth:`h3cy.DiT.load_lora`; a streaming transformer runs them at run time)
     """
     pipe = Pipeline(path, weights=weights, streaming=streaming, threads=threads, cache_dir=cache_dir,
                     vae_weights=vae_weights, keep_loaded=keep_loaded, isa=isa, attention=attention, dit=dit,
                     text_encoder=text_encoder, video_vae=video_vae, audio_vae=audio_vae, tokenizer=tokenizer)
     for item in loras:
         p, s = (item, 1.0) if isinstance(item, (str, bytes)) or hasattr(item, "__fspath__") else item
-        pipe.load_lora(p, strength=s)
+        pipe.load_lora(p, strength=s, merge=lora_merge)
     return pipe
 
 
@@ -131,15 +134,17 @@ class Pipeline:
         self.keep_loaded = bool(keep_loaded)
         self._loaded = {}
         self._lock = threading.Lock()
-        self._loras = {}          # name -> (path, strength), applied whenever the DiT is built
+        self._loras = {}          # name -> (path, strength, merge), applied whenever the DiT is built
         self._check_configs()
 
     # -- LoRAs ----------------------------------------------------------------------------------
-    def load_lora(self, path, strength=1.0, name=None):
+    def load_lora(self, path, strength=1.0, name=None, merge=False):
         """Add a LoRA to the transformer (:meth:`h3cy.DiT.load_lora`): the file is checked
         against the transformer's config now (an unmatched key raises CheckpointError naming
         it, and nothing is added), and applied every time the pipeline builds the
-        transformer for a phase, and at once to a transformer kept loaded.  Returns its name."""
+        transformer for a phase, and at once to a transformer kept loaded.  ``merge``: merged
+        into the weights (:meth:`h3cy.DiT.load_lora`), except on a streaming transformer,
+        which runs it at run time.  Returns its name."""
         import os
         from .weights.lora import read_lora
         if name is None:
@@ -150,8 +155,8 @@ class Pipeline:
         read_lora(path, self._transformer_config, "stacked")
         dit = self._loaded.get("transformer")
         if dit is not None:
-            dit.load_lora(path, strength=strength, name=name)
-        self._loras[name] = (os.fspath(path), float(strength))
+            dit.load_lora(path, strength=strength, name=name, merge=bool(merge) and not dit.streaming)
+        self._loras[name] = (os.fspath(path), float(strength), bool(merge))
         return name
 
     def unload_lora(self, name):
@@ -167,7 +172,8 @@ class Pipeline:
         """Change a LoRA's strength (for the next transformer built, and a kept one now)."""
         if name not in self._loras:
             raise H3ValueError(f"no LoRA named {name!r} is loaded (loaded: {sorted(self._loras)})")
-        self._loras[name] = (self._loras[name][0], float(strength))
+        path, _, merge = self._loras[name]
+        self._loras[name] = (path, float(strength), merge)
         dit = self._loaded.get("transformer")
         if dit is not None:
             dit.set_lora_strength(name, strength)
@@ -175,7 +181,7 @@ class Pipeline:
     @property
     def loras(self):
         """{name: strength} of the LoRAs added, in order."""
-        return {k: s for k, (_, s) in self._loras.items()}
+        return {k: s for k, (_, s, _) in self._loras.items()}
 
     # -- components ----------------------------------------------------------------------------
     def _check_configs(self):
@@ -238,8 +244,8 @@ class Pipeline:
                 p, weights=self.component_weights[component], streaming=self.streaming_for(component), threads=self.threads,
                 isa=self.isa, cache_dir=self.cache_dir, attention=self.attention)
             try:
-                for name, (path, strength) in self._loras.items():
-                    dit.load_lora(path, strength=strength, name=name)
+                for name, (path, strength, merge) in self._loras.items():
+                    dit.load_lora(path, strength=strength, name=name, merge=merge and not dit.streaming)
             except BaseException:
                 dit.close()
                 raise

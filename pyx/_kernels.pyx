@@ -436,6 +436,63 @@ def linear_attach_gguf(parts, types, int64_t N, int64_t K, bias, int pair, str i
     return core
 
 
+def linear_attach_nvfp4(parts, int64_t N, int64_t K, bias, int pair, str isa, ThreadPool pool):
+    """A LinearCore over NVFP4 tensors the caller keeps alive.  parts: up to 3 tuples
+    (codes, scales, scale_2, pre_scale) of one tensor each, its N/len(parts) rows: codes
+    C-contiguous uint8 [>= rows, ld] (two E2M1 codes a byte, the even input high), scales
+    the C-contiguous uint8 e4m3 bytes in cuBLAS's blocked layout over (rows rounded up to
+    128, 2 ld / 16 rounded up to 4), scale_2 a float, pre_scale None or K float32.  No copy
+    of codes or scales; the core keeps the arrays."""
+    cdef h3_nvfp4_part pp[3]
+    cdef int nparts = len(parts)
+    cdef cnp.ndarray ca, sa, pa
+    cdef cnp.ndarray ba
+    cdef const float *bp = NULL
+    cdef h3_err err
+    cdef int64_t rows, ld, want
+    if not 1 <= nparts <= 3:
+        raise H3ValueError(f"an NVFP4 linear comes in 1 to 3 parts, got {nparts}")
+    if N < 1 or N % nparts:
+        raise H3ValueError(f"{N} rows do not split into {nparts} parts")
+    rows = N // nparts
+    keep = []
+    for i in range(nparts):
+        codes, scales, s2, pre = parts[i]
+        ca, sa = codes, scales
+        if ca.dtype != np.uint8 or ca.ndim != 2 or not ca.flags.c_contiguous or ca.shape[0] < rows \
+                or 2 * ca.shape[1] < K:
+            raise H3ValueError(f"part {i}: codes must be C-contiguous uint8 [>= {rows}, >= {K // 2}], "
+                               f"got {ca.dtype} {list(np.shape(codes))}")
+        ld = ca.shape[1]
+        want = ((rows + 127) // 128 * 128) * ((2 * ld // 16 + 3) // 4 * 4)
+        if sa.dtype != np.uint8 or not sa.flags.c_contiguous or <int64_t>sa.size != want:
+            raise H3ValueError(f"part {i}: scales must be {want} C-contiguous uint8 bytes (the blocked "
+                               f"layout of {rows} rows by {2 * ld // 16} blocks), got {sa.dtype} {sa.size}")
+        pp[i].codes = <const uint8_t *>cnp.PyArray_DATA(ca)
+        pp[i].ld = ld
+        pp[i].scales = <const uint8_t *>cnp.PyArray_DATA(sa)
+        pp[i].scale_2 = float(s2)
+        pp[i].pre_scale = NULL
+        if pre is not None:
+            pa = pre
+            if pa.dtype != np.float32 or not pa.flags.c_contiguous or pa.size != K:
+                raise H3ValueError(f"part {i}: pre_scale must be {K} C-contiguous float32 values")
+            pp[i].pre_scale = <const float *>cnp.PyArray_DATA(pa)
+        keep += [codes, scales]
+    if bias is not None:
+        ba = bias
+        if ba.dtype != np.float32 or not ba.flags.c_contiguous or ba.size != N:
+            raise H3ValueError(f"bias must be {N} C-contiguous float32 values")
+        bp = <const float *>cnp.PyArray_DATA(ba)
+    cdef LinearCore core = LinearCore(None, isa=isa, pool=pool)
+    check(h3_linear_attach_nvfp4(pp, nparts, N, K, bp, pair, isa_id(isa), &core.c, &err), &err)
+    core.N = N
+    core.K = K
+    core.pair = pair
+    core.storage = tuple(keep)
+    return core
+
+
 def hadamard(float[:, ::1] x, int group, str isa, ThreadPool pool):
     """Rotate every run of `group` values of x (rows, n) in place by the normalised
     regular Hadamard H_group (h3_hadamard); returns the ISA that ran."""
@@ -522,5 +579,6 @@ include "_dit.pxi"
 include "_qwen.pxi"
 include "_vit.pxi"
 include "_audio.pxi"
+include "_video.pxi"
 include "_qwen_vision.pxi"
 include "_loop.pxi"

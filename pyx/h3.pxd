@@ -1,5 +1,5 @@
 # h3.pxd — the one `cdef extern` of csrc/h3.h; every declaration is nogil.
-from libc.stdint cimport int8_t, int32_t, int64_t, uint16_t, uint64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t, uint64_t
 
 cdef extern from "h3.h" nogil:
     ctypedef enum h3_status:
@@ -219,6 +219,15 @@ cdef extern from "h3.h" nogil:
     h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int nparts,
                                     int64_t N, int64_t K, const float *bias, int pair, h3_isa isa,
                                     h3_linear **out, h3_err *err)
+    ctypedef struct h3_nvfp4_part:
+        const uint8_t *codes
+        int64_t ld
+        const uint8_t *scales
+        float scale_2
+        const float *pre_scale
+    h3_status h3_linear_attach_nvfp4(const h3_nvfp4_part *parts, int nparts, int64_t N, int64_t K,
+                                     const float *bias, int pair, h3_isa isa, h3_linear **out,
+                                     h3_err *err)
 
 cdef extern from "h3.h" nogil:
     h3_status h3_qwen_rmsnorm_bf16(const float *x, const float *w, float *out, int64_t rows,
@@ -298,6 +307,23 @@ cdef extern from "h3.h" nogil:
     h3_status h3_snake_aa(const float *x, float *y, int64_t T, int64_t C, const float *alpha,
                           const float *beta, const float *fu, const float *fd, h3_pool *pool,
                           h3_isa isa, h3_isa *ran, h3_err *err)
+
+cdef extern from "h3.h" nogil:
+    # video VAE encoder kernels (h3_video.h): channels-last [T, H, W, C] video
+    ctypedef struct h3_conv3d_args:
+        int64_t T, H, W, Cin
+        int kt, kh, kw
+        int st, sh, sw
+        int pad_t
+        int pad_top, pad_bottom, pad_left, pad_right
+    size_t h3_conv3d_workspace_bytes(const h3_conv3d_args *a, const h3_linear *const *taps,
+                                     int n_threads)
+    h3_status h3_conv3d(const h3_conv3d_args *a, const h3_linear *const *taps, const float *x,
+                        const float *resid, float *y, h3_pool *pool, void *ws, size_t ws_bytes,
+                        h3_err *err)
+    h3_status h3_group_norm(const float *x, float *y, int64_t T, int64_t P, int64_t C, int G,
+                            const float *gamma, const float *beta, float eps, int silu,
+                            h3_pool *pool, h3_isa isa, h3_isa *ran, h3_err *err)
 
 cdef extern from "h3_loop.h" nogil:
     void h3_patchify(const float *lat, int64_t C, int64_t T, int64_t h, int64_t w, float *rows)

@@ -13,7 +13,7 @@ PKG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 # layer of each top-level part of h3cy (a module may import its own layer and those below)
 LAYERS = {"errors": 0, "_config": 0, "_kernels": 0, "_progress": 0, "_memory": 0, "_version": 0, "ops": 1,
           "weights": 2, "models": 3, "taeh3": 3, "tuning": 3, "sampling": 4, "presets": 4, "preview": 4, "pipeline": 5,
-          "result": 5, "media": 5, "demo": 6, "batch": 6, "cli": 7, "__main__": 8, "__init__": 9}
+          "result": 5, "media": 5, "keyframes": 5, "demo": 6, "batch": 6, "cli": 7, "__main__": 8, "__init__": 9}
 
 
 def _modules():
@@ -148,6 +148,13 @@ def test_each_load_resolves_its_context_once(tiny_dit_factory, tiny_te, tiny_vae
     calls.clear()
     vdec = h3cy.VideoDecoder.from_pretrained(tiny_vae.diffusers, weights="int8", threads=2)
     assert len(calls) == 1 and all(b.core.pool is vdec.compute.pool for b in vdec.blocks)
+
+    calls.clear()
+    venc = h3cy.VideoEncoder.from_pretrained(tiny_vae.diffusers, threads=2)
+    assert len(calls) == 1 and venc._pool is venc.compute.pool and venc._pool is not shared
+    for res, down in venc.levels:
+        for r in res:
+            assert all(t.pool is venc._pool for t in r.conv1.taps + r.conv2.taps) and r.norm1.pool is venc._pool
 
     import _tiny_audio_vae
     calls.clear()

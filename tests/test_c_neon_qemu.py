@@ -54,7 +54,7 @@ def test_neon_paths_match_ref_under_qemu():
         assert not any(i in tested for i in ("avx2", "avxvnni", "avx512", "amx")), tested
         assert f"aarch64 asimddp: {dotprod}" in r.stdout, f"-cpu {cpu}: expected asimddp {dotprod}"
         _check_extensions(r.stdout, cpu, mm)
-        for part in ("convert", "gemm", "ops", "dit", "qwen", "vit", "loop", "neon ext"):
+        for part in ("convert", "gemm", "ops", "video", "dit", "qwen", "vit", "loop", "neon ext"):
             m = re.search(rf"^{part} +(\d+) checks, 0 failed", r.stdout, re.M)
             assert m and int(m.group(1)) > 0, f"-cpu {cpu}: driver part '{part}' ran no checks:\n{r.stdout[-3000:]}"
     # Neoverse N1: SDOT but no i8mm/bf16; the dispatch and SDOT kernel checks only (~2 s)

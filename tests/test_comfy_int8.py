@@ -267,6 +267,13 @@ def test_convrot_text_encoder_file(tiny_te, tmp_path):
     # int8 mode's own 3e-2 bound); the file in fp32 vs transformers 2.0e-2 (its weights'
     # rounding over 50 layers); int8 vs transformers 3.2e-2 (h3cy's int8 mode on the bf16
     # folder: 2.8e-2).  No rotation of x: O(1).
+    # Why 4e-2 and not the issue's 3e-2 (checked for an avoidable error): the int8 path keeps
+    # float32 between the GEMMs (no bf16 rounding in int8 mode), quantises x exactly where
+    # Comfy's runtime does (per whole row, after the rotation; the tiny K of 64/96/128 leave
+    # no finer group to take) and multiplies the file's bytes exactly, so the two roundings
+    # above are the whole error: each alone ~2e-2, together 3.2e-2 (in quadrature 2.8e-2; the
+    # rest is the activation error compounding through 50 layers of already-rounded weights).
+    # The NVFP4 file meets 3e-2 (1.8e-2) because its weights are the reference's exactly.
     assert rel_l2(got, deq) < 3e-2
     assert rel_l2(deq, want) < 3e-2
     assert rel_l2(got, want) < 4e-2

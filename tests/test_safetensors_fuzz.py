@@ -303,3 +303,80 @@ def test_fuzz_quantised_layers(fuzz_path, comfy_int8_state, data):
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     COUNT["quantised"] = COUNT.get("quantised", 0) + 1
+
+
+# -- strategy 6: one NVFP4 layer (Comfy's nvfp4 tensors, AWQ or not) with its codes, block
+# scales, per-tensor scale, pre-scale and blob edited -- read and run as stored in the int8
+# mode: a CheckpointError naming the file or a linear that runs (finite output for finite
+# tensors), never another exception or a crash
+NV_N, NV_K = 20, 64
+
+
+@pytest.fixture(scope="module")
+def comfy_nvfp4_state():
+    import torch
+    import _comfy_files
+    g = torch.Generator().manual_seed(4)
+    sd = {"l.weight": torch.randn((NV_N, NV_K), generator=g)}
+    _comfy_files.put_nvfp4(sd, "l", 0.5 + torch.rand(NV_K, generator=g))
+    return sd
+
+
+@settings(max_examples=max(30, N_EXAMPLES // 40), deadline=None, database=None, print_blob=True,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_fuzz_nvfp4_layer(fuzz_path, comfy_nvfp4_state, data):
+    import torch
+    from safetensors.torch import save_file
+    from h3cy.ops import Compute
+    from h3cy.weights.comfy_quant import read_quant
+    from h3cy.weights.files import TensorFiles
+    from h3cy.weights.linears import make_linear
+    sd = dict(comfy_nvfp4_state)
+    base = comfy_nvfp4_state
+    for _ in range(data.draw(st.integers(1, 3))):
+        kind = data.draw(st.sampled_from(["blob", "codes", "scales", "scale_bytes", "scale_2", "pre", "drop"]))
+        if kind == "blob":
+            sd["l.comfy_quant"] = torch.tensor(list(data.draw(JSON_BLOBS)), dtype=torch.uint8)
+        elif kind == "codes":
+            w = base["l.weight"]
+            sd["l.weight"] = data.draw(st.sampled_from(
+                [w[:, :-1].contiguous(), w[:-1].contiguous(), w.view(torch.int8), w.reshape(-1).contiguous(),
+                 torch.randint(0, 256, w.shape, dtype=torch.uint8)]))
+        elif kind == "scales":
+            s = base["l.weight_scale"]
+            sd["l.weight_scale"] = data.draw(st.sampled_from(
+                [s[:64].contiguous(), s[:, :2].contiguous(), s.view(torch.uint8), s.float(), s.reshape(-1).contiguous()]))
+        elif kind == "scale_bytes":
+            s = base["l.weight_scale"].view(torch.uint8).clone()
+            s.view(-1)[data.draw(st.integers(0, s.numel() - 1))] = data.draw(st.sampled_from([0x7F, 0xFF, 0x7E, 0x80]))
+            sd["l.weight_scale"] = s.view(torch.float8_e4m3fn)
+        elif kind == "scale_2":
+            sd["l.weight_scale_2"] = data.draw(st.sampled_from(
+                [torch.tensor(float("nan")), torch.tensor([1.0, 2.0]), torch.tensor(3, dtype=torch.int32),
+                 torch.tensor(float("inf")), torch.tensor(0.0), torch.tensor(-1e-3)]))
+        elif kind == "pre":
+            sd["l.pre_quant_scale"] = data.draw(st.sampled_from(
+                [torch.ones(NV_K - 1), torch.ones(2, NV_K), torch.full((NV_K,), float("inf")),
+                 torch.ones(NV_K, dtype=torch.int32), torch.zeros(NV_K, dtype=torch.bfloat16)]))
+        else:
+            sd.pop("l" + data.draw(st.sampled_from([".weight", ".weight_scale", ".weight_scale_2",
+                                                     ".pre_quant_scale", ".comfy_quant"])), None)
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(PER_CASE_TIMEOUT_S)
+    try:
+        save_file({k: v.contiguous() for k, v in sd.items()}, fuzz_path)
+        files = TensorFiles([fuzz_path], float_dtypes=("F32", "BF16", "F16"))
+        try:
+            w = read_quant(files, "l", (NV_N, NV_K))
+            lin, _ = make_linear(w, Compute.resolve("int8", threads=1))
+            y = lin(np.ones((3, NV_K), np.float32))
+            assert y.shape == (3, NV_N) and np.all(np.isfinite(y))
+        except CheckpointError as e:
+            assert fuzz_path in str(e), str(e)
+        finally:
+            files.close()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    COUNT["nvfp4"] = COUNT.get("nvfp4", 0) + 1

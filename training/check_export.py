@@ -2,7 +2,7 @@
 h3cy runs from OUT/FL2VA gives what torch gives from the run's checkpoints (the exported bf16
 roundings applied on both sides).
 
-    PYTHONPATH=$PWD python3 training/check_export.py --run training/runs/demo --export h3cy/data/demo-model
+    PYTHONPATH=$PWD python3 training/check_export.py --run training/runs/demo --export h3cy/data/demo-model [--judge]
 
 Needs h3cy (its compiled extension) and torch/diffusers/transformers: run it where h3cy is built
 (the CPU machine), not on the training machine.  Prints relative L2 errors per component and
@@ -31,11 +31,36 @@ def bf16(t):
     return t.to(torch.bfloat16).float()
 
 
+def judge_export(root, bad):
+    """The adherence test's own generate_and_judge on ``root``: the 24 held-out prompts through
+    h3cy.load(...).generate at the model's settings, written as MP4 and judged from the files."""
+    import pathlib
+    import time
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+    from test_demo_adherence import generate_and_judge
+    from h3cy import demo
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        s, results = generate_and_judge(root, pathlib.Path(tmp), demo.trained_settings(root))
+    for c, r in zip(ds.HELD_OUT, results):
+        got = (r.get("colour"), r.get("motion"), r.get("tone"))
+        if got != (c[0], c[2], c[3]):
+            print(f"  {ds.caption(*c)!r}: judged {got}")
+    print(f"{'held-out prompts, judged MP4s':34s} colour {s['colour']:.2f} motion {s['motion']:.2f} "
+          f"tone {s['tone']:.2f} all {s['all']:.2f}  (bound 0.90)  {'ok' if s['all'] >= 0.9 else 'FAIL'}  "
+          f"({time.time() - t0:.0f}s)")
+    if not s["all"] >= 0.9:
+        bad.append("adherence")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--run", required=True)
     p.add_argument("--export", required=True, help="the folder holding FL2VA/")
     p.add_argument("--config", default=None, help="default: the run's config.json")
+    p.add_argument("--judge", action="store_true",
+                   help="also generate the 24 held-out prompts through h3cy and judge the MP4s as "
+                        "tests/test_demo_adherence.py does (>= 0.90 of the 72 judgments to pass)")
     args = p.parse_args(argv)
     import h3cy
     from h3cy.models.prompt_cache import encode_prompt
@@ -129,6 +154,8 @@ def main(argv=None):
         rw = avae.decode(zat).sample[:, 0].numpy()
     report("audio decoder waveform", rel(hw, rw), 2e-3)
     print("sample rate", adec.sample_rate, "hop", adec.hop)
+    if args.judge:
+        judge_export(args.export, bad)
     if bad:
         print("FAILED:", ", ".join(bad))
         sys.exit(1)

@@ -49,6 +49,7 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import demo_eval  # noqa: E402
 import shapes_dataset as ds  # noqa: E402
 
 PIXEL_MEAN = (0.485, 0.456, 0.406)
@@ -229,15 +230,16 @@ def pixel_norm(video):
     return (video - m) / s, m, s
 
 
-def stft_loss(x, y):
-    """Multi-resolution STFT magnitude loss (spectral convergence + log magnitude)."""
+def stft_loss(x, y, log_eps=1e-5):
+    """Multi-resolution STFT magnitude loss (spectral convergence + log magnitude; magnitudes
+    below ``log_eps`` count as silence in the log term)."""
     loss = 0.0
     for n in (256, 512, 1024):
         w = torch.hann_window(n, device=x.device)
         X = torch.stft(x, n, n // 4, window=w, return_complex=True).abs()
         Y = torch.stft(y, n, n // 4, window=w, return_complex=True).abs()
         loss = loss + torch.linalg.norm(Y - X) / (torch.linalg.norm(Y) + 1e-7)
-        loss = loss + (torch.log(X + 1e-5) - torch.log(Y + 1e-5)).abs().mean()
+        loss = loss + (torch.log(X + log_eps) - torch.log(Y + log_eps)).abs().mean()
     return loss / 3
 
 
@@ -261,7 +263,8 @@ class Clock:
 
     def __init__(self, minutes, t_start):
         self.t_start = t_start
-        self.deadline = None if minutes is None else t_start + minutes * 60.0 - 30.0   # room to save, pack, export
+        # room to evaluate, save, pack and export (~10 s on the H200)
+        self.deadline = None if minutes is None else t_start + minutes * 60.0 - 40.0
 
     def out_of_time(self):
         return self.deadline is not None and time.time() >= self.deadline
@@ -312,10 +315,27 @@ def autocast(device):
 # ---------------------------------------------------------------------------------------------
 # stage 1: the two autoencoders
 # ---------------------------------------------------------------------------------------------
+def latent_noise(post, tc):
+    """The noise the decoder sees around the encoder's mean during training.
+
+    Sampling the posterior (``latent_noise: null``) collapsed the audio VAE in run 1: its
+    posterior std stayed ~0.35 while the means varied by ~0.05 per channel, so the decoder
+    learnt to ignore z (the same output, rms 0.0016, for every clip and for random z).  The
+    transformer trains on the posterior *means* only, so the autoencoders are trained
+    deterministically around the mean, with a small fixed noise (relative to the batch's
+    per-channel spread of the means) that keeps the decoder tolerant of the transformer's
+    small errors."""
+    if tc.get("latent_noise") is None:
+        return post.std
+    m = post.mean.detach()
+    dims = [d for d in range(m.ndim) if d != 1]
+    return tc["latent_noise"] * m.std(dim=dims, keepdim=True).clamp_min(1e-3)
+
+
 def video_vae_loss(vae, video, tc, gen):
     x, m, s = pixel_norm(video)
     post = vae.encode(x).latent_dist
-    z = post.mean + post.std * torch.randn(post.mean.shape, generator=gen, device=x.device)
+    z = post.mean + latent_noise(post, tc) * torch.randn(post.mean.shape, generator=gen, device=x.device)
     rec = vae.decode(z).sample.float() * s + m
     bg = video[:, :, :1, :1, :1]                                            # the corner is background
     obj = ((video - bg).abs().amax(1, keepdim=True) > 0.05).float()
@@ -328,13 +348,14 @@ def video_vae_loss(vae, video, tc, gen):
 def audio_vae_loss(vae, audio, tc, gen):
     x = audio.reshape(-1, 1, audio.shape[-1])
     post = vae.encode(x).latent_dist
-    z = post.mean + post.std * torch.randn(post.mean.shape, generator=gen, device=x.device)
+    z = post.mean + latent_noise(post, tc) * torch.randn(post.mean.shape, generator=gen, device=x.device)
     rec = vae.decode(z).sample.float()[:, 0, :x.shape[-1]]
     y = x[:, 0]
     wave = (rec - y).abs().mean()
-    spec = stft_loss(rec.float(), y.float())
+    spec = stft_loss(rec.float(), y.float(), tc.get("stft_log_eps", 1e-5))
     kl = 0.5 * (post.mean ** 2 + post.std ** 2 - 1.0 - 2 * post.logs).mean()
-    return wave + tc["stft_weight"] * spec + tc["kl_weight"] * kl, wave.detach(), spec.detach()
+    loss = tc.get("wave_weight", 1.0) * wave + tc["stft_weight"] * spec + tc["kl_weight"] * kl
+    return loss, wave.detach(), spec.detach()
 
 
 @torch.no_grad()
@@ -427,6 +448,10 @@ def run_vae(cfg, args, device, clock):
             state["last_losses"] = {k: float(x) for k, x in zip(
                 ("video", "video_rec", "video_kl", "audio", "audio_l1", "audio_stft"), a)}
             nacc, t_log = 0, time.time()
+        if tc.get("eval_every") and state["step"] % tc["eval_every"] == 0 and vae_good_enough(
+                vvae, avae, cfg, state, tc, device):
+            state["done"] = True
+            break
         if time.time() - last_save > SAVE_EVERY_S:
             _save_vae(path, vvae, avae, ov, oa, state, None)
             last_save = time.time()
@@ -435,9 +460,33 @@ def run_vae(cfg, args, device, clock):
         vvae.eval()
         avae.eval()
         stats = latent_stats(vvae, avae, cfg, device, gen, tc["stats_batches"], tc["stats_batch"])
+        if not state.get("evals") or state["evals"][-1]["step"] != state["step"]:
+            vae_good_enough(vvae, avae, cfg, state, dict(tc, eval_min_frac=0.0), device)
+        vvae.eval()
+        avae.eval()
         log(f"vae: done after {state['step']} steps ({state['trained_s'] / 60:.1f} min); latent std video "
             f"{np.mean(stats[1]):.3f} audio {np.mean(stats[3]):.3f}")
     _save_vae(path, vvae, avae, ov, oa, state, stats)
+
+
+def vae_good_enough(vvae, avae, cfg, state, tc, device):
+    """Judge the held-out round trip (demo_eval.vae_roundtrip) and say whether the stage may
+    stop: every category at least ``eval_pass`` and at least ``eval_min_kept`` of the
+    saturated pixels kept, once ``eval_min_frac`` of the scheduled steps have run."""
+    vvae.eval()
+    avae.eval()
+    t0 = time.time()
+    with autocast(device):
+        scores, kept = demo_eval.vae_roundtrip(vvae, avae, spec_of(cfg), device, pixel_norm,
+                                               combos=ds.HELD_OUT[:tc.get("eval_combos", len(ds.HELD_OUT))])
+    vvae.train()
+    avae.train()
+    state.setdefault("evals", []).append({"step": state["step"], **scores, "kept": kept})
+    ok = min(scores["colour"], scores["motion"], scores["tone"]) >= tc["eval_pass"] and kept >= tc["eval_min_kept"]
+    late = state["total_steps"] is not None and state["step"] >= tc["eval_min_frac"] * state["total_steps"]
+    log(f"vae eval at step {state['step']}: round trip of the held-out clips {demo_eval.fmt(scores, kept)} "
+        f"({time.time() - t0:.1f}s){' -> good enough, stopping' if ok and late else ''}")
+    return ok and late
 
 
 def _save_vae(path, vvae, avae, ov, oa, state, stats):
@@ -631,6 +680,15 @@ class LatentBank:
         return self.v[d].float(), self.a[d].float(), text, int(lengths[pick])
 
 
+def ema_decay(step, tc):
+    """0 during the warm-up, then min(ema, (1 + n) / (10 + n)) n steps after it: with a fixed
+    0.999 the EMA of run 1 (1740 steps) still held 0.999^1440 = 24% of the step-300 weights."""
+    if step < tc["warmup"]:
+        return 0.0
+    n = step - tc["warmup"]
+    return min(tc["ema"], (1.0 + n) / (10.0 + n))
+
+
 def ema_update(ema, model, decay):
     with torch.no_grad():
         torch._foreach_lerp_(list(ema.parameters()), [p.detach() for p in model.parameters()], 1.0 - decay)
@@ -641,7 +699,7 @@ def load_vaes(args, cfg, device):
     if not os.path.exists(path):
         raise SystemExit(f"{path} is missing: run --stage vae first")
     ck = torch.load(path, map_location=device, weights_only=False)
-    if not ck["state"]["done"] or "stats" not in ck:
+    if not ck["state"].get("done") or "stats" not in ck:
         raise SystemExit(f"{path}: the vae stage has not finished (step {ck['state']['step']} of "
                          f"{ck['state']['total_steps']}); run --stage vae --resume")
     vvae, avae = make_video_vae(cfg).to(device).eval(), make_audio_vae(cfg).to(device).eval()
@@ -649,13 +707,25 @@ def load_vaes(args, cfg, device):
     avae.load_state_dict(ck["audio_vae"])
     for p in list(vvae.parameters()) + list(avae.parameters()):
         p.requires_grad_(False)
-    return vvae, avae, ck["stats"]
+    return vvae, avae, ck["stats"], ck["state"]
+
+
+def dit_budget(cfg, vae_state):
+    """The transformer's minutes: its own budget plus what the VAE stage left of its budget
+    when its held-out judge stopped it early, so a run's total stays what its calls were
+    planned for."""
+    tc = cfg["dit_train"]
+    spare = 0.0
+    if tc.get("take_unused_vae_minutes") and not cfg["vae_train"].get("total_steps"):
+        spare = max(0.0, cfg["vae_train"]["budget_minutes"] - vae_state["trained_s"] / 60.0)
+    return tc["budget_minutes"] + spare
 
 
 def run_dit(cfg, args, device, clock):
     tc = cfg["dit_train"]
     path = os.path.join(args.run, "dit.pt")
-    vvae, avae, stats = load_vaes(args, cfg, device)
+    vvae, avae, stats, vae_state = load_vaes(args, cfg, device)
+    tc = dict(tc, budget_minutes=dit_budget(cfg, vae_state))
     vm, vsd, am, asd = (torch.tensor(x, device=device) for x in stats)
     tok = load_tokenizer(os.path.join(args.run, "tokenizer"))
     caps = [ds.caption(*c, article=a) for c in ds.ALL_COMBOS for a in (True, False)]
@@ -692,7 +762,21 @@ def run_dit(cfg, args, device, clock):
     spec = spec_of(cfg)
     T = (spec.frames - 5) // 17 * 5 + 2
     h, w, A = spec.height // 16, spec.width // 16, spec.audio_latents
-    layouts = {int(L): Layout(T, h, w, A, int(L), device) for L in set(captions.lengths.tolist())}
+    lengths = {len(tok.encode(c, add_special_tokens=False).ids) for c in caps}
+    layouts = {int(L): Layout(T, h, w, A, int(L), device) for L in lengths}
+    vaes = (vvae, avae, stats)
+
+    def evaluate():
+        """The EMA weights on the held-out prompts, as the adherence test samples them."""
+        t0 = time.time()
+        combos = ds.HELD_OUT[:tc.get("eval_combos", len(ds.HELD_OUT))]
+        _, m, s = pixel_norm(torch.zeros(1, 3, 1, 1, 1, device=device))
+        scores, _ = demo_eval.sample_and_judge(ema, dit_forward, layouts, states, tok, *vaes, spec, cfg["sampling"],
+                                               device, (m, s), combos=combos, steps=tc.get("eval_steps"))
+        state.setdefault("evals", []).append({"step": state["step"], **scores})
+        log(f"dit eval at step {state['step']} (EMA, {len(combos)} held-out prompts, h3cy's sampler): "
+            f"{demo_eval.fmt(scores)} ({time.time() - t0:.1f}s)")
+    t_eval = time.time()
 
     def encode(combos):
         video, audio, _ = ds.make_batch(combos, spec, generator=gen, device=device)
@@ -732,7 +816,7 @@ def run_dit(cfg, args, device, clock):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        ema_update(ema, model, 0.0 if state["step"] < tc["warmup"] else tc["ema"])
+        ema_update(ema, model, ema_decay(state["step"], tc))
         dt = time.time() - t0       # no per-step sync: the launch queue keeps the GPU busy
         step_times.append(dt)
         state["trained_s"] += dt
@@ -748,8 +832,13 @@ def run_dit(cfg, args, device, clock):
         if time.time() - last_save > SAVE_EVERY_S:
             _save_dit(path, model, ema, opt, state)
             last_save = time.time()
+        if tc.get("eval_minutes") and time.time() - t_eval > 60.0 * tc["eval_minutes"]:
+            evaluate()
+            t_eval = time.time()
     if state["done"]:
         log(f"dit: done after {state['step']} steps ({state['trained_s'] / 60:.1f} min)")
+    if not state.get("evals") or state["evals"][-1]["step"] != state["step"]:
+        evaluate()
     _save_dit(path, model, ema, opt, state)
 
 
@@ -929,7 +1018,9 @@ def export(cfg, args, out_root):
                                    "vae_steps": vs["step"], "vae_minutes": round(vs["trained_s"] / 60, 2),
                                    "dit_steps": ds_["step"], "dit_minutes": round(ds_["trained_s"] / 60, 2),
                                    "dit_finished": bool(ds_["done"]),
-                                   "final_losses": {"vae": vs.get("last_losses"), "dit": ds_.get("last_losses")}}},
+                                   "final_losses": {"vae": vs.get("last_losses"), "dit": ds_.get("last_losses")},
+                                   "held_out_judged": {"vae_round_trip": (vs.get("evals") or [None])[-1],
+                                                       "dit_samples": (ds_.get("evals") or [None])[-1]}}},
                   f, indent=2, default=float)
     with open(os.path.join(tmp, "README.txt"), "w") as f:
         f.write("h3cy demo model: MiniMax-H3's architecture at toy size, a " + NOTE + ".\n"

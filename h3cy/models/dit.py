@@ -134,10 +134,15 @@ class _Block:
         self.up = mk(src.ffn_up(prefix + "ff."), pair=True, name=prefix + "ff.gate_value")
         self.down = mk(src.get(prefix + "ff.net.2.weight"), act_group=dit.ffn_act_group,
                        name=prefix + "ff.net.2")
+        self.build_core(dit)
+        dit._lora_block(self, prefix)
+
+    def build_core(self, dit):
+        """The C block driver over the current linears (rebuilt when a merged LoRA swaps
+        one of them)."""
         self.core = _kernels.DitBlockCore(
             self.qkv.core, int(self.qkv_layout == "interleaved"), self.out.core, self.up.core,
             self.down.core, self.norm1, self.norm2, self.norm_q, self.norm_k, dit._pool)
-        dit._lora_block(self, prefix)
 
     # the block's linears under the names LoRA targets use (h3cy.weights.lora)
     LORA_NAMES = (("attn.qkv", "qkv"), ("attn.to_out.0", "out"), ("ff.gate_value", "up"),
@@ -283,6 +288,8 @@ class DiT:
                             streaming=streaming, attention=attention, compute=compute)
                 cache.finish()
             model._cache_writer = None
+            model._weights_key = cache.key      # base identity of merged-LoRA caches (None: not cached)
+            model._merge_cache_dir = cache_dir
             # with_weights() loads siblings in other modes on the same path and pool
             model._load_args = dict(path=path, threads=compute.pool, streaming=streaming,
                                     cache_dir=cache_dir, qkv_layout=qkv_layout, isa=compute.isa,
@@ -422,7 +429,7 @@ class DiT:
         return target.endswith("adaln_proj.linear") or target == "norm_out.linear" or \
             target.startswith("time_embedder.")
 
-    def load_lora(self, path, strength=1.0, name=None):
+    def load_lora(self, path, strength=1.0, name=None, merge=False):
         """Apply a LoRA file at run time: each adapted linear computes
         ``y = x W^T + strength * scale * (x A^T) B^T`` inside its GEMM (before its bias and
         fused epilogue), in the C block cores, the Cython loop and the Python path alike.
@@ -437,6 +444,12 @@ class DiT:
             (:mod:`h3cy.weights.lora`)
         strength : float — the multiplier (0 leaves the model's results bit for bit)
         name : str, optional — how to refer to it later (default: the file's stem)
+        merge : bool — merge into the weights instead: each adapted linear is rebuilt as
+            ``W + strength * scale * B A`` in the model's weights mode (int8/int4
+            requantised with the base's options), so a step costs what the bare base costs;
+            fp16/int8/int4 merges are cached in a weight-cache file keyed by the base, the
+            LoRA's content and the strength (:mod:`h3cy.weights.lora_merge`).  The base
+            linears are kept for unloading (bit for bit); not on a streaming DiT.
 
         Returns the name.  A key that matches nothing raises :class:`h3cy.CheckpointError`
         naming it, and nothing is applied.  A LoRA on the AdaLN projections, the final
@@ -461,8 +474,21 @@ class DiT:
         if time_path and self._adaln_released:
             raise H3Error(f"LoRA {name!r} adapts the AdaLN projections, whose weights were "
                           "released (release_adaln); load LoRAs before releasing them")
-        loras[name] = {"modules": modules, "strength": float(strength), "path": os.fspath(path)}
-        self._lora_changed()
+        if merge and self.streaming:
+            raise H3ValueError(f"LoRA {name!r}: merge=True needs a resident transformer (streaming "
+                               "builds its blocks on the fly); load it without merge")
+        entry = {"modules": modules, "strength": float(strength), "path": os.fspath(path),
+                 "merge": bool(merge)}
+        if merge:
+            from ..weights.lora_merge import lora_hash
+            entry["hash"] = lora_hash(modules)
+        loras[name] = entry
+        try:
+            self._lora_changed()
+        except BaseException:
+            del loras[name]
+            self._lora_changed()
+            raise
         return name
 
     def unload_lora(self, name):
@@ -492,33 +518,84 @@ class DiT:
         LoRA reaches are detached (plain base).  AdaLN tables are recomputed when the time
         path changed.  Siblings made by with_weights follow."""
         old = self.__dict__.get("_lora_cores", {})
-        pieces = {}
+        pieces, merged = {}, {}
         for entry in self.__dict__.get("_loras", {}).values():
             if entry["strength"] == 0.0:
                 continue
+            dest = merged if entry.get("merge") else pieces
             for m in entry["modules"]:
-                pieces.setdefault(m.target, []).append((m, entry["strength"] * m.scale))
+                dest.setdefault(m.target, []).append((m, entry["strength"] * m.scale, entry.get("hash")))
+        swapped = self._apply_merges(merged)
         cores = {}
         for target, ps in pieces.items():
             lin = self._lora_linear(target)
             isa = lin.core.isa if lin is not None else self.isa
-            a = np.ascontiguousarray(np.concatenate([m.a for m, _ in ps]), np.float32)
-            b = np.ascontiguousarray(np.concatenate([m.b for m, _ in ps], axis=1), np.float32)
-            sc = np.concatenate([np.full(m.a.shape[0], s, np.float32) for m, s in ps])
+            # an AMX LoRA runs on bf16 tiles: beside an int8/int4/bf16 base; a float32 or
+            # fp16 base (float32 products) keeps its LoRA in float32 too (AVX-512)
+            if isa == "amx" and (lin is None or lin.weights in ("fp32", "fp16")):
+                isa = "avx512"
+            a = np.ascontiguousarray(np.concatenate([m.a for m, _, _ in ps]), np.float32)
+            b = np.ascontiguousarray(np.concatenate([m.b for m, _, _ in ps], axis=1), np.float32)
+            sc = np.concatenate([np.full(m.a.shape[0], s, np.float32) for m, s, _ in ps])
             cores[target] = _kernels.LoraCore(a, b, sc, isa=isa)
         self._lora_cores = cores
-        for target in set(old) | set(cores):
+        for target in set(old) | set(cores) | swapped:
             lin = self._lora_linear(target)
             if lin is not None:
                 lin.core.set_lora(cores.get(target))
         for blk in (self.__dict__.get("_attached") or [[]])[0]:
             self._lora_block(blk, blk.prefix)
-        if any(self._lora_time_path(t) for t in set(old) | set(cores)):
+        if any(self._lora_time_path(t) for t in set(old) | set(cores) | swapped):
             self._tables = {}
         for other in self.__dict__.get("_siblings", {}).values():
             if other is not self:
                 other._loras = {k: dict(v) for k, v in self._loras.items()}
                 other._lora_changed_local()
+
+    def _apply_merges(self, merged):
+        """Swap each linear a merged LoRA adapts for its merged copy (h3cy.weights.lora_merge),
+        and back to the kept base where none is left; rebuild the C block drivers that hold
+        a swapped linear.  Returns the targets swapped either way."""
+        from ..weights import lora_merge
+        from .. import _config
+        base = self.__dict__.setdefault("_merge_base", {})     # target -> the base's LinearCore
+        state = self.__dict__.setdefault("_merge_state", {})   # target -> pieces applied
+        want = {t: [(h, float(s)) for _, s, h in ps] for t, ps in merged.items()}
+        if want == state:
+            return set()
+        swapped = set(base) | set(want)
+        for t in list(base):                                   # back to the base first
+            lin = self._lora_linear(t)
+            lin._c = base.pop(t)
+        state.clear()
+        if want:
+            targets = {}
+            for t in want:
+                lin = self._lora_linear(t)
+                if lin is None:
+                    raise H3ValueError(f"merge=True: {t} is not built (streaming)")
+                lin.core.set_lora(None)
+                targets[t] = (lin, lin.core)
+            key = None
+            if any(lin.weights in lora_merge.CACHED_MODES for lin, _ in targets.values()):
+                bkey = self.__dict__.get("_weights_key") or lora_merge.base_bytes_key(
+                    {t: c for t, (_, c) in targets.items()})
+                key = lora_merge.merge_key(bkey, want, self.isa)
+            cache_dir = self.__dict__.get("_merge_cache_dir") or _config.cache_root()
+            lins, reader = lora_merge.merged_linears(
+                targets, {t: [(m, s) for m, s, _ in ps] for t, ps in merged.items()}, key, cache_dir,
+                self._pool)
+            self._merge_reader = reader
+            self.lora_merge_cached = reader is not None
+            for t, (lin, core) in targets.items():
+                base[t] = core
+                lin._c = lins[t].core
+            state.update(want)
+        for blk in [*self.blocks, *(self.__dict__.get("refiner") or [])]:
+            if blk is not None and hasattr(blk, "core") and any(
+                    getattr(blk, "prefix", "") + suffix in swapped for suffix, _ in _Block.LORA_NAMES):
+                blk.build_core(self)
+        return swapped
 
     def _lora_changed_local(self):
         sib = self.__dict__.pop("_siblings", None)

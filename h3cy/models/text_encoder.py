@@ -204,8 +204,8 @@ def _single_file_kind(path):
     from ..weights.single_file import detect_component
     kind = detect_component(path, "text_encoder")
     if "nvfp4" in kind.quant:
-        kind.assumed.append("NVFP4 linears dequantised at load and converted to the weights mode "
-                            "(no NVFP4 GEMM yet)")
+        kind.assumed.append("NVFP4 linears run as stored on the NVFP4 GEMM in the int modes (auto: int8); "
+                            "other modes dequantise them at load")
     kind.assumed.append("configuration inferred from the tensor shapes; norm eps and RoPE from the "
                         "released configuration")
     return kind

@@ -170,7 +170,9 @@ def _prod(v, key, path):
     return int(np.prod(v))
 
 
-def _diffusers_config(d, path):
+def vae_config_diffusers(d, path):
+    """The VAE geometry (decoder sizes, latent statistics, clip and tile settings) of a
+    diffusers config dict (also the encoder's, h3cy.models.video_encoder)."""
     c = _pos_int(d, "latent_channels", 24, path)
     return _Config(
         layout="diffusers", latent_channels=c, out_channels=_pos_int(d, "out_channels", 3, path),
@@ -189,7 +191,7 @@ def _diffusers_config(d, path):
         latents_mean=_stats(d, "latents_mean", c, path), latents_std=_stats(d, "latents_std", c, path))
 
 
-def _original_config(wrap, wpath, src, spath):
+def vae_config_original(wrap, wpath, src, spath):
     """FL2VA/video_vae/config.json (wrapper) + source/config.json (``vit_decoder_kwargs``)."""
     vk = src.get("vit_decoder_kwargs", {}) if src is not None else {}
     if not isinstance(vk, dict):
@@ -241,13 +243,13 @@ def _open(path):
         src = load_json(spath, "source config") if os.path.isfile(spath) else None
         if src is not None and not isinstance(src, dict):
             raise checkpoint_error(spath, None, "source config is not a JSON object")
-        conf = _original_config(cfg, cpath, src, spath)
+        conf = vae_config_original(cfg, cpath, src, spath)
         wpath = os.path.join(sdir, wname)
         if not os.path.isfile(wpath):
             raise checkpoint_error(wpath, None, "weights file not found")
         paths = [wpath]
     else:
-        conf = _diffusers_config(cfg, cpath)
+        conf = vae_config_diffusers(cfg, cpath)
         _, paths = weight_files(folder)
     files = TensorFiles(paths)
     try:
@@ -280,7 +282,7 @@ def _open_single_file(path):
     files = TensorFiles([path], float_dtypes=("F32", "BF16", "F16"))
     try:
         rel = released_config("video_vae")
-        conf = _diffusers_config(rel, path)
+        conf = vae_config_diffusers(rel, path)
         conf.layout = kind.naming
         pin = "decoder.proj_in.weight" if kind.naming == "diffusers" else "decoder.x_embedder.weight"
         width, conf.latent_channels = files.shape(pin, 2)

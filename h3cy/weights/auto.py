@@ -2,8 +2,8 @@
 checkpoint on this CPU (:func:`auto_weights`).
 
 - Tensors stored quantised run as stored: a single file with int8(-convrot) linears runs
-  int8 (an NVFP4 text encoder too: it is dequantised and converted, int8 being the mode
-  nearest its size, until h3cy has an NVFP4 GEMM).
+  int8, an NVFP4 text encoder too (int8 being the mode whose activations the NVFP4 GEMM
+  quantises alike: its linears run on the NVFP4 GEMM over the file's codes).
 - A float checkpoint runs the faster of bf16 and int8 by the stored GEMM measurement of
   this CPU (``h3cy selfcheck``), or the static rule's mode without one
   (:mod:`h3cy.ops.measurement`), among the modes whose resident size fits 80% of the

@@ -10,8 +10,9 @@ h3cy runs ``int8_tensorwise`` as stored: I8 ``[N, K]`` values with one float sca
 are ``W H`` quantised, ``H`` the block Hadamard of :func:`h3cy.ops.hadamard` (Comfy's
 "regular" Hadamard built from Kronecker powers of H4, normalised), so a linear rotates its
 input rows by ``H`` before quantising them and multiplies: ``x W^T = (x H)(W H)^T``.
-``nvfp4`` (the text encoder's default download) is read by :func:`read_nvfp4` and, until
-h3cy has an NVFP4 GEMM, dequantised at load and converted to the weights mode (logged).
+``nvfp4`` (the text encoder's default download) is read by :func:`read_nvfp4` and runs as
+stored on h3cy's NVFP4 GEMM in the int modes (``"auto"`` resolves to one): the file's codes
+and scales are borrowed, nothing is widened in memory; other modes dequantise it.
 Anything else is refused with a CheckpointError naming the tensor and the format.
 """
 import json
@@ -27,7 +28,7 @@ __all__ = ["QuantSpec", "Int8Weight", "Nvfp4Weight", "parse_blob", "read_int8", 
 BLOB = ".comfy_quant"
 SCALE = ".weight_scale"
 RUNNABLE_FORMATS = ("int8_tensorwise",)     # what read_int8 accepts: run as stored
-CONVERTED_FORMATS = ("nvfp4",)              # what read_nvfp4 accepts: dequantised at load
+CONVERTED_FORMATS = ("nvfp4",)              # what read_nvfp4 accepts: run on the NVFP4 GEMM
 SCALE_DTYPES = ("F32", "BF16", "F16")
 
 
@@ -248,6 +249,18 @@ class Nvfp4Weight:
     @property
     def dtype(self):
         return np.dtype(np.float32)
+
+    @property
+    def runnable(self):
+        """True when the NVFP4 GEMM takes this layer as stored (K a multiple of 32: its
+        activation blocks; every layer of the released text encoder)."""
+        return self.shape[1] % 32 == 0
+
+    def c_part(self):
+        """``(codes, blocked scales, scale_2, pre_scale)`` as
+        :func:`h3cy._kernels.linear_attach_nvfp4` takes them: views of the mapped file."""
+        return (self.packed, np.ascontiguousarray(self.block_scales).reshape(-1), self.scale_2,
+                self.pre_quant_scale)
 
     def dequantized(self, isa=None, threads=None):
         """The float32 weight (N, K) the layer multiplies by (AWQ scale folded in)."""

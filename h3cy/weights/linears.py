@@ -16,9 +16,13 @@ tensors whose rows concatenate to it (``h3_linear_attach_parts``): the diffusers
 A weight stored quantised in the file (:class:`h3cy.weights.comfy_quant.Int8Weight`: Comfy's
 ``int8_tensorwise``, rotated or not) runs as stored in ``int8`` mode -- its int8 values
 packed once, activations rotated when the file's are, quantised per row -- and is
-dequantised for the other modes, which then convert it as any float weight.  An NVFP4 weight (:class:`~h3cy.weights.comfy_quant.Nvfp4Weight`)
-is dequantised and converted in every mode (h3cy has no NVFP4 GEMM yet).
+dequantised for the other modes, which then convert it as any float weight.  An NVFP4
+weight (:class:`~h3cy.weights.comfy_quant.Nvfp4Weight`) runs as stored on the NVFP4 GEMM in
+the int modes (its codes and scales borrowed from the mapped file) and is dequantised for
+the others.
 """
+import logging
+
 import numpy as np
 
 from .. import _kernels
@@ -42,6 +46,25 @@ def _gguf_linear(w, mode, isa, pool, pair, bias):
     N, K = parts[0].shape[0] * len(parts), parts[0].shape[1]
     core = _kernels.linear_attach_gguf([np.ascontiguousarray(p.blocks) for p in parts],
                                        [p.type_id for p in parts], N, K, bias, int(pair), isa, pool)
+    return ops.Linear.from_core(core, mode, pool)
+
+
+def _nvfp4_linear(w, mode, isa, pool, pair, bias):
+    """NVFP4 weights (an :class:`~h3cy.weights.comfy_quant.Nvfp4Weight` or a list of up to
+    three of one shape) as a linear over the file's codes and scales as stored, in the int
+    modes ("auto" resolves to int8: a quantised file runs as stored); None in other modes.
+    A layer the GEMM cannot take (K not a multiple of 32; no released layer) is dequantised,
+    with a warning."""
+    parts = list(w) if isinstance(w, (list, tuple)) else [w]
+    if (mode not in ("int8", "int4") or not 1 <= len(parts) <= 3 or (pair and len(parts) > 2)
+            or not all(isinstance(p, Nvfp4Weight) for p in parts) or len({p.shape for p in parts}) != 1):
+        return None
+    if not parts[0].runnable:
+        logging.getLogger("h3cy").warning("%s: NVFP4 with K = %d (not a multiple of 32) is dequantised",
+                                          parts[0].name, parts[0].shape[1])
+        return None
+    N, K = parts[0].shape[0] * len(parts), parts[0].shape[1]
+    core = _kernels.linear_attach_nvfp4([p.c_part() for p in parts], N, K, bias, int(pair), isa, pool)
     return ops.Linear.from_core(core, mode, pool)
 
 
@@ -112,7 +135,11 @@ def make_linear(w, compute, *, mode=None, name=None, cache=None, bias=None, pair
             return lin, True
         w = ([p.dequantized() if isinstance(p, GGUFWeight) else p for p in w]
              if isinstance(w, (list, tuple)) else w.dequantized())
-    if isinstance(w, Nvfp4Weight):     # no NVFP4 GEMM yet: the float weight it stands for
+    if isinstance(w, Nvfp4Weight) or (isinstance(w, (list, tuple)) and any(isinstance(p, Nvfp4Weight) for p in w)):
+        lin = _nvfp4_linear(w, mode, isa, pool, pair, bias)
+        if lin is not None:
+            return lin, True
+    if isinstance(w, Nvfp4Weight):     # a float mode: the float weight it stands for
         w = w.dequantized(isa, pool)
     if isinstance(w, (list, tuple)) and any(isinstance(p, Nvfp4Weight) for p in w):
         w = [p.dequantized(isa, pool) if isinstance(p, (Int8Weight, Nvfp4Weight)) else p for p in w]

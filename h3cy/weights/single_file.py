@@ -88,7 +88,7 @@ class FileKind:
 # quantised formats (as detect labels them) a loader can run as stored (weights.comfy_quant)
 RUNNABLE_QUANT = ("int8_tensorwise", "int8_tensorwise+convrot")
 # what each component's loader reads: the int8 formats as stored; the text encoder NVFP4 too
-# (dequantised at load, until h3cy has an NVFP4 GEMM)
+# (run as stored on the NVFP4 GEMM: csrc/gemm_nvfp4.c)
 # GGUF files (weights.gguf): the block types h3cy's GGUF GEMM runs as stored
 GGUF_QUANT = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 COMPONENT_QUANT = {"transformer": RUNNABLE_QUANT + GGUF_QUANT,

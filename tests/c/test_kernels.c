@@ -10,7 +10,7 @@
  *   - number conversions bit-exact (exhaustive over 16-bit codes, ties, subnormals);
  *   - thread pool with 1 and 2 threads (results must not depend on the thread count);
  *   - element-wise, RoPE, norm and attention kernels when their files are built in;
- *   - the LoRA tile add of every path bit-exact against ref (test_kernels_lora.inc);
+ *   - the LoRA up product of every path against ref, bit-exact but for the sign of zeros (test_kernels_lora.inc);
  *   - on AArch64, the SMMLA/BFMMLA tables and their dispatch (test_kernels_neon.inc);
  *   - error paths: the documented h3_status, a non-empty message, outputs untouched.
  * Output buffers carry guard elements that must come back unchanged.
@@ -811,7 +811,7 @@ static void test_gemm_tables(void) {
     const gemm_kernels *ext[2] = {&gemm_kernels_neon_i8mm, &gemm_kernels_neon_bf16};
     for (int e = 0; e < 2; e++) {
         CHECK(ext[e]->ukr_f32 && ext[e]->unpack && ext[e]->gemv && ext[e]->ukr_i8 && ext[e]->ukr_i4 &&
-              ext[e]->quant_row && ext[e]->swiglu_row && ext[e]->lora_add, "neon ext table %d has a NULL member", e);
+              ext[e]->quant_row && ext[e]->swiglu_row, "neon ext table %d has a NULL member", e);
         CHECK(ext[e]->nr == gemm_kernels_neon.nr && ext[e]->kc_int == gemm_kernels_neon.kc_int,
               "neon ext table %d: another int layout or K block than neon's", e);
         tabs[nt++] = ext[e];
@@ -827,8 +827,6 @@ static void test_gemm_tables(void) {
                   h3_isa_name(simd_of[i]));
         CHECK(kt->ukr_i8 != gemm_ukr_i8_ref && kt->ukr_f32 != gemm_ukr_f32_ref,
               "%s: a scalar reference micro-kernel", h3_isa_name(simd_of[i]));
-        CHECK(kt->lora_add != gemm_lora_add_ref, "%s: the LoRA tile add is the scalar reference",
-              h3_isa_name(simd_of[i]));
     }
 }
 
@@ -971,6 +969,7 @@ static void test_cpu(void) {
 #include "test_kernels_convert.inc"
 #include "test_kernels_ops.inc"
 #include "test_kernels_audio.inc"
+#include "test_kernels_video.inc"
 #include "test_kernels_blockref.inc"
 #include "test_kernels_dit.inc"
 #include "test_kernels_qwen.inc"
@@ -981,6 +980,7 @@ static void test_cpu(void) {
 #include "test_kernels_hadamard.inc"
 #include "test_kernels_neon.inc"
 #include "test_kernels_gguf.inc"
+#include "test_kernels_nvfp4.inc"
 
 /* ------------------------------------------------------------------ main */
 
@@ -1021,9 +1021,10 @@ int main(int argc, char **argv) {
     struct { const char *name; void (*fn)(void); } parts[] = {
         {"cpu", test_cpu}, {"alloc", test_alloc}, {"pool", test_pool}, {"convert", test_convert},
         {"gemm errors", test_gemm_errors}, {"gemm tables", test_gemm_tables}, {"int kernels", test_int_kernels}, {"bf16 unpack", test_bf16_unpack}, {"gemm", test_gemm}, {"gemm parts", test_gemm_parts}, {"ops", test_ops},
-        {"audio", test_audio}, {"dit", test_dit},
+        {"audio", test_audio}, {"video", test_video}, {"dit", test_dit},
         {"qwen", test_qwen}, {"vit", test_vit}, {"qvis", test_qvis}, {"loop", test_loop}, {"lora", test_lora},
         {"hadamard", test_hadamard}, {"neon ext", test_neon_ext}, {"gguf", test_gguf},
+        {"nvfp4", test_nvfp4},
     };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         if (only && strcmp(only, parts[i].name)) continue;
