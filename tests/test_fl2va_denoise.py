@@ -172,15 +172,20 @@ def test_res_multistep_keeps_conditions_fixed(model, monkeypatch, loop):
     assert not np.array_equal(euler[0], out[0])
 
 
-def test_res_multistep_loops_bit_identical(model, monkeypatch):
+@pytest.mark.parametrize("weights, sampler", [("fp32", "res_multistep"), ("int8", "euler"), ("bf16", "euler")])
+def test_loops_bit_identical_with_conditions(model, monkeypatch, weights, sampler):
+    """The Cython loop's proj_in / proj_out over condition + video rows, in every mode's
+    kernels (int8 quantises activations per row), gives the Python loop's bits."""
     g, pe, tags, video, audio, latents = _inputs()
-    dit = h3cy.DiT.from_pretrained(model[1], weights="fp32")
+    dit = h3cy.DiT.from_pretrained(model[1], weights=weights)
     outs = []
     for flag in (True, False):
         monkeypatch.setattr(_config, "_ENV_LOOP_PYTHON", flag)
-        outs.append(h3cy.denoise(dit, pe, g, steps=4, seed=3, text_tags=tags, conditions=[(-1, latents[0])],
-                                 sampler="res_multistep", reuse=2))
+        outs.append(h3cy.denoise(dit, pe, g, steps=4, seed=3, text_tags=tags,
+                                 conditions=[(-1, latents[0]), (0, latents[1])], sampler=sampler, reuse=2))
+        assert dit.loop_stats["loop"] == ("python" if flag else "cython")
     assert np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1])
+    assert np.isfinite(outs[0][0]).all()
 
 
 def test_stop_and_cancel_with_conditions(model, monkeypatch):
