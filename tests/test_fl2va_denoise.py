@@ -172,12 +172,13 @@ def test_res_multistep_keeps_conditions_fixed(model, monkeypatch, loop):
     assert not np.array_equal(euler[0], out[0])
 
 
-@pytest.mark.parametrize("weights, sampler", [("fp32", "res_multistep"), ("int8", "euler"), ("bf16", "euler")])
-def test_loops_bit_identical_with_conditions(model, monkeypatch, weights, sampler):
+@pytest.mark.parametrize("weights, sampler, streaming", [
+    ("fp32", "res_multistep", False), ("int8", "euler", False), ("bf16", "euler", False), ("fp32", "euler", True)])
+def test_loops_bit_identical_with_conditions(model, monkeypatch, weights, sampler, streaming):
     """The Cython loop's proj_in / proj_out over condition + video rows, in every mode's
-    kernels (int8 quantises activations per row), gives the Python loop's bits."""
+    kernels (int8 quantises activations per row) and streaming, gives the Python loop's bits."""
     g, pe, tags, video, audio, latents = _inputs()
-    dit = h3cy.DiT.from_pretrained(model[1], weights=weights)
+    dit = h3cy.DiT.from_pretrained(model[1], weights=weights, streaming=streaming)
     outs = []
     for flag in (True, False):
         monkeypatch.setattr(_config, "_ENV_LOOP_PYTHON", flag)
