@@ -230,6 +230,9 @@ class Pipeline:
         from .models import dit as model
         from .models import text_encoder
         from .models import video_vae
+        if component == "video_encoder":         # the video VAE's encoder half: keyframes
+            from .models.video_encoder import VideoEncoder
+            return VideoEncoder.from_pretrained(self.folder.paths["video_vae"], threads=self.threads, isa=self.isa)
         p = self.folder.paths[component]
         if component == "text_encoder":
             return text_encoder.TextEncoder.from_pretrained(
@@ -249,9 +252,7 @@ class Pipeline:
         if component == "video_vae":
             return video_vae.VideoDecoder.from_pretrained(p, weights=self.vae_weights, threads=self.threads,
                                                           isa=self.isa, attention=self.attention)
-        if component == "video_encoder":         # the video VAE's encoder half: keyframes
-            from .models.video_encoder import VideoEncoder
-            return VideoEncoder.from_pretrained(self.folder.paths["video_vae"], threads=self.threads, isa=self.isa)
+
         if component == "audio_vae":
             return audio_vae.AudioDecoder.from_pretrained(p, weights=self.vae_weights, threads=self.threads,
                                                           isa=self.isa)
