@@ -343,13 +343,19 @@ class Pipeline:
             self._loaded["tokenizer"] = tok      # small: always kept
         return tok
 
-    def encode_keyframes(self, frames, geometry, on_progress=None, cancel=None):
+    def encode_keyframes(self, frames, geometry, on_progress=None, cancel=None, posterior_noise=None):
         """The conditioning latents ``(24, 1, h, w)`` of keyframes already on ``geometry``'s
         canvas (:func:`h3cy.encode_image` with the video VAE's encoder; phase
-        ``"encode_video"``)."""
+        ``"encode_video"``).  ``posterior_noise``: one array per keyframe (or None: h3cy's
+        own draw), as ``encode_image`` takes it."""
         from .keyframes import encode_image
+        if posterior_noise is None:
+            posterior_noise = [None] * len(frames)
+        if isinstance(posterior_noise, np.ndarray) or len(posterior_noise) != len(frames):
+            raise H3ValueError(f"posterior_noise must be a list with one array per keyframe ({len(frames)})")
         with self._component("video_encoder") as enc:
-            return [encode_image(enc, f, geometry, on_progress=on_progress, cancel=cancel) for f in frames]
+            return [encode_image(enc, f, geometry, posterior_noise=n, on_progress=on_progress, cancel=cancel)
+                    for f, n in zip(frames, posterior_noise)]
 
     def denoise(self, prompt_embeds, geometry, **kw):
         """Run the sampler (see :func:`h3cy.denoise`) with the transformer loaded for it."""
@@ -404,7 +410,7 @@ class Pipeline:
                  precision=None, on_step=None, on_progress=None, cancel=None, output="video",
                  on_frames=None, on_audio=None, blocking=True, sampler=None, shift_video=None,
                  shift_audio=None, preset=None, first_frame=None, last_frame=None, text_tags=None,
-                 condition_noise=None):
+                 condition_noise=None, posterior_noise=None):
         """Generate a video with sound.
 
         Parameters
@@ -422,6 +428,9 @@ class Pipeline:
             any model loads.
         text_tags, condition_noise : as :func:`h3cy.denoise` (``text_tags`` only with
             ``prompt_embeds``: a prompt is encoded with its own tags)
+        posterior_noise : list, optional — per keyframe (first, then last) the posterior
+            sample's noise, as :func:`h3cy.encode_image` takes it (the reference's torch draw
+            under seed 42, to match it); default h3cy's own draw
         frames / seconds : length (default 22 frames = 0.92 s); frames round up to 17n + 5
         steps, seed, noise, schedule, reuse, layers, precision, on_step, sampler, shift_video,
             shift_audio : as :func:`h3cy.denoise` (defaults: 20 steps, Euler, shifts 12/3)
@@ -465,10 +474,15 @@ class Pipeline:
         if text_tags is not None and prompt_embeds is None:
             raise H3ValueError("text_tags go with prompt_embeds (a prompt is encoded with its own tags)")
         keyframes, anchors = None, ()
+        if posterior_noise is not None and first_frame is None and last_frame is None:
+            raise H3ValueError("posterior_noise was given without a keyframe")
         if first_frame is not None or last_frame is not None:
             from .keyframes import prepare_keyframes
             # read, checked and put on the canvas now: a bad image fails before any model loads
             keyframes, anchors, (width, height) = prepare_keyframes(first_frame, last_frame, width, height)
+            if posterior_noise is not None and (isinstance(posterior_noise, np.ndarray)
+                                                or len(posterior_noise) != len(keyframes)):
+                raise H3ValueError(f"posterior_noise must be a list with one array per keyframe ({len(keyframes)})")
         width = 512 if width is None else width
         height = 512 if height is None else height
         geometry = (Geometry.from_seconds(seconds, width, height) if seconds is not None
@@ -488,7 +502,8 @@ class Pipeline:
             if keyframes is not None:
                 t0 = time.perf_counter()
                 _check_cancel(cancel, "encode_video")
-                latents = self.encode_keyframes(keyframes, geometry, on_progress=on_progress, cancel=cancel)
+                latents = self.encode_keyframes(keyframes, geometry, on_progress=on_progress, cancel=cancel,
+                                                posterior_noise=posterior_noise)
                 conditions = [(0 if a == "first" else -1, z) for a, z in zip(anchors, latents)]
                 timings["encode_video"] = time.perf_counter() - t0
             t0 = time.perf_counter()
