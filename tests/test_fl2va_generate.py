@@ -71,14 +71,14 @@ def test_generate_with_keyframes_is_its_parts(keyed_pipeline, tmp_path, case, la
     # by hand
     frames, anchors, (w, h) = h3cy.prepare_keyframes(kw.get("first_frame"), kw.get("last_frame"), 128, 96)
     g = h3cy.Geometry(w, h, 22)
-    base = keyed_pipeline.diffusers
-    te = h3cy.TextEncoder.from_pretrained(os.path.join(base, "text_encoder"), weights="fp32")
-    tok = h3cy.Tokenizer.from_pretrained(os.path.join(base, "tokenizer"))
+    paths = pipe.folder.paths           # this layout's components
+    te = h3cy.TextEncoder.from_pretrained(paths["text_encoder"], weights="fp32")
+    tok = h3cy.Tokenizer.from_pretrained(paths["tokenizer"])
     pe, tags = h3cy.encode_prompt(te, PROMPT, tokenizer=tok, images=frames, return_tags=True, cache_dir=False)
     assert (tags == 0).sum() > 0 and (tags == 1).sum() > 0
-    enc = h3cy.VideoEncoder.from_pretrained(os.path.join(base, "vae"))
+    enc = h3cy.VideoEncoder.from_pretrained(paths["video_vae"])
     conds = [(0 if a == "first" else -1, h3cy.encode_image(enc, f, g)) for a, f in zip(anchors, frames)]
-    dit = h3cy.DiT.from_pretrained(os.path.join(base, "transformer"), weights="fp32")
+    dit = h3cy.DiT.from_pretrained(paths["transformer"], weights="fp32")
     want = h3cy.denoise(dit, pe, g, steps=2, seed=3, text_tags=tags, conditions=conds)
     assert np.array_equal(got.video_latent, want[0]) and np.array_equal(got.audio_latent, want[1])
     plain = h3cy.denoise(dit, pe, g, steps=2, seed=3, text_tags=tags)
@@ -94,7 +94,7 @@ def test_posterior_noise_and_bad_keyframes(keyed_pipeline, tmp_path):
     got = pipe.generate(PROMPT, first_frame=first, last_frame=last, width=96, height=64, steps=1, output="latent",
                         posterior_noise=noise)
     frames, _, _ = h3cy.prepare_keyframes(first, last, 96, 64)
-    enc = h3cy.VideoEncoder.from_pretrained(os.path.join(keyed_pipeline.diffusers, "vae"))
+    enc = h3cy.VideoEncoder.from_pretrained(pipe.folder.paths["video_vae"])
     held = []
     pipe.generate(PROMPT, first_frame=first, last_frame=last, width=96, height=64, steps=1, output="latent",
                   posterior_noise=noise, on_step=lambda st: held.extend(z for _, z in st.conditions))
