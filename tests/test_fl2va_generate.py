@@ -112,3 +112,40 @@ def test_posterior_noise_and_bad_keyframes(keyed_pipeline, tmp_path):
         pipe.generate(PROMPT, posterior_noise=noise, steps=1)
     with pytest.raises(h3cy.H3Error, match="one array per keyframe"):
         pipe.generate(PROMPT, first_frame=first, posterior_noise=noise, width=96, height=64, steps=1)
+
+
+# -- ComfyUI: the nodes' IMAGE inputs (the pack under ComfyUI's stand-ins, tests/test_comfyui_nodes.py)
+from test_comfyui_nodes import comfy_env, pack, run  # noqa: E402,F401  (fixtures)
+
+
+@pytest.fixture(scope="module")
+def keyed_nodes(pack, comfy_env, keyed_pipeline):
+    h3dir = os.path.join(comfy_env["folder_paths"].models_dir, "h3")
+    os.makedirs(h3dir, exist_ok=True)
+    os.symlink(keyed_pipeline.diffusers, os.path.join(h3dir, "keyed"))
+    comfy_env["utils"].set_progress_bar_global_hook(None)
+    comfy_env["mm"].interrupt_current_processing(False)
+    return {c.GET_SCHEMA().node_id: c for c in pack.NODE_CLASSES}
+
+
+def _image(a):
+    import torch
+    return torch.from_numpy(a.astype(np.float32) / 255.0)[None]       # IMAGE [1, H, W, 3] in 0..1
+
+
+def test_comfyui_generate_and_encode_take_keyframes(keyed_nodes, keyed_pipeline, tmp_path):
+    first, last = _images()
+    model = run(keyed_nodes["H3cyModelLoader"], model="keyed", weights="fp32", threads=0, streaming="off")[0]
+    small = dict(width=96, height=64, frames=22, seconds=0.0, steps=2, seed=7, reuse=1, layers=0)
+    images, audio = run(keyed_nodes["H3cyGenerate"], model=model, prompt=PROMPT, first_frame=_image(first),
+                        last_frame=_image(last), **small)
+    pipe = h3cy.load(keyed_pipeline.diffusers, weights="fp32", cache_dir=str(tmp_path))
+    want = pipe.generate(PROMPT, first_frame=first, last_frame=last, width=96, height=64, steps=2, seed=7)
+    # IMAGE in 0..1 -> uint8 is exact for 8-bit sources
+    assert np.array_equal(np.rint(images.numpy() * 255).astype(np.uint8), want.frames)
+    # H3 Text Encode: the conditioning carries the keyframes on the first one's canvas and the tags
+    cond = run(keyed_nodes["H3cyTextEncode"], model=model, prompt=PROMPT, last_frame=_image(last))[0]
+    frames, anchors, canvas = h3cy.prepare_keyframes(None, last)
+    assert cond.anchors == anchors == ("last",) and cond.canvas == canvas
+    assert np.array_equal(cond.keyframes[0], frames[0])
+    assert cond.tags.shape == (cond.embeds.shape[0],) and (cond.tags == 0).any()
