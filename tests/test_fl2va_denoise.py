@@ -189,7 +189,10 @@ def test_loops_bit_identical_with_conditions(model, monkeypatch, weights, sample
     assert np.isfinite(outs[0][0]).all()
 
 
-def test_stop_and_cancel_with_conditions(model, monkeypatch):
+@pytest.mark.parametrize("loop", ["python", "cython"])
+def test_stop_and_cancel_with_conditions(model, monkeypatch, loop):
+    monkeypatch.setattr(h3cy._progress, "PROGRESS_INTERVAL", 0.0)   # report every block
+    monkeypatch.setattr(_config, "_ENV_LOOP_PYTHON", loop == "python")
     g, pe, tags, video, audio, latents = _inputs()
     dit = h3cy.DiT.from_pretrained(model[1], weights="fp32")
     conds = [(0, latents[0])]
@@ -203,9 +206,9 @@ def test_stop_and_cancel_with_conditions(model, monkeypatch):
         seen.append(done)
         if done == 3:
             tok.cancel()
-    with pytest.raises(h3cy.Cancelled):
+    with pytest.raises(h3cy.Cancelled) as ei:
         h3cy.denoise(dit, pe, g, steps=3, seed=1, conditions=conds, on_progress=progress, cancel=tok)
-    assert seen[-1] == 3
+    assert seen == [1, 2, 3] and ei.value.step == 1      # 2 blocks a step: block 3 is in step 1
 
 
 class _FakeDit:
