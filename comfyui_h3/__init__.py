@@ -53,14 +53,15 @@ def _v3_class(spec):
 # -- classic (ComfyUI without comfy_api.latest) ----------------------------------------------
 def _classic_class(spec):
     def INPUT_TYPES(cls):
-        req = {}
+        req, opt = {}, {}
         for name, t, opts in spec["inputs"]():
             opts = dict(opts)
+            where = opt if opts.pop("optional", False) else req
             if t == "COMBO":
-                req[name] = (opts.pop("options"), opts)
+                where[name] = (opts.pop("options"), opts)
             else:
-                req[name] = (t, opts)
-        return {"required": req}
+                where[name] = (t, opts)
+        return {"required": req, "optional": opt} if opt else {"required": req}
 
     def run(self, **kwargs):
         return spec["fn"](**kwargs)

@@ -52,6 +52,19 @@ def latents_from_latent(latent):
     return v[0], a[0], dict(latent.get("h3_geometry") or {})
 
 
+def keyframe_from_image(image, name):
+    """IMAGE float [B, H, W, 3] in 0..1 -> its first frame as uint8 (H, W, 3) RGB (a new
+    array), the form h3cy takes keyframes in; None stays None."""
+    if image is None:
+        return None
+    a = _to_numpy(image)
+    if a.ndim == 3:
+        a = a[None]
+    if a.ndim != 4 or a.shape[-1] not in (3, 4) or a.shape[0] < 1:
+        raise ValueError(f"{name} must be an IMAGE [B, H, W, 3], got {tuple(a.shape)}")
+    return np.ascontiguousarray(np.rint(np.clip(a[0, :, :, :3], 0.0, 1.0) * 255.0).astype(np.uint8))
+
+
 def _to_numpy(t):
     if isinstance(t, torch.Tensor):
         t = t.detach().to("cpu", torch.float32).numpy()

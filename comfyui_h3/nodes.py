@@ -37,6 +37,14 @@ SIZE_INPUTS = [
 ]
 PROMPT_IN = ("prompt", "STRING", {"multiline": True, "default": "",
                                   "tooltip": "What to generate: the scene, the camera, and the sound."})
+KEYFRAME_INPUTS = [
+    ("first_frame", "IMAGE", {"optional": True,
+                              "tooltip": "Optional keyframe the video starts from (its first image; fl2va). "
+                                         "Stretched onto the canvas."}),
+    ("last_frame", "IMAGE", {"optional": True,
+                             "tooltip": "Optional keyframe the video ends on (its first image). With a first "
+                                        "frame it is cover-cropped onto the same canvas."}),
+]
 
 
 def _loader_inputs():
@@ -89,8 +97,10 @@ NODES = [
                                                "tooltip": "Multiplies the LoRA's update (0 = off)."})],
      "outputs": [("H3_MODEL", "model")], "fn": nodes_load.apply_lora},
     {"node_id": "H3cyTextEncode", "display_name": "H3 Text Encode (h3cy)",
-     "description": "Encodes a prompt with MiniMax-H3's text encoder (cached on disk per prompt).",
-     "inputs": lambda: [MODEL_IN, PROMPT_IN], "outputs": [("H3_CONDITIONING", "conditioning")],
+     "description": "Encodes a prompt with MiniMax-H3's text encoder (cached on disk per prompt). With "
+                    "keyframes (first_frame / last_frame) the encoder sees them in the prompt, the canvas "
+                    "comes from the first one's aspect ratio, and the sampler holds them in the video.",
+     "inputs": lambda: [MODEL_IN, PROMPT_IN] + KEYFRAME_INPUTS, "outputs": [("H3_CONDITIONING", "conditioning")],
      "fn": nodes_sample.encode},
     {"node_id": "H3cySampler", "display_name": "H3 Sampler (h3cy)",
      "description": "Denoises video and audio latents with h3cy. LATENT = {samples [1,24,T,h,w], "
@@ -105,6 +115,6 @@ NODES = [
     {"node_id": "H3cyGenerate", "display_name": "H3 Generate (h3cy, one node)",
      "description": "Prompt to frames (IMAGE, 24 fps) and stereo audio (AUDIO, 32 kHz) in one node: "
                     "text encode, sample and decode.",
-     "inputs": lambda: [MODEL_IN, PROMPT_IN] + SIZE_INPUTS,
+     "inputs": lambda: [MODEL_IN, PROMPT_IN] + SIZE_INPUTS + KEYFRAME_INPUTS,
      "outputs": [("IMAGE", "images"), ("AUDIO", "audio")], "fn": nodes_sample.generate},
 ]

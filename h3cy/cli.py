@@ -5,7 +5,8 @@
                                                  the tiny random model)
     h3cy generate -m MODEL -p PROMPT -o out.mp4  [--width --height --frames|--seconds --steps
                   --seed --weights --vae-weights --threads --streaming --reuse --layers
-                  --frames-dir --latent-out --lora FILE[:STRENGTH] --preset --sampler --shift V,A]
+                  --frames-dir --latent-out --lora FILE[:STRENGTH] --preset --sampler --shift V,A
+                  --first-frame IMG --last-frame IMG]
     h3cy generate --dit F --text-encoder F --video-vae D --audio-vae D -p PROMPT -o out.mp4
                                                  single files (ComfyUI's) per component
     h3cy info MODEL                              layout, components, memory per weights mode, auto's choice
@@ -289,14 +290,21 @@ def generate(args):
     from . import media
     loras, sampling = _sampling_args(args)           # bad values fail before any model is built
     on_step = _preview_hook(args)                   # a bad --preview-tae file fails before the load
+    first, last = getattr(args, "first_frame", None), getattr(args, "last_frame", None)
+    width, height = args.width, args.height
+    if first is not None or last is not None:
+        # the keyframes are read and checked now, before any model loads; without --width and
+        # --height the canvas comes from the first one's aspect ratio, as the reference's
+        _, _, (width, height) = h3cy.prepare_keyframes(first, last, width, height)
+    width, height = (512 if width is None else width), (512 if height is None else height)
     args.model = _model_arg(args.model, args.cache_dir)
     pipe = h3cy.load(args.model, weights=args.weights, streaming=args.streaming, threads=args.threads,
                      cache_dir=args.cache_dir, vae_weights=args.vae_weights, isa=args.isa,
                      attention=args.attention, dit=args.dit, text_encoder=args.text_encoder,
                      video_vae=args.video_vae, audio_vae=args.audio_vae, tokenizer=args.tokenizer,
                      loras=loras)
-    g = (h3cy.Geometry.from_seconds(args.seconds, args.width, args.height) if args.seconds is not None
-         else h3cy.Geometry(args.width, args.height, 22 if args.frames is None else args.frames))
+    g = (h3cy.Geometry.from_seconds(args.seconds, width, height) if args.seconds is not None
+         else h3cy.Geometry(width, height, 22 if args.frames is None else args.frames))
     decode = args.output is not None or args.frames_dir is not None
     sinks = {}
     frames_tmp = None if args.frames_dir is None else args.frames_dir.rstrip("/") + f".partial-{os.getpid()}"
@@ -319,7 +327,7 @@ def generate(args):
         res = pipe.generate(args.prompt, width=g.width, height=g.height, frames=g.frames, seed=args.seed,
                             reuse=args.reuse, layers=args.layers, on_progress=bars, on_step=on_step,
                             output="video" if decode else "latent", on_frames=on_frames, on_audio=on_audio,
-                            **sampling)
+                            first_frame=first, last_frame=last, **sampling)
         bars.close()
         if "mp4" in sinks:
             sinks.pop("mp4").close()
@@ -654,8 +662,13 @@ def main(argv=None):
                        "folder, in place of the model folder's")
     g.add_argument("-p", "--prompt", required=True)
     g.add_argument("-o", "--output", default=None, help="MP4 to write")
-    g.add_argument("--width", type=int, default=512)
-    g.add_argument("--height", type=int, default=512)
+    g.add_argument("--width", type=int, default=None,
+                   help="default 512, or with a keyframe the canvas of the first one's aspect ratio")
+    g.add_argument("--height", type=int, default=None)
+    g.add_argument("--first-frame", default=None, metavar="IMG",
+                   help="keyframe the video starts from (an image file; fl2va, stretched onto the canvas)")
+    g.add_argument("--last-frame", default=None, metavar="IMG",
+                   help="keyframe the video ends on (alone, or with --first-frame: cover-cropped onto its canvas)")
     length = g.add_mutually_exclusive_group()
     length.add_argument("--frames", type=int, default=None, help="frames (rounded up to 17n+5; default 22)")
     length.add_argument("--seconds", type=float, default=None)

@@ -8,8 +8,10 @@
 Phases run one after another and each loads, uses and releases its component, so the text
 encoder, the transformer and the decoders are never resident together (``keep_loaded=True``
 keeps them for repeated calls).  Every phase reports ``on_progress(done, total, phase)`` with
-phase ``"encode"``, ``"denoise"``, ``"decode_video"`` or ``"decode_audio"``, and every phase
-stops within one block/layer when ``cancel`` (an :class:`h3cy.CancelToken`) is set.
+phase ``"encode"``, ``"denoise"``, ``"decode_video"`` or ``"decode_audio"`` -- and with
+keyframes (``first_frame=`` / ``last_frame=``) ``"vision"`` (the text encoder's vision tower)
+and ``"encode_video"`` (the video VAE's encoder) --, and every phase stops within one
+block/layer when ``cancel`` (an :class:`h3cy.CancelToken`) is set.
 """
 import contextlib
 import logging
@@ -234,6 +236,9 @@ class Pipeline:
         from .models import dit as model
         from .models import text_encoder
         from .models import video_vae
+        if component == "video_encoder":         # the video VAE's encoder half: keyframes
+            from .models.video_encoder import VideoEncoder
+            return VideoEncoder.from_pretrained(self.folder.paths["video_vae"], threads=self.threads, isa=self.isa)
         p = self.folder.paths[component]
         if component == "text_encoder":
             return text_encoder.TextEncoder.from_pretrained(
@@ -253,6 +258,7 @@ class Pipeline:
         if component == "video_vae":
             return video_vae.VideoDecoder.from_pretrained(p, weights=self.vae_weights, threads=self.threads,
                                                           isa=self.isa, attention=self.attention)
+
         if component == "audio_vae":
             return audio_vae.AudioDecoder.from_pretrained(p, weights=self.vae_weights, threads=self.threads,
                                                           isa=self.isa)
@@ -295,14 +301,30 @@ class Pipeline:
             self._lock.release()
 
     # -- phases --------------------------------------------------------------------------------
-    def encode(self, prompt, on_progress=None, cancel=None):
+    def encode(self, prompt, on_progress=None, cancel=None, images=None, return_tags=False):
         """The prompt's text states ``[L, text_dim]`` float32 (from the on-disk prompt cache
-        when this prompt was encoded before with the same encoder and weights mode)."""
+        when this prompt was encoded before with the same encoder and weights mode).
+
+        ``images``: keyframes on the request's canvas (uint8 (H, W, 3), in packed order:
+        :func:`h3cy.prepare_keyframes`) shown to the text encoder in the fl2va presentation
+        (:func:`h3cy.encode_prompt`); ``return_tags``: also return the rows' tags (1 text,
+        0 a vision block's rows), as ``denoise(text_tags=)`` takes them."""
         from .models import prompt_cache
         if not isinstance(prompt, str):
             raise H3ValueError(f"prompt must be a str, got {type(prompt).__name__}")
         if prompt == "":
             raise H3ValueError("prompt is empty; give at least one character (whitespace is a valid prompt)")
+        if images:
+            # the cache key covers the images' pixels, which only the encoder's processor
+            # prepares: encode_prompt looks the cache up once the encoder is loaded
+            tok = self._tokenizer()
+            with self._component("text_encoder") as te:
+                return prompt_cache.encode_prompt(te, prompt, tokenizer=tok, cache_dir=self._prompt_cache_dir(),
+                                                  on_progress=on_progress, cancel=cancel, images=list(images),
+                                                  return_tags=return_tags)
+        if return_tags:
+            states = self.encode(prompt, on_progress=on_progress, cancel=cancel)
+            return states, np.ones(states.shape[0], np.int64)
         cached = prompt_cache.cached_prompt(self.folder.paths["text_encoder"], prompt,
                                             self.component_weights["text_encoder"],
                                             cache_dir=self._prompt_cache_dir(), isa=self.isa)
@@ -326,6 +348,20 @@ class Pipeline:
             tok = Tokenizer.from_pretrained(self.folder.paths["tokenizer"])
             self._loaded["tokenizer"] = tok      # small: always kept
         return tok
+
+    def encode_keyframes(self, frames, geometry, on_progress=None, cancel=None, posterior_noise=None):
+        """The conditioning latents ``(24, 1, h, w)`` of keyframes already on ``geometry``'s
+        canvas (:func:`h3cy.encode_image` with the video VAE's encoder; phase
+        ``"encode_video"``).  ``posterior_noise``: one array per keyframe (or None: h3cy's
+        own draw), as ``encode_image`` takes it."""
+        from .keyframes import encode_image
+        if posterior_noise is None:
+            posterior_noise = [None] * len(frames)
+        if isinstance(posterior_noise, np.ndarray) or len(posterior_noise) != len(frames):
+            raise H3ValueError(f"posterior_noise must be a list with one array per keyframe ({len(frames)})")
+        with self._component("video_encoder") as enc:
+            return [encode_image(enc, f, geometry, posterior_noise=n, on_progress=on_progress, cancel=cancel)
+                    for f, n in zip(frames, posterior_noise)]
 
     def denoise(self, prompt_embeds, geometry, **kw):
         """Run the sampler (see :func:`h3cy.denoise`) with the transformer loaded for it."""
@@ -375,17 +411,32 @@ class Pipeline:
                       sample_rate=sample_rate, video_latent=video_latent, audio_latent=audio_latent,
                       timings=timings, peak_rss=peak_rss())
 
-    def generate(self, prompt=None, *, prompt_embeds=None, width=512, height=512, frames=None,
+    def generate(self, prompt=None, *, prompt_embeds=None, width=None, height=None, frames=None,
                  seconds=None, steps=None, seed=42, noise=None, schedule=None, reuse=1, layers=None,
                  precision=None, on_step=None, on_progress=None, cancel=None, output="video",
                  on_frames=None, on_audio=None, blocking=True, sampler=None, shift_video=None,
-                 shift_audio=None, preset=None):
+                 shift_audio=None, preset=None, first_frame=None, last_frame=None, text_tags=None,
+                 condition_noise=None, posterior_noise=None):
         """Generate a video with sound.
 
         Parameters
         ----------
-        prompt : str — or give ``prompt_embeds`` ``[L, text_dim]`` float32 instead
-        width, height : multiples of 32 (default 512x512)
+        prompt : str — or give ``prompt_embeds`` ``[L, text_dim]`` float32 instead (with
+            keyframes, the fl2va presentation's states, and their ``text_tags``)
+        width, height : multiples of 32 (default 512x512; with keyframes, both or neither,
+            default the canvas of the first keyframe's aspect ratio, as the reference)
+        first_frame, last_frame : keyframes (diffusers' ``fl2va``): numpy (H, W, 3) uint8,
+            a path or a PIL image.  The first is stretched onto the canvas, the last (when
+            both are given) cover-cropped (:func:`h3cy.prepare_keyframes`); the text encoder
+            sees them in the prompt (phase "vision"), the video VAE's encoder turns each into
+            a latent (phase "encode_video") held in the packed sequence while the rest is
+            denoised (``denoise(conditions=)``, docs/sampler.md).  A bad image fails before
+            any model loads.
+        text_tags, condition_noise : as :func:`h3cy.denoise` (``text_tags`` only with
+            ``prompt_embeds``: a prompt is encoded with its own tags)
+        posterior_noise : list, optional — per keyframe (first, then last) the posterior
+            sample's noise, as :func:`h3cy.encode_image` takes it (the reference's torch draw
+            under seed 42, to match it); default h3cy's own draw
         frames / seconds : length (default 22 frames = 0.92 s); frames round up to 17n + 5
         steps, seed, noise, schedule, reuse, layers, precision, on_step, sampler, shift_video,
             shift_audio : as :func:`h3cy.denoise` (defaults: 20 steps, Euler, shifts 12/3)
@@ -426,6 +477,20 @@ class Pipeline:
             raise H3ValueError("give exactly one of prompt and prompt_embeds")
         if frames is not None and seconds is not None:
             raise H3ValueError("give frames or seconds, not both")
+        if text_tags is not None and prompt_embeds is None:
+            raise H3ValueError("text_tags go with prompt_embeds (a prompt is encoded with its own tags)")
+        keyframes, anchors = None, ()
+        if posterior_noise is not None and first_frame is None and last_frame is None:
+            raise H3ValueError("posterior_noise was given without a keyframe")
+        if first_frame is not None or last_frame is not None:
+            from .keyframes import prepare_keyframes
+            # read, checked and put on the canvas now: a bad image fails before any model loads
+            keyframes, anchors, (width, height) = prepare_keyframes(first_frame, last_frame, width, height)
+            if posterior_noise is not None and (isinstance(posterior_noise, np.ndarray)
+                                                or len(posterior_noise) != len(keyframes)):
+                raise H3ValueError(f"posterior_noise must be a list with one array per keyframe ({len(keyframes)})")
+        width = 512 if width is None else width
+        height = 512 if height is None else height
         geometry = (Geometry.from_seconds(seconds, width, height) if seconds is not None
                     else Geometry(width, height, 22 if frames is None else frames))
         timings = {}
@@ -433,14 +498,27 @@ class Pipeline:
             if prompt_embeds is None:
                 t0 = time.perf_counter()
                 _check_cancel(cancel, "encode")
-                prompt_embeds = self.encode(prompt, on_progress=on_progress, cancel=cancel)
+                if keyframes is not None:
+                    prompt_embeds, text_tags = self.encode(prompt, on_progress=on_progress, cancel=cancel,
+                                                           images=keyframes, return_tags=True)
+                else:
+                    prompt_embeds = self.encode(prompt, on_progress=on_progress, cancel=cancel)
                 timings["encode"] = time.perf_counter() - t0
+            conditions = None
+            if keyframes is not None:
+                t0 = time.perf_counter()
+                _check_cancel(cancel, "encode_video")
+                latents = self.encode_keyframes(keyframes, geometry, on_progress=on_progress, cancel=cancel,
+                                                posterior_noise=posterior_noise)
+                conditions = [(0 if a == "first" else -1, z) for a, z in zip(anchors, latents)]
+                timings["encode_video"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             _check_cancel(cancel, "denoise")
             video_latent, audio_latent = self.denoise(
                 prompt_embeds, geometry, steps=steps, seed=seed, schedule=schedule, noise=noise,
                 on_step=on_step, on_progress=on_progress, cancel=cancel, reuse=reuse, layers=layers,
-                precision=precision, sampler=sampler, shift_video=shift_video, shift_audio=shift_audio)
+                precision=precision, sampler=sampler, shift_video=shift_video, shift_audio=shift_audio,
+                text_tags=text_tags, conditions=conditions, condition_noise=condition_noise)
             timings["denoise"] = time.perf_counter() - t0
             if output == "latent":
                 return Result(video_latent=video_latent, audio_latent=audio_latent, geometry=geometry,

@@ -69,10 +69,14 @@ cdef class DenoiseLoop:
     tv : (steps, T), sv : (steps+1, T), ta : (steps,), sa : (steps+1,) float32 — Euler
         timesteps and sigmas (per latent frame for video)
     active : (blocks,) uint8 — the `layers=` mask
-    L : text rows (the packed order is text, audio, video)
+    L : text rows
+    cond : (Nc, 4*C) float32, optional — held keyframe condition rows (patchified), packed
+        after the text rows: the packed order is text, conditions, audio, generated video.
+        They enter every evaluation and are never updated; the projections run over the
+        condition and generated video rows together, as DiT.forward runs them.
     """
     # geometry
-    cdef int64_t S, L, Na, Nv, C, T, hh, ww, Ca, A, hidden, pv, umax
+    cdef int64_t S, L, Nc, Na, Nv, C, T, hh, ww, Ca, A, hidden, pv, umax
     cdef int n_steps, nb, n_active, n_keys
     # per-run tables
     cdef const int32_t *rows
@@ -152,7 +156,7 @@ cdef class DenoiseLoop:
         free(<void *>self.fin)
 
     def __init__(self, video, audio, pe, position_ids, int L, rows, tidx, key_off, step_keys,
-                 keys, evaluate, ratio_v, ratio_a, tv, sv, ta, sa, active, int hidden):
+                 keys, evaluate, ratio_v, ratio_a, tv, sv, ta, sa, active, int hidden, cond=None):
         cdef cnp.ndarray v = video
         cdef cnp.ndarray a = audio
         if v.ndim != 4 or v.shape[2] % 2 or v.shape[3] % 2 or a.ndim != 3 or a.shape[0] != 2:
@@ -167,7 +171,14 @@ cdef class DenoiseLoop:
         self.Nv = self.T * (self.hh // 2) * (self.ww // 2)
         self.Na = 2 * self.A
         self.L = L
-        self.S = L + self.Na + self.Nv
+        if cond is None:
+            cond = np.empty((0, self.pv), np.float32)
+        if (np.ndim(cond) != 2 or np.shape(cond)[1] != self.pv or np.asarray(cond).dtype != np.float32
+                or not np.asarray(cond).flags.c_contiguous):
+            raise H3ValueError(f"cond must be a C-contiguous float32 (rows, {self.pv}) array, got "
+                               f"{np.asarray(cond).dtype} {np.shape(cond)}")
+        self.Nc = np.shape(cond)[0]
+        self.S = L + self.Nc + self.Na + self.Nv
         self.hidden = hidden
         if L < 1 or hidden < 1:
             raise H3ValueError("bad text length or hidden size")
@@ -213,10 +224,16 @@ cdef class DenoiseLoop:
                           sa, act)
         self.pe, self.position_ids = pe, position_ids
         Hd = hidden
-        self._scratch = [np.empty((S, Hd), np.float32), np.empty((self.Nv, self.pv), np.float32),
+        Nc = self.Nc
+        # xv: the condition rows (copied once) then the generated video's patches; hn: the
+        # final norm's rows after the text (and, with conditions, proj_in's output); vrows:
+        # proj_out's rows, conditions first
+        xv = np.empty((Nc + self.Nv, self.pv), np.float32)
+        xv[:Nc] = cond
+        self._scratch = [np.empty((S, Hd), np.float32), xv,
                          np.empty((self.Na, self.Ca), np.float32),
-                         np.empty((self.Na + self.Nv, Hd), np.float32),
-                         np.empty((self.Nv, self.pv), np.float32), np.empty((self.Na, self.Ca), np.float32),
+                         np.empty((Nc + self.Na + self.Nv, Hd), np.float32),
+                         np.empty((Nc + self.Nv, self.pv), np.float32), np.empty((self.Na, self.Ca), np.float32),
                          np.empty((6, self.umax * 3, Hd), np.float32), np.empty((2, self.umax, Hd), np.float32)]
         sc = self._scratch
         self.hbuf = <float *>cnp.PyArray_DATA(<cnp.ndarray>sc[0])
@@ -334,9 +351,9 @@ cdef class DenoiseLoop:
             core = blocks[b]
             t = core.workspace_bytes(self.S, self.heads, self.rot_dim)
             need = max(need, t)
-        need = max(need, h3_linear_workspace_bytes(self.proj_in, self.Nv, nth, &e0))
+        need = max(need, h3_linear_workspace_bytes(self.proj_in, self.Nc + self.Nv, nth, &e0))
         need = max(need, h3_linear_workspace_bytes(self.aproj_in, self.Na, nth, &e0))
-        need = max(need, h3_linear_workspace_bytes(self.proj_out, self.Nv, nth, &e0))
+        need = max(need, h3_linear_workspace_bytes(self.proj_out, self.Nc + self.Nv, nth, &e0))
         need = max(need, h3_linear_workspace_bytes(self.aproj_out, self.Na, nth, &e0))
         if self._ws_arr is None or self.ws_bytes < need:
             self._ws_arr = None
@@ -410,7 +427,7 @@ cdef class DenoiseLoop:
         cdef h3_status rc
         cdef h3_epilogue e0
         cdef h3_dit_block_args a
-        cdef int64_t Hd = self.hidden, L = self.L, Na = self.Na, Nv = self.Nv, S = self.S
+        cdef int64_t Hd = self.hidden, L = self.L, Nc = self.Nc, Na = self.Na, Nv = self.Nv, S = self.S
         cdef float *h = self.hbuf
         cdef int u, k, b, U, ab = 0
         cdef const int32_t *keys = self.step_keys + self.key_off[i]
@@ -419,16 +436,24 @@ cdef class DenoiseLoop:
         memset(&e0, 0, sizeof(e0))
         self._advise(self._next_active(-1), H3_PAGES_WILLNEED)
         self._lock()
-        # inputs: h = [text rows | R(audio_proj_in(audio rows)) | R(proj_in(video patches))]
-        h3_patchify(self.video, self.C, self.T, self.hh, self.ww, self.xv)
+        # inputs: h = [text rows | R(proj_in(condition rows)) | R(audio_proj_in(audio rows))
+        #              | R(proj_in(video patches))]; proj_in runs over the condition and the
+        #              video rows in one call (DiT.forward's rows), then they are placed
+        h3_patchify(self.video, self.C, self.T, self.hh, self.ww, self.xv + Nc * self.pv)
         h3_pack_audio(self.audio, 2, self.Ca, self.A, self.xa)
-        rc = h3_linear_forward(self.proj_in, self.pool, self.xv, Nv, h + (L + Na) * Hd, &e0,
-                               self.ws, self.ws_bytes, &err)
+        if Nc == 0:
+            rc = h3_linear_forward(self.proj_in, self.pool, self.xv, Nv, h + (L + Na) * Hd, &e0,
+                                   self.ws, self.ws_bytes, &err)
+        else:
+            rc = h3_linear_forward(self.proj_in, self.pool, self.xv, Nc + Nv, self.hn, &e0,
+                                   self.ws, self.ws_bytes, &err)
+            memcpy(h + L * Hd, self.hn, Nc * Hd * sizeof(float))
+            memcpy(h + (L + Nc + Na) * Hd, self.hn + Nc * Hd, Nv * Hd * sizeof(float))
         if rc == H3_OK:
-            rc = h3_linear_forward(self.aproj_in, self.pool, self.xa, Na, h + L * Hd, &e0,
+            rc = h3_linear_forward(self.aproj_in, self.pool, self.xa, Na, h + (L + Nc) * Hd, &e0,
                                    self.ws, self.ws_bytes, &err)
         if rc == H3_OK and self.round_bf16:
-            rc = h3_round_bf16(h + L * Hd, (Na + Nv) * Hd, self.pool, &err)
+            rc = h3_round_bf16(h + L * Hd, (Nc + Na + Nv) * Hd, self.pool, &err)
         if rc != H3_OK:
             return self._fail(rc, &err)
         memcpy(h, self.x_txt, L * Hd * sizeof(float))
@@ -474,28 +499,36 @@ cdef class DenoiseLoop:
             self.eval_seconds += h3_monotonic() - t0
             self._between(ab == self.n_active)
             t0 = h3_monotonic()
-        # final norm over the audio and video rows, modulated by timestep, then the heads
+        # final norm over the condition, audio and video rows, modulated by timestep, then
+        # the heads (proj_out over the condition and video rows together, gathered into h,
+        # which this evaluation no longer needs)
         self._lock()
-        rc = h3_rmsnorm(h + L * Hd, self.norm_out, self.hn, Na + Nv, Hd, self.feps, self.pool,
+        rc = h3_rmsnorm(h + L * Hd, self.norm_out, self.hn, Nc + Na + Nv, Hd, self.feps, self.pool,
                         self.isa, NULL, &err)
         if rc == H3_OK and self.round_bf16:
-            rc = h3_round_bf16(self.hn, (Na + Nv) * Hd, self.pool, &err)
+            rc = h3_round_bf16(self.hn, (Nc + Na + Nv) * Hd, self.pool, &err)
         if rc != H3_OK:
             return self._fail(rc, &err)
         for u in range(U):
             memcpy(self.finbuf + u * Hd, self.fin[keys[u] * 2], Hd * sizeof(float))
             memcpy(self.finbuf + (self.umax + u) * Hd, self.fin[keys[u] * 2 + 1], Hd * sizeof(float))
         h3_modulate_rows(self.hn, self.finbuf, self.finbuf + self.umax * Hd,
-                         self.tidx + <int64_t>i * S + L, Na + Nv, Hd, self.round_bf16)
-        rc = h3_linear_forward(self.proj_out, self.pool, self.hn + Na * Hd, Nv, self.vrows, &e0,
-                               self.ws, self.ws_bytes, &err)
+                         self.tidx + <int64_t>i * S + L, Nc + Na + Nv, Hd, self.round_bf16)
+        if Nc == 0:
+            rc = h3_linear_forward(self.proj_out, self.pool, self.hn + Na * Hd, Nv, self.vrows, &e0,
+                                   self.ws, self.ws_bytes, &err)
+        else:
+            memcpy(h, self.hn, Nc * Hd * sizeof(float))
+            memcpy(h + Nc * Hd, self.hn + (Nc + Na) * Hd, Nv * Hd * sizeof(float))
+            rc = h3_linear_forward(self.proj_out, self.pool, h, Nc + Nv, self.vrows, &e0,
+                                   self.ws, self.ws_bytes, &err)
         if rc == H3_OK:
-            rc = h3_linear_forward(self.aproj_out, self.pool, self.hn, Na, self.arows, &e0,
+            rc = h3_linear_forward(self.aproj_out, self.pool, self.hn + Nc * Hd, Na, self.arows, &e0,
                                    self.ws, self.ws_bytes, &err)
         if rc != H3_OK:
             return self._fail(rc, &err)
         self._unlock()
-        h3_unpatchify(self.vrows, self.C, self.T, self.hh, self.ww, vout)
+        h3_unpatchify(self.vrows + Nc * self.pv, self.C, self.T, self.hh, self.ww, vout)
         h3_unpack_audio(self.arows, 2, self.Ca, self.A, aout)
         self.eval_seconds += h3_monotonic() - t0
         self.evaluations += 1

@@ -134,7 +134,8 @@ EXPECTED_INPUTS = {
                         ("audio_vae", "COMBO", None), ("weights", "COMBO", "auto"), ("threads", "INT", 0),
                         ("streaming", "COMBO", "auto")],
     "H3cyLoRA": [("model", "H3_MODEL", None), ("lora", "COMBO", None), ("strength", "FLOAT", 1.0)],
-    "H3cyTextEncode": [("model", "H3_MODEL", None), ("prompt", "STRING", "")],
+    "H3cyTextEncode": [("model", "H3_MODEL", None), ("prompt", "STRING", ""), ("first_frame", "IMAGE", None),
+                       ("last_frame", "IMAGE", None)],
     "H3cySampler": [("model", "H3_MODEL", None), ("conditioning", "H3_CONDITIONING", None),
                     ("width", "INT", 512), ("height", "INT", 512), ("frames", "INT", 22), ("seconds", "FLOAT", 0.0),
                     ("steps", "INT", 20), ("seed", "INT", 42), ("reuse", "INT", 1), ("layers", "INT", 0),
@@ -143,7 +144,8 @@ EXPECTED_INPUTS = {
     "H3cyGenerate": [("model", "H3_MODEL", None), ("prompt", "STRING", ""), ("width", "INT", 512),
                      ("height", "INT", 512), ("frames", "INT", 22), ("seconds", "FLOAT", 0.0), ("steps", "INT", 20),
                      ("seed", "INT", 42), ("reuse", "INT", 1), ("layers", "INT", 0),
-                     ("sampler", "COMBO", "euler"), ("preset", "COMBO", "none")],
+                     ("sampler", "COMBO", "euler"), ("preset", "COMBO", "none"), ("first_frame", "IMAGE", None),
+                     ("last_frame", "IMAGE", None)],
 }
 EXPECTED_OUTPUTS = {"H3cyModelLoader": ["H3_MODEL"], "H3cyFilesLoader": ["H3_MODEL"], "H3cyLoRA": ["H3_MODEL"],
                     "H3cyTextEncode": ["H3_CONDITIONING"],
@@ -165,6 +167,10 @@ def test_node_schema(schemas, node_id):
         assert info["width"][1]["step"] == 32 and info["width"][1]["min"] == 64
     if "prompt" in info:
         assert info["prompt"][1]["multiline"] is True
+    # the keyframe IMAGE inputs are optional: a text-only graph leaves them unconnected
+    keyframes = [i.id for i in schema.inputs if i.id in ("first_frame", "last_frame")]
+    assert all(i.optional == (i.id in keyframes) for i in schema.inputs)
+    assert set(cls.INPUT_TYPES().get("optional", {})) == set(keyframes)
 
 
 def test_loader_lists_models_and_registers_h3_folder(nodes, comfy_env):
@@ -181,9 +187,11 @@ def test_classic_fallback_without_v3(comfy_env, pack):
     assert not hasattr(mod, "comfy_entrypoint")
     assert sorted(mod.NODE_CLASS_MAPPINGS) == sorted(NODE_IDS)
     for node_id, cls in mod.NODE_CLASS_MAPPINGS.items():
-        req = cls.INPUT_TYPES()["required"]
-        got = [(k, "COMBO" if isinstance(v[0], list) else v[0], v[1].get("default")) for k, v in req.items()]
+        types = cls.INPUT_TYPES()
+        items = list(types["required"].items()) + list(types.get("optional", {}).items())
+        got = [(k, "COMBO" if isinstance(v[0], list) else v[0], v[1].get("default")) for k, v in items]
         assert got == EXPECTED_INPUTS[node_id]
+        assert set(types.get("optional", {})) <= {"first_frame", "last_frame"}
         assert list(cls.RETURN_TYPES) == EXPECTED_OUTPUTS[node_id]
         assert callable(getattr(cls(), cls.FUNCTION))
         assert mod.NODE_DISPLAY_NAME_MAPPINGS[node_id].startswith("H3 ")

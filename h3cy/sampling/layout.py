@@ -1,7 +1,8 @@
-"""Request geometry and the t2va packed layout (spec §1, §2), identical to diffusers'
-MiniMax-H3 layout builder.
+"""Request geometry and the packed layout (spec §1, §2), identical to diffusers'
+MiniMax-H3 layout builder (t2va and fl2va).
 
-Row order: text (L rows, tag 1) -> audio (2A rows, channel-major, tag 2) -> video
+Row order: text (L rows, tag 1; 0 for a keyframe's vision rows) -> keyframe condition rows
+(fl2va only, one latent frame each, tag 0) -> audio (2A rows, channel-major, tag 2) -> video
 (T·(h/2)·(w/2) patches, frame-major, tag 0).  Position ids are built in float64 exactly
 as diffusers builds them (the transformer casts them to float32).
 """
@@ -11,6 +12,7 @@ import math
 import numpy as np
 
 from ..errors import H3ValueError
+from .conditions import condition_timestep
 
 log = logging.getLogger("h3cy")
 
@@ -118,53 +120,130 @@ def latent_frame_times(geometry):
 
 
 class Layout:
-    """The packed t2va sequence of a geometry and a text length L.
+    """The packed sequence of a geometry and a text length L, identical to diffusers'
+    ``MiniMaxH3PrepareLayoutStep.build_packed_sequence`` (t2va, and fl2va with keyframes).
+
+    Row order: text (L rows) -> condition rows (one latent frame, (h/2)*(w/2) rows, per
+    condition, in the order given; none in t2va) -> audio (2A rows) -> generated video.
+
+    Parameters
+    ----------
+    geometry : Geometry
+    text_len : int — L
+    text_tags : (L,) ints, optional — the modality tag of every text row: 1 (text), or 0 for
+        the rows of a keyframe's vision block (what ``encode_prompt(..., return_tags=True)``
+        returns); all 1 when omitted
+    condition_frames : sequence of latent frame indices, 0 (first) or T-1 (last) — one per
+        condition, in packed order (see :mod:`h3cy.sampling.conditions`); a condition's rows
+        sit on the rotary clock at that frame's time
 
     Attributes (numpy, diffusers' names): ``position_ids`` (S, 3) float64, ``token_tags`` (S,)
-    int64, ``text_indices`` (L,), ``audio_indices`` (2A,), ``video_indices`` (Nv,) int64, ``S``.
+    int64, ``text_indices`` (L,), ``audio_indices`` (2A,), ``video_indices`` (Nc + Nv,) int64
+    (condition rows first, as diffusers orders them), ``S``; and ``condition_frames``,
+    ``condition_indices`` (Nc,), ``generated_video_indices`` (Nv,), ``n_condition_rows``.
     """
 
-    def __init__(self, geometry, text_len):
+    def __init__(self, geometry, text_len, text_tags=None, condition_frames=()):
         if isinstance(text_len, bool) or not isinstance(text_len, (int, np.integer)) or text_len < 1:
             raise H3ValueError(f"text_len must be a positive int, got {text_len!r}")
         g = geometry
         L = int(text_len)
+        if text_tags is None:
+            ttags = np.full(L, TAG_TEXT, np.int64)
+        else:
+            ttags = np.asarray(text_tags)
+            if ttags.ndim == 2 and ttags.shape[0] == 1:
+                ttags = ttags[0]
+            if ttags.shape != (L,) or not np.issubdtype(ttags.dtype, np.integer):
+                raise H3ValueError(f"text_tags must be {L} ints (one per text row), got {ttags.dtype} "
+                                   f"{np.shape(text_tags)}")
+            if ttags.size and not np.all((ttags == TAG_TEXT) | (ttags == TAG_VIDEO)):
+                raise H3ValueError(f"text_tags must be {TAG_TEXT} (text) or {TAG_VIDEO} (a vision block's "
+                                   f"rows), got values {sorted(set(ttags.tolist()))}")
+            ttags = ttags.astype(np.int64)
+        frames = tuple(int(f) for f in condition_frames)
+        for f in frames:
+            if f not in (0, g.T - 1):
+                raise H3ValueError(f"a condition anchors latent frame 0 or {g.T - 1}, got {f}")
         ph, pw = g.h // 2, g.w // 2
         rows_per_frame = ph * pw
+        n_cond = len(frames) * rows_per_frame
         n_audio = 2 * g.A
         n_video = g.T * rows_per_frame
-        S = L + n_audio + n_video
-        a0, v0 = L, L + n_audio
+        S = L + n_cond + n_audio + n_video
+        c0, a0 = L, L + n_cond
+        v0 = a0 + n_audio
         pos = np.zeros((S, 3), np.float64)
         pos[:L, 0] = np.arange(L, dtype=np.float64)
         sa = np.sqrt(g.h * g.w)
         hgrid, wgrid = _spatial_grid(g.h, sa), _spatial_grid(g.w, sa)
+        hh, ww = np.meshgrid(hgrid, wgrid, indexing="ij")
+        for k, f in enumerate(frames):
+            rows = slice(c0 + k * rows_per_frame, c0 + (k + 1) * rows_per_frame)
+            pos[rows, 0] = _anchor_time(f, g.T, L)
+            pos[rows, 1] = hh.reshape(-1)
+            pos[rows, 2] = ww.reshape(-1)
         t_audio = float(L) + np.arange(g.A, dtype=np.float64)
         pos[a0:v0, 0] = np.tile(t_audio, 2)
         pos[a0:a0 + g.A, 2] = wgrid[0]
         pos[a0 + g.A:v0, 2] = wgrid[-1]
-        hh, ww = np.meshgrid(hgrid, wgrid, indexing="ij")
         vid = np.empty((g.T, rows_per_frame, 3), np.float64)
         vid[:, :, 0] = _temporal_grid(g.T, float(L))[:, None]
         vid[:, :, 1] = hh.reshape(-1)[None]
         vid[:, :, 2] = ww.reshape(-1)[None]
         pos[v0:] = vid.reshape(-1, 3)
         tags = np.empty(S, np.int64)
-        tags[:L], tags[a0:v0], tags[v0:] = TAG_TEXT, TAG_AUDIO, TAG_VIDEO
+        tags[:L], tags[c0:a0], tags[a0:v0], tags[v0:] = ttags, TAG_VIDEO, TAG_AUDIO, TAG_VIDEO
         self.geometry, self.L, self.S = g, L, S
         self.position_ids = pos
         self.token_tags = tags
+        self.text_tags = ttags
+        self.condition_frames = frames
+        self.n_condition_rows = n_cond
         self.text_indices = np.arange(L, dtype=np.int64)
+        self.condition_indices = np.arange(c0, a0, dtype=np.int64)
         self.audio_indices = np.arange(a0, v0, dtype=np.int64)
-        self.video_indices = np.arange(v0, S, dtype=np.int64)
+        self.generated_video_indices = np.arange(v0, S, dtype=np.int64)
+        self.video_indices = np.concatenate([self.condition_indices, self.generated_video_indices])
+        # the latent frame of every generated video row, and of every condition row
+        self._vrow_frame = np.repeat(np.arange(g.T), rows_per_frame)
+        self._crow_frame = np.repeat(np.asarray(frames, np.int64), rows_per_frame)
 
-    def step_timesteps(self, t_video, t_audio):
-        """(timestep, timestep_indices) of one step (spec §2.5): text and video rows carry
-        the video timestep, audio rows the audio one; distinct values ascending."""
-        row_t = np.full(self.S, np.float32(t_video), np.float32)
+    def row_timesteps(self, t_video, t_audio):
+        """(timestep, timestep_indices) of one step (spec §2.5): the distinct row timesteps
+        ascending and every row's index into them.  Text and generated video rows carry the
+        video timestep, audio rows the audio one, condition rows ``max(t_video, 0.999)``.
+        ``t_video`` may be per latent frame, shape (T,): video rows then take their frame's,
+        text rows latent frame 0's and a condition row its anchored frame's."""
+        tv = np.asarray(t_video, np.float32)
+        row_t = np.empty(self.S, np.float32)
+        if tv.ndim == 0:
+            row_t[:] = tv
+            row_t[self.condition_indices] = condition_timestep(tv)
+        else:
+            if tv.shape != (self.geometry.T,):
+                raise H3ValueError(f"per-frame video timesteps must be ({self.geometry.T},), got {tv.shape}")
+            row_t[self.text_indices] = tv[0]
+            row_t[self.generated_video_indices] = tv[self._vrow_frame]
+            row_t[self.condition_indices] = condition_timestep(tv[self._crow_frame])
         row_t[self.audio_indices] = np.float32(t_audio)
         values, inverse = np.unique(row_t, return_inverse=True)
         return values.astype(np.float32), inverse.astype(np.int64)
+
+    step_timesteps = row_timesteps
+
+
+def _anchor_time(frame, T, L):
+    """Rotary time of a condition's rows: the text length for the first frame; for the last,
+    the text length plus the pairwise (numpy) sum of every latent frame's span minus one
+    pixel frame's 5/3 -- how the reference computes it, which from 16 latent frames on
+    differs in the last ulp from the video rows' sequential cumulative sum."""
+    if frame == 0:
+        return float(L)
+    spans = np.ones(T, dtype=np.float64) * _FRAME_RESCALE
+    for k in range(len(_FRAMES_PER_LATENT)):
+        spans[k::len(_FRAMES_PER_LATENT)] *= _FRAMES_PER_LATENT[k]
+    return float(L) + float(spans.sum()) - _FRAME_RESCALE
 
 
 def patchify(latent):

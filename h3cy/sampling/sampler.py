@@ -25,6 +25,7 @@ from .. import _kernels
 from .. import _progress
 from .._progress import Ticker
 from ..errors import Busy, H3ValueError
+from .conditions import check_conditions, held_conditions
 from .layout import Geometry, Layout, pack_audio, patchify, unpack_audio, unpatchify
 from .res_multistep import SAMPLERS, ResMultistep
 from .schedule import Schedule, clean_estimate, euler_blend
@@ -55,14 +56,20 @@ class CancelToken:
 
 class StepState:
     """What ``on_step`` sees after each update.  ``video_latent`` / ``audio_latent`` are the
-    loop's own arrays: in-place edits change the rest of the run."""
+    loop's own arrays (the generated rows only): in-place edits change the rest of the run.
+
+    ``conditions`` holds ``(latent frame, held latent)`` per keyframe condition, the held
+    latent (C, 1, h, w) as the DiT reads it every step (read-only: conditions are never
+    updated); empty without conditions.  ``layout`` is the run's :class:`h3cy.Layout`, whose
+    ``condition_indices`` are the condition rows of the packed sequence."""
 
     __slots__ = ("step", "steps", "sigma_video", "sigma_audio", "video_latent", "audio_latent",
                  "video_velocity", "audio_velocity", "video_x0", "audio_x0", "weights",
-                 "video_denoised_prev", "audio_denoised_prev", "_next_weights")
+                 "video_denoised_prev", "audio_denoised_prev", "conditions", "layout", "_next_weights")
 
     def __init__(self, **kw):
         self._next_weights = None
+        self.conditions, self.layout = (), None
         # sampler="res_multistep": the denoised pair the next step takes as its previous one
         # (ComfyUI's old_denoised; the audio's as ComfyUI carries it, audio_scale * x0).
         # The sampler's own arrays: in-place edits change the next step.  None under Euler.
@@ -163,7 +170,8 @@ def _precision_plan(plan, n, default):
 
 def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None, noise=None,
             on_step=None, on_progress=None, cancel=None, reuse=1, layers=None, precision=None,
-            blocking=True, sampler="euler", shift_video=None, shift_audio=None):
+            blocking=True, sampler="euler", shift_video=None, shift_audio=None, text_tags=None,
+            conditions=None, condition_noise=None):
     """Run the sampler; returns ``(video_latent (C, T, h, w), audio_latent (2, 32, A))`` float32.
 
     Parameters
@@ -197,8 +205,21 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
     shift_video, shift_audio : float, optional — the schedule's shifts (default 12 and 3;
         the FastH3 models use 10/3, the turbo LoRAs 6/3); an error together with ``schedule``
 
+    text_tags : (L,) ints, optional — the modality tag of every prompt row, as
+        ``encode_prompt(..., return_tags=True)`` returns them (0 for a keyframe's vision
+        rows, 1 for text); all 1 when omitted
+    conditions : list of (frame, latent), optional — keyframe conditions (diffusers'
+        ``fl2va``): ``frame`` 0 = first, -1 = last latent frame; ``latent`` the clean
+        (in_channels, 1, h, w) video latent of the keyframe (``h3cy.encode_image``).  In the
+        order given (the packed order; the reference gives the first before the last).  Each
+        is held at ``0.999 z + 0.001 n`` with timestep ``max(t_video, 0.999)`` and never
+        updated; the samplers update the generated rows only (:mod:`h3cy.sampling.conditions`)
+    condition_noise : list of arrays, optional — the ``n`` of each condition (its latent's
+        shape); drawn from ``seed`` when omitted (even when ``noise`` is given)
+
     A per-latent-frame schedule (``video_sigmas`` of shape (steps+1, T)) steps each latent
-    frame with its own sigma column; text rows take latent frame 0's timestep.
+    frame with its own sigma column; text rows take latent frame 0's timestep, a condition
+    ``max`` of its anchored frame's and 0.999.
     """
     g = geometry if geometry is not None else Geometry()
     cfg = dit.config
@@ -231,14 +252,29 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
                                f"({video.shape}, {audio.shape})")
     else:
         video, audio = initial_noise(g, seed, C, Ca)
+    frames, held = (), []
+    if conditions is not None:
+        frames, latents = check_conditions(conditions, g, C)
+        held = held_conditions(latents, condition_noise, seed) if latents else []
+        for z in held:
+            z.flags.writeable = False
+    elif condition_noise is not None:
+        raise H3ValueError("condition_noise was given without conditions")
+    # the held condition rows, packed after the text (what every evaluation reads first
+    # among the video rows); (0, 4C) without conditions
+    cond_rows = (np.concatenate([patchify(z) for z in held]) if held
+                 else np.empty((0, 4 * C), np.float32))
+    cond_state = tuple(zip(frames, held))
     if sampler == "res_multistep":
         # runs at step ends in either loop: the loop's Euler result is replaced in place by
         # the res_multistep step (from the latents before it and the clean estimates)
         res = ResMultistep(sched.video_sigmas, sched.audio_sigmas, video, audio)
         on_step = _res_hook(res, on_step)
-    lay = Layout(g, pe.shape[0])
+    lay = Layout(g, pe.shape[0], text_tags=text_tags, condition_frames=frames)
     sv, sa = sched.video_sigmas, sched.audio_sigmas
     tvs, tas = Schedule.timesteps(sv), Schedule.timesteps(sa)
+    # every step's (distinct row timesteps, row -> index), the same for both loops
+    row_plan = [lay.row_timesteps(tvs[i], tas[i]) for i in range(n)]
     if isinstance(reuse, bool) or not isinstance(reuse, (int, np.integer)) or not 1 <= reuse <= 32:
         raise H3ValueError(f"reuse must be an int in [1, 32], got {reuse!r}")
     evaluate = reuse_steps(n, int(reuse))
@@ -262,42 +298,38 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
         raise Busy("this DiT is already generating in another thread (blocking=False)")
     # per-frame schedules: video row r of latent frame f takes t = 1 - sigma[i, f]; text rows
     # take latent frame 0's timestep (spec: "text rows take the timestep of latent frame 0")
-    rows_per_frame = (g.h // 2) * (g.w // 2)
-    vrow_frame = np.repeat(np.arange(g.T), rows_per_frame)
+    Nc = lay.n_condition_rows
     try:
-        distinct = np.unique(np.concatenate([tvs.reshape(-1), tas]))
+        distinct = np.unique(np.concatenate([p[0] for p in row_plan]))
         if not getattr(dit, "_adaln_released", False):
             dit.prepare_timesteps(distinct)
         if _cython_loop_usable(dit) and (not dit.streaming or all(
                 _cython_loop_usable(dit.with_weights(m) if m != dit.weights else dit) for m in set(plan))):
-            return _run_cython(dit, pe, g, lay, sv, sa, tvs, tas, per_frame, video, audio, evaluate,
-                               plan, active, on_step, on_progress, cancel)
+            return _run_cython(dit, pe, g, lay, row_plan, cond_rows, cond_state, sv, sa, tvs, tas,
+                               per_frame, video, audio, evaluate, plan, active, on_step, on_progress,
+                               cancel)
         dit.loop_stats = {"loop": "python"}
         override = None
         last = prev = None          # (step, video velocity, audio velocity) of evaluations
         for i in range(n):
             state["step"] = i
             tv, ta = tvs[i], tas[i]
+            timestep, tidx = row_plan[i]
             if per_frame:
-                row_t = np.empty(lay.S, np.float32)
-                row_t[lay.text_indices] = tv[0]
-                row_t[lay.video_indices] = tv[vrow_frame]
-                row_t[lay.audio_indices] = ta
-                timestep, tidx = np.unique(row_t, return_inverse=True)
-                tidx = tidx.astype(np.int64)
                 tv = tv[None, :, None, None]           # broadcast over (C, T, h, w)
                 sv_i, sv_n = sv[i][None, :, None, None], sv[i + 1][None, :, None, None]
             else:
-                timestep, tidx = lay.step_timesteps(tv, ta)
                 sv_i, sv_n = sv[i], sv[i + 1]
             mode = override if override is not None else plan[i]
             model = dit.with_weights(mode) if mode != dit.weights else dit
             if evaluate[i]:
+                # the video rows are the held conditions, then the generated video
+                xv = patchify(video) if Nc == 0 else np.concatenate([cond_rows, patchify(video)])
                 vel_rows, vel_arows = model.forward(
-                    patchify(video), pack_audio(audio), pe, timestep, tidx, lay.token_tags,
+                    xv, pack_audio(audio), pe, timestep, tidx, lay.token_tags,
                     lay.position_ids, lay.video_indices, lay.audio_indices, lay.text_indices,
                     after_block=after_block, active_blocks=active)
-                vel_v = unpatchify(vel_rows, g.T, g.h, g.w)
+                vel_v = unpatchify(vel_rows[Nc:], g.T, g.h, g.w)
                 vel_a = unpack_audio(vel_arows)
                 prev, last = last, (i, vel_v, vel_a)
             elif prev is None:
@@ -318,7 +350,7 @@ def denoise(dit, prompt_embeds, geometry=None, steps=20, seed=42, schedule=None,
                 st = StepState(step=i, steps=n, sigma_video=sv[i + 1].copy() if per_frame else float(sv[i + 1]),
                                sigma_audio=float(sa[i + 1]), video_latent=video, audio_latent=audio,
                                video_velocity=vel_v, audio_velocity=vel_a, video_x0=x0_v, audio_x0=x0_a,
-                               weights=mode)
+                               weights=mode, conditions=cond_state, layout=lay)
                 if on_step(st) is STOP:
                     return x0_v, x0_a
                 if st._next_weights is not None:
@@ -350,31 +382,24 @@ def _cython_loop_usable(dit):
             and "forward" not in vars(dit))
 
 
-def _run_cython(dit, pe, g, lay, sv, sa, tvs, tas, per_frame, video, audio, evaluate, plan,
-                active, on_step, on_progress, cancel):
+def _run_cython(dit, pe, g, lay, row_plan, cond_rows, cond_state, sv, sa, tvs, tas, per_frame,
+                video, audio, evaluate, plan, active, on_step, on_progress, cancel):
     """Prepare the per-step tables in numpy (exactly as the Python loop builds its forward
     arguments) and run _kernels.DenoiseLoop.  Returns (video, audio) or the clean
     estimates when on_step returned STOP."""
     n, S, T = len(evaluate), lay.S, g.T
-    L, Na = lay.L, 2 * g.A
-    for name, idx, start in (("text", lay.text_indices, 0), ("audio", lay.audio_indices, L),
-                             ("video", lay.video_indices, L + Na)):
+    L, Nc, Na = lay.L, lay.n_condition_rows, 2 * g.A
+    # the C loop's packed order: text, conditions, audio, generated video, each contiguous
+    for name, idx, start in (("text", lay.text_indices, 0), ("condition", lay.condition_indices, L),
+                             ("audio", lay.audio_indices, L + Nc),
+                             ("video", lay.generated_video_indices, L + Nc + Na)):
         if not np.array_equal(idx, np.arange(start, start + idx.shape[0])):
             raise H3ValueError(f"the packed layout's {name} rows are not contiguous")
-    rows_per_frame = (g.h // 2) * (g.w // 2)
-    vrow_frame = np.repeat(np.arange(g.T), rows_per_frame)
     rows = np.empty((n, S), np.int32)
     tidx = np.empty((n, S), np.int32)
     step_vals = []
     for i in range(n):
-        if per_frame:
-            row_t = np.empty(S, np.float32)
-            row_t[lay.text_indices] = tvs[i][0]
-            row_t[lay.video_indices] = tvs[i][vrow_frame]
-            row_t[lay.audio_indices] = tas[i]
-            timestep, ti = np.unique(row_t, return_inverse=True)
-        else:
-            timestep, ti = lay.step_timesteps(tvs[i], tas[i])
+        timestep, ti = row_plan[i]
         tidx[i] = ti
         rows[i] = ti * 3 + lay.token_tags
         step_vals.append(np.asarray(timestep, np.float32))
@@ -400,7 +425,8 @@ def _run_cython(dit, pe, g, lay, sv, sa, tvs, tas, per_frame, video, audio, eval
     loop = _kernels.DenoiseLoop(
         video, audio, pe, lay.position_ids, L, rows, tidx, key_off, step_keys, keys,
         np.asarray(evaluate, np.uint8), ratio_v, ratio_a, tv_f, sv_f,
-        np.ascontiguousarray(tas, np.float32), np.ascontiguousarray(sa, np.float32), act, dit.hidden)
+        np.ascontiguousarray(tas, np.float32), np.ascontiguousarray(sa, np.float32), act, dit.hidden,
+        cond=np.ascontiguousarray(cond_rows, np.float32))
 
     st = {"override": None, "mode": None}
 
@@ -418,7 +444,7 @@ def _run_cython(dit, pe, g, lay, sv, sa, tvs, tas, per_frame, video, audio, eval
         state = StepState(step=i, steps=n, sigma_video=sv[i + 1].copy() if per_frame else float(sv[i + 1]),
                           sigma_audio=float(sa[i + 1]), video_latent=video, audio_latent=audio,
                           video_velocity=vel_v, audio_velocity=vel_a, video_x0=x0_v, audio_x0=x0_a,
-                          weights=st["mode"])
+                          weights=st["mode"], conditions=cond_state, layout=lay)
         if on_step(state) is STOP:
             return True
         if state._next_weights is not None:
