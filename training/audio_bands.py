@@ -26,7 +26,13 @@ LEVEL_SCALE = 3.0
 
 
 def band_levels(sample, hop, rate, edges=BAND_EDGES_HZ):
-    """(B, 1, n) waveform -> (B, len(edges) - 1, ceil(n / hop)) log band levels."""
+    """(B, 1, n) waveform -> (B, len(edges) - 1, ceil(n / hop)) log band levels, float32 (also
+    under the training's bf16 autocast: the levels are the transformer's targets)."""
+    with torch.autocast(sample.device.type, enabled=False):
+        return _band_levels(sample, hop, rate, edges)
+
+
+def _band_levels(sample, hop, rate, edges):
     n = sample.shape[-1]
     pad = math.ceil(n / hop) * hop - n
     x = torch.nn.functional.pad(sample[:, 0].float(), (0, pad))
