@@ -95,6 +95,20 @@ def vae_roundtrip(vvae, avae, spec, device, pixel_norm, seed=5, combos=ds.HELD_O
 
 
 @torch.no_grad()
+def audio_roundtrip(avae, spec, device, seed=5, combos=ds.HELD_OUT):
+    """The audio half of vae_roundtrip (the same clips): (tone score, output RMS)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    _, audio, _ = ds.make_batch(list(combos), spec, generator=g, device=device)
+    waves = []
+    for i in range(len(combos)):
+        za = avae.encode(audio[i].reshape(2, 1, -1)).latent_dist.mean
+        waves.append(avae.decode(za).sample.float()[:, 0, :audio.shape[-1]].cpu().numpy())
+    got = [judge.judge_audio(w, spec.sample_rate) for w in waves]
+    right = sum(o.get("tone") == c[3] for o, c in zip(got, combos))
+    return right / len(combos), float(np.sqrt(np.mean([np.mean(w ** 2) for w in waves])))
+
+
+@torch.no_grad()
 def euler(model, forward, lay, text, xv, xa, sv, sa):
     """h3cy's Euler sampler on packed rows (batch first): t = 1 - sigma, x0 = x + sigma * v,
     x <- r x + (1 - r) x0 with r = sigma_next / sigma (h3cy.sampling.schedule)."""

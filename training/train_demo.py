@@ -49,6 +49,7 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import audio_bands  # noqa: E402
 import demo_eval  # noqa: E402
 import shapes_dataset as ds  # noqa: E402
 
@@ -204,8 +205,13 @@ def make_video_vae(cfg):
 
 
 def make_audio_vae(cfg):
+    """diffusers' audio VAE; with ``vae_train.audio_encoder: "bands"`` its encode is the fixed
+    band-level analysis of training/audio_bands.py (the DAC encoder collapsed; see there)."""
     from diffusers import AutoencoderKLMiniMaxH3Audio
-    return AutoencoderKLMiniMaxH3Audio(**cfg["audio_vae"])
+    cls = AutoencoderKLMiniMaxH3Audio
+    if cfg["vae_train"].get("audio_encoder", "dac") == "bands":
+        cls = audio_bands.band_encoder_vae(cls)
+    return cls(**cfg["audio_vae"])
 
 
 def make_dit(cfg):
@@ -346,15 +352,25 @@ def video_vae_loss(vae, video, tc, gen):
 
 
 def audio_vae_loss(vae, audio, tc, gen):
+    """Waveform L1 (``audio_wave_weight``) + multi-resolution STFT + KL.  With the band encoder
+    the latents carry no phase, so the L1 (which then rewards silence) is weighted 0 and the
+    decoder learns the magnitudes only; ``audio_crop_latents`` decodes a random window of that
+    many latents per clip instead of the whole clip (the CPU retraining's speed)."""
     x = audio.reshape(-1, 1, audio.shape[-1])
     post = vae.encode(x).latent_dist
     z = post.mean + latent_noise(post, tc) * torch.randn(post.mean.shape, generator=gen, device=x.device)
-    rec = vae.decode(z).sample.float()[:, 0, :x.shape[-1]]
     y = x[:, 0]
+    crop = tc.get("audio_crop_latents")
+    if crop and crop < z.shape[-1]:
+        start = int(torch.randint(z.shape[-1] - crop + 1, (1,), generator=gen, device=gen.device))
+        z = z[..., start:start + crop]
+        y = y[:, start * vae.hop_length:(start + crop) * vae.hop_length]
+    rec = vae.decode(z).sample.float()[:, 0, :y.shape[-1]]
+    y = F.pad(y, (0, rec.shape[-1] - y.shape[-1]))
     wave = (rec - y).abs().mean()
     spec = stft_loss(rec.float(), y.float(), tc.get("stft_log_eps", 1e-5))
     kl = 0.5 * (post.mean ** 2 + post.std ** 2 - 1.0 - 2 * post.logs).mean()
-    loss = tc.get("wave_weight", 1.0) * wave + tc["stft_weight"] * spec + tc["kl_weight"] * kl
+    loss = tc.get("audio_wave_weight", 1.0) * wave + tc["stft_weight"] * spec + tc["kl_weight"] * kl
     return loss, wave.detach(), spec.detach()
 
 
@@ -467,6 +483,78 @@ def run_vae(cfg, args, device, clock):
         log(f"vae: done after {state['step']} steps ({state['trained_s'] / 60:.1f} min); latent std video "
             f"{np.mean(stats[1]):.3f} audio {np.mean(stats[3]):.3f}")
     _save_vae(path, vvae, avae, ov, oa, state, stats)
+
+
+@torch.no_grad()
+def audio_latent_stats(avae, cfg, device, gen, batches, batch):
+    """The audio half of latent_stats (per-channel mean and std of the encoder's means)."""
+    spec = spec_of(cfg)
+    zs = []
+    for _ in range(batches):
+        _, audio, _ = ds.make_batch(ds.sample_combos(batch, gen_cpu(gen)), spec, generator=gen, device=device)
+        za = avae.encode(audio.reshape(-1, 1, audio.shape[-1])).latent_dist.mean.float()
+        zs.append(za.transpose(0, 1).reshape(za.shape[1], -1))
+    a = torch.cat(zs, 1)
+    return [float(x) for x in a.mean(1)], [float(x) for x in a.std(1).clamp_min(1e-3)]
+
+
+def run_audio_vae(cfg, args, device, clock):
+    """--stage audio_vae: train a new audio VAE (the config's encoder, the ``audio_only`` block's
+    schedule) in a run whose vae stage has finished, keeping its video VAE and video latent
+    statistics; then recompute the audio statistics.  For a run whose video VAE passed the
+    round-trip judge but whose audio VAE did not (run 2, call 1): the transformer stage that
+    follows encodes its audio with the new one.  Stops at ``max_steps`` or once the held-out
+    round trip's tone judgment reaches ``eval_pass`` (every ``eval_every`` steps)."""
+    tc = merge(cfg["vae_train"], cfg["vae_train"]["audio_only"])
+    path = os.path.join(args.run, "vae.pt")
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    if not ck["state"].get("done") or "stats" not in ck:
+        raise SystemExit(f"{path}: the vae stage has not finished; --stage audio_vae replaces the audio "
+                         "VAE of a finished one")
+    torch.manual_seed(cfg["seed"] + 11)
+    avae = make_audio_vae(cfg).to(device).train()
+    params = [p for n, p in avae.named_parameters() if n.startswith(("decoder.", "dec_in_proj."))
+              or tc.get("audio_encoder", "dac") != "bands"]
+    opt = torch.optim.AdamW(params, lr=tc["lr"], betas=(0.8, 0.99), weight_decay=0.0)
+    gen = torch.Generator(device=device).manual_seed(cfg["seed"] + 13)
+    spec, t0, t_log, evals, step, tone = spec_of(cfg), time.time(), 0.0, [], 0, 0.0
+    combos_eval = ds.HELD_OUT[:tc.get("eval_combos", len(ds.HELD_OUT))]
+    while step < tc["max_steps"] and not clock.out_of_time():
+        lr = lr_at(step, tc["max_steps"], tc["lr"], tc["warmup"])
+        for g in opt.param_groups:
+            g["lr"] = lr
+        _, audio, _ = ds.make_batch(ds.sample_combos(tc["batch"], gen_cpu(gen)), spec, generator=gen, device=device)
+        loss, wave, stft = audio_vae_loss(avae, audio, tc, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        if time.time() - t_log > 20 or step == 1:
+            log(f"audio vae step {step}/{tc['max_steps']} lr {lr:.2e} loss {float(loss.detach()):.4f} "
+                f"(l1 {float(wave):.4f} stft {float(stft):.4f}) {(time.time() - t0) / step:.2f} s/step")
+            t_log = time.time()
+        if step % tc["eval_every"] == 0 or step == tc["max_steps"]:
+            avae.eval()
+            tone, rms = demo_eval.audio_roundtrip(avae, spec, device, combos=combos_eval)
+            avae.train()
+            evals.append({"step": step, "tone": tone, "rms": rms})
+            log(f"audio vae eval at step {step}: round trip of the held-out clips tone {tone:.2f}, "
+                f"output rms {rms:.3f}")
+            if tone >= tc["eval_pass"] and step >= tc.get("min_steps", 0):
+                break
+    avae.eval()
+    am, asd = audio_latent_stats(avae, cfg, device, gen, tc["stats_batches"], tc["stats_batch"])
+    ck["audio_vae"] = {k: v.detach().cpu() for k, v in avae.state_dict().items()}
+    ck["opt_a"] = None
+    vm, vsd = ck["stats"][0], ck["stats"][1]
+    ck["stats"] = (vm, vsd, am, asd)
+    ck["state"]["audio_retrained"] = {"encoder": tc.get("audio_encoder", "dac"), "steps": step,
+                                      "minutes": (time.time() - t0) / 60, "device": device.type,
+                                      "loss": float(loss.detach()), "stft": float(stft), "evals": evals}
+    atomic_save(ck, path)
+    log(f"audio vae: done after {step} steps ({(time.time() - t0) / 60:.1f} min), tone {tone:.2f}; "
+        f"audio latent mean {np.mean(am):.3f} std {np.mean(asd):.3f}; saved {path}")
 
 
 def vae_good_enough(vvae, avae, cfg, state, tc, device):
@@ -1156,7 +1244,8 @@ def prepare_run(cfg, args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--stage", choices=("vae", "dit", "all", "none"), default="all")
+    p.add_argument("--stage", choices=("vae", "audio_vae", "dit", "all", "none"), default="all",
+                   help="audio_vae: retrain only the audio VAE of a finished vae stage (see run_audio_vae)")
     p.add_argument("--minutes", type=float, default=None, help="wall-clock bound of this invocation")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --run")
     p.add_argument("--run", default=os.path.join(HERE, "runs", "demo"), help="checkpoint folder")
@@ -1194,6 +1283,8 @@ def main(argv=None):
     log(f"device {device}, stage {args.stage}, run {args.run}" + (" (smoke)" if args.smoke else ""))
     if args.stage in ("vae", "all"):
         run_vae(cfg, args, device, clock)
+    if args.stage == "audio_vae":
+        run_audio_vae(cfg, args, device, clock)
     if args.stage in ("dit", "all") and not clock.out_of_time():
         ck = os.path.join(args.run, "vae.pt")
         if torch.load(ck, map_location="cpu", weights_only=False)["state"]["done"]:
