@@ -23,6 +23,17 @@ import h3cy
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from text_layer_ab import best_of  # noqa: E402
 
+
+def alternated_ms(runs, rounds, calls):
+    """{name: median ms}: every run once per round (best of `calls` after a warm-up), in
+    `rounds` alternated rounds, so a machine whose speed drifts still gives fair ratios."""
+    res = {k: [] for k in runs}
+    for _ in range(rounds):
+        for k, fn in runs.items():
+            fn()
+            res[k].append(best_of(fn, calls))
+    return {k: float(np.median(v)) * 1e3 for k, v in res.items()}
+
 SHAPES = {"qkv": (7168, 5376), "out": (5376, 7168), "up": (28672, 5376), "down": (5376, 14336)}
 GROUP = 256
 
@@ -88,12 +99,7 @@ def speed(args):
                 for k, lin in lins.items():
                     e = np.linalg.norm(lin(x) - ref) / np.linalg.norm(ref)
                     assert e < 3e-2, (k, e)
-            res = {k: [] for k in runs}
-            for _ in range(args.rounds):
-                for k, fn in runs.items():
-                    fn()
-                    res[k].append(best_of(fn, args.calls))
-            med = {k: float(np.median(v)) * 1e3 for k, v in res.items()}
+            med = alternated_ms(runs, args.rounds, args.calls)
             t = lambda k: f"{med[k]:.1f}" if k in med else "-"  # noqa: E731
             r = lambda a, b: f"{med[b] / med[a]:.2f}" if a in med and b in med else "-"  # noqa: E731
             print(f"| {name} {N}x{K} | {M} | {t('h3cy int8')} | {t('convrot int8')} | {t('torch fp32')} | "

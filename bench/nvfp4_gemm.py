@@ -19,8 +19,7 @@ import h3cy
 from h3cy import _kernels
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from convrot_gemm import SHAPES as DIT_SHAPES, torch_runs  # noqa: E402
-from text_layer_ab import best_of  # noqa: E402
+from convrot_gemm import SHAPES as DIT_SHAPES, alternated_ms, torch_runs  # noqa: E402
 
 # (N, K): the text encoder's (released config: text_config of the FL2VA text encoder) and the DiT's
 SHAPES = {"te_q": (64 * 128, 5120), "te_kv": (8 * 128, 5120), "te_o": (5120, 64 * 128),
@@ -89,12 +88,7 @@ def main():
             for k, lin in lins.items():
                 e = np.linalg.norm(lin(x)[rows] - ref) / np.linalg.norm(ref)
                 assert e < BOUND[k], (k, e)
-            res = {k: [] for k in runs}
-            for _ in range(args.rounds):
-                for k, fn in runs.items():
-                    fn()
-                    res[k].append(best_of(fn, args.calls))
-            med = {k: float(np.median(v)) * 1e3 for k, v in res.items()}
+            med = alternated_ms(runs, args.rounds, args.calls)
             t = lambda k: f"{med[k]:.1f}" if k in med else "-"  # noqa: E731
             r = lambda a, b: f"{med[b] / med[a]:.2f}" if a in med and b in med else "-"  # noqa: E731
             print(f"| {name} {N}x{K} | {M} | {t('h3cy nvfp4')} | {t('h3cy int4')} | {t('h3cy int8')} | "

@@ -17,26 +17,17 @@ import os
 import platform
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from text_layer_table import timeit  # noqa: E402  (median of reps after a warm-up)
 RELEASED = dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16, out_hidden_size=5120,
                 patch_size=16, temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=2304,
                 deepstack_visual_indexes=[8, 16, 24], hidden_act="gelu_pytorch_tanh", in_channels=3)
 SIZES = {"512x512": (512, 512), "1344x768": (768, 1344)}
-
-
-def timeit(fn, reps):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 def make_reference(depth, folder):
