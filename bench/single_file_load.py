@@ -16,6 +16,12 @@ numbers would dominate):
         forward over a small input (every weight read once), RSS after load and the peak
     python bench/single_file_load.py table RESULTS.jsonl
 
+``write --convrot 256`` writes the pruned file as Comfy-Org's int8-convrot DiT instead
+(``pruned_int8_convrot.safetensors``, #21): qkv/out/fc1/fc2 of the 50 main blocks as I8
+weights with an F32 per-row ``.weight_scale`` and a ``.comfy_quant`` JSON blob (convrot,
+the given group size), everything else as in the BF16 file.  ``run ... --weights auto``
+then loads it as stored (packed into h3cy's int8 panels, the file's pages released).
+
 ``--misalign`` writes the single file with every tensor one byte off its natural alignment
 (as some repacks do): h3cy copies each such tensor once, and ``run`` shows what that costs.
 Each ``run`` is one process, so ru_maxrss is that load's own peak.
@@ -23,6 +29,7 @@ Each ``run`` is one process, so ru_maxrss is that load's own peak.
 import argparse
 import json
 import os
+import re
 import resource
 import struct
 import sys
@@ -44,8 +51,30 @@ def _released_config(layers):
     return cfg
 
 
+CONVROT_LINEARS = re.compile(r"^blocks\.\d+\.(attn\.qkv_proj|attn\.out_proj|mlp\.fc1|mlp\.fc2)\.weight$")
+
+
+def _convrot_table(table, group):
+    """The pruned table with the main blocks' four linears as Comfy int8-convrot tensors."""
+    blob = json.dumps({"format": "int8_tensorwise", "convrot": True, "convrot_groupsize": group}).encode()
+    out, blobs = [], {}
+    for name, dt, shape in table:
+        if not CONVROT_LINEARS.match(name):
+            out.append((name, dt, shape))
+            continue
+        base = name[:-len(".weight")]
+        out += [(name, "I8", shape), (base + ".weight_scale", "SCALE", (shape[0], 1)),
+                (base + ".comfy_quant", "U8", (len(blob),))]
+        blobs[base + ".comfy_quant"] = blob
+    return out, blobs
+
+
 def _pattern(dtype):
     rng = np.random.default_rng(0)
+    if dtype == "I8":
+        return rng.integers(-127, 128, PATTERN_BYTES, dtype=np.int8).tobytes()
+    if dtype == "SCALE":     # per-row scales of an int8 weight: positive, ~ |w|max / 127
+        return np.full(PATTERN_BYTES // 4, 0.02 * 4 / 127, np.float32).tobytes()
     x = (rng.standard_normal(PATTERN_BYTES // 4) * 0.02).astype(np.float32)
     if dtype == "BF16":
         return (x.view(np.uint32) >> 16).astype(np.uint16).tobytes()
@@ -78,18 +107,21 @@ def _tensor_table(cfg, pruned, rank=8):
     return out
 
 
-def _write(path, table, misalign=False):
-    """A safetensors file written tensor by tensor (never the whole file in memory)."""
-    sizes = {"BF16": 2, "F16": 2, "F32": 4}
+def _write(path, table, misalign=False, blobs=None):
+    """A safetensors file written tensor by tensor (never the whole file in memory); blobs:
+    the exact bytes of some (U8) tensors."""
+    sizes = {"BF16": 2, "F16": 2, "F32": 4, "I8": 1, "SCALE": 4, "U8": 1}
+    stored = {"SCALE": "F32"}        # a pattern of its own, stored as F32
+    blobs = blobs or {}
     header, off = {}, 0
     for name, dt, shape in table:
         n = int(np.prod(shape)) * sizes[dt]
         off += 1 if misalign else 0          # every tensor one byte off its element size
-        header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + n]}
+        header[name] = {"dtype": stored.get(dt, dt), "shape": list(shape), "data_offsets": [off, off + n]}
         off += n
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
-    pats = {dt: _pattern(dt) for dt in sizes}
+    pats = {dt: _pattern(dt) for dt in sizes if dt != "U8"}
     tmp = path + ".partial"
     with open(tmp, "wb") as f:
         f.write(struct.pack("<Q", len(raw)) + raw)
@@ -99,6 +131,9 @@ def _write(path, table, misalign=False):
                 f.write(b"\0" * (a - (f.tell() - 8 - len(raw))))
             if name == "rope.inv_freq":       # validated at load: the real frequencies
                 f.write((10000.0 ** (-np.arange(shape[0]) / shape[0])).astype(np.float32).tobytes())
+                continue
+            if name in blobs:
+                f.write(blobs[name])
                 continue
             left = b - a
             while left:
@@ -117,8 +152,13 @@ def cmd_write(a):
     t0 = time.perf_counter()
     if a.shards_only:
         return _write_release(a, cfg)
-    single = os.path.join(a.dir, "pruned_bf16_misaligned.safetensors" if a.misalign else "pruned_bf16.safetensors")
-    n1 = _write(single, _tensor_table(cfg, pruned=True), a.misalign)
+    table, blobs = _tensor_table(cfg, pruned=True), None
+    if a.convrot:
+        table, blobs = _convrot_table(table, a.convrot)
+        single = os.path.join(a.dir, "pruned_int8_convrot.safetensors")
+    else:
+        single = os.path.join(a.dir, "pruned_bf16_misaligned.safetensors" if a.misalign else "pruned_bf16.safetensors")
+    n1 = _write(single, table, a.misalign, blobs)
     print(f"{single}: {n1 / 1e9:.2f} GB in {time.perf_counter() - t0:.0f} s", flush=True)
     if not a.single_only:
         _write_release(a, cfg)
@@ -223,6 +263,8 @@ def main():
     w.add_argument("dir")
     w.add_argument("--layers", type=int, default=50)
     w.add_argument("--misalign", action="store_true")
+    w.add_argument("--convrot", type=int, default=0, metavar="GROUP",
+                   help="write the int8-convrot pruned file (Hadamard group size, e.g. 256) instead")
     w.add_argument("--single-only", action="store_true")
     w.add_argument("--shards-only", action="store_true")
     r = sub.add_parser("run")

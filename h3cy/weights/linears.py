@@ -28,6 +28,7 @@ import numpy as np
 from .. import _kernels
 from .. import ops
 from ..ops.bf16 import bf16_bits_to_f32
+from . import pages
 from .comfy_quant import Int8Weight, Nvfp4Weight
 from .gguf import GGUFWeight
 
@@ -127,7 +128,29 @@ def make_linear(w, compute, *, mode=None, name=None, cache=None, bias=None, pair
         converting path)
 
     ``attached`` is True when no weight was copied (mapped from the cache or the checkpoint).
+    A linear that was copied (converted or packed) no longer reads ``w``: the pages of ``w``
+    that the conversion brought in are dropped from this process's resident set, so a
+    converting load holds about its packed weights, not those plus the file (#21: the
+    int8-convrot DiT held 2x its file size before).
     """
+    lin, attached = _make_linear(w, compute, mode=mode, name=name, cache=cache, bias=bias, pair=pair,
+                                 act_group=act_group, in_place=in_place)
+    if not attached:
+        _release_source(w)
+    return lin, attached
+
+
+def _release_source(w):
+    arrays = []
+    for p in (w if isinstance(w, (list, tuple)) else [w]):
+        if isinstance(p, Int8Weight):
+            arrays += [p.q, p.scales]
+        elif isinstance(p, np.ndarray):
+            arrays.append(p)
+    pages.release(arrays)
+
+
+def _make_linear(w, compute, *, mode, name, cache, bias, pair, act_group, in_place):
     mode, isa, pool = mode or compute.weights, compute.isa, compute.pool
     if isinstance(w, GGUFWeight) or (isinstance(w, (list, tuple)) and any(isinstance(p, GGUFWeight) for p in w)):
         lin = _gguf_linear(w, mode, isa, pool, pair, bias)
