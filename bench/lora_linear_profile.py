@@ -39,6 +39,10 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--weights", default="int8")
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--lora-isa", nargs="*", default=None,
+                   help="also time the LoRA built for these paths beside the base's (an A/B: "
+                        "e.g. --isa amx --lora-isa avx512 runs the AMX int8 base with float32 "
+                        "AVX-512 LoRA products instead of bf16 tiles)")
     a = p.parse_args(argv)
     from h3cy import _kernels
     from h3cy.ops import Linear
@@ -64,6 +68,17 @@ def main(argv=None):
           f"{min(a.threads, -(-a.R // NR.get(a.isa, 16)))} of {a.threads})")
     print(f"up    {(tl - tb - tu) * 1e3:7.1f} ms  ({(tl - tb - tu) / tb:.3f} of base, by difference)")
     print(f"base rate {macs / tb / 1e9:.1f} GMAC/s")
+    for other in a.lora_isa or []:
+        lo2 = _kernels.LoraCore(A, B, np.ones(a.R, np.float32), isa=other)
+        ts = {}
+        for _ in range(3):             # alternated: base+LoRA(isa), base+LoRA(other)
+            for name, core in ((a.isa, lo), (other, lo2)):
+                lin.core.set_lora(core)
+                ts.setdefault(name, []).append(median_time(lambda: lin(x), a.repeat))
+        lin.core.set_lora(None)
+        for name in (a.isa, other):
+            t = float(np.median(ts[name]))
+            print(f"+LoRA on {name:7s} {t * 1e3:7.1f} ms  ratio {t / tb:.3f}")
     return 0
 
 

@@ -181,9 +181,14 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None, help="default: h3cy's (physical cores)")
     p.add_argument("--repeat", type=int, default=3, help="timed runs per column (median)")
     p.add_argument("--out", default=None, help="also write the table here")
+    p.add_argument("--lora-on-avx512", action="store_true",
+                   help="on AMX: the LoRA products in float32 on AVX-512 instead of bf16 tiles (A/B)")
     p.add_argument("--note", default=None, help="a line for the table's header (the machine, its load)")
     a = p.parse_args(argv)
     import h3cy
+    if a.lora_on_avx512:
+        h3cy.DiT.lora_amx_tiles = False
+        a.note = ((a.note + "; ") if a.note else "") + "LoRA products on AVX-512 float32 (--lora-on-avx512)"
     threads = a.threads or h3cy.get_num_threads()
     isa, rows = measure(a.S, a.weights, tuple(int(r) for r in a.ranks.split(",")), threads, a.repeat)
     lines = [f"LoRA overhead on one full-size block: S={a.S}, weights {a.weights}, {threads} threads, "

@@ -224,6 +224,10 @@ class LoopBinding:
 class DiT:
     """The MiniMax-H3 transformer on the CPU.  Build with :meth:`from_pretrained`."""
 
+    # On AMX, a run-time LoRA beside an int8/int4/bf16 base multiplies on bf16 tiles (True)
+    # or in float32 on AVX-512 (False): an A/B switch for bench/lora_overhead.py --lora-isa.
+    lora_amx_tiles = True
+
     @classmethod
     def from_pretrained(cls, path, weights="auto", threads=None, streaming=False, cache_dir=None,
                         qkv_layout=None, isa=None, ffn_act_group=None, attention=None):
@@ -532,7 +536,7 @@ class DiT:
             isa = lin.core.isa if lin is not None else self.isa
             # an AMX LoRA runs on bf16 tiles: beside an int8/int4/bf16 base; a float32 or
             # fp16 base (float32 products) keeps its LoRA in float32 too (AVX-512)
-            if isa == "amx" and (lin is None or lin.weights in ("fp32", "fp16")):
+            if isa == "amx" and (lin is None or lin.weights in ("fp32", "fp16") or not self.lora_amx_tiles):
                 isa = "avx512"
             a = np.ascontiguousarray(np.concatenate([m.a for m, _, _ in ps]), np.float32)
             b = np.ascontiguousarray(np.concatenate([m.b for m, _, _ in ps], axis=1), np.float32)
