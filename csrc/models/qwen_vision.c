@@ -174,12 +174,13 @@ h3_status h3_qvis_block_forward(const h3_qvis_block *w, const h3_qvis_block_args
     for (int s = 0; s < a->nseg; s++) {
         const int64_t r0 = a->seg[s], n = a->seg[s + 1] - r0;
         h3_attn_args aa = {n, H, H, D, C, C, C, C, scale, 0, 0};
-        /* bf16: torch's bf16 flash attention, emulated (h3_attention_bf16p), on the paths
-         * that have it vectorised (AVX-512, AMX) and on ref; AVX2 and NEON run it scalar,
-         * which at one 1344x768 image (4032 patches) took 5x the float32 block, so they
-         * run the float32 attention on the bf16 q/k/v instead (the numerators unrounded:
-         * ~1e-3 relative, inside the bf16 bounds) */
-        if (R && (eisa == H3_ISA_REF || eisa == H3_ISA_AVX512))
+        /* bf16: torch's bf16 flash attention, emulated (h3_attention_bf16p), on ref only;
+         * every SIMD path runs the float32 attention on the bf16 q/k/v instead (the
+         * numerators unrounded: ~1e-3 relative, inside the bf16 bounds).  The emulation
+         * is scalar on AVX2/NEON (5x the float32 block at one 1344x768 image, 4032
+         * patches) and, vectorised on AVX-512/AMX, still 5.5x it there (1.12 s a block
+         * against 0.205 s on 16 SPR cores: bench/results/vision_tower_spr16.txt) */
+        if (R && eisa == H3_ISA_REF)
             TRY(h3_attention_bf16p(&aa, q + r0 * C, k + r0 * C, v + r0 * C, o + r0 * C, pool, aws, aws_b, eisa, err));
         else TRY(h3_attention(&aa, q + r0 * C, k + r0 * C, v + r0 * C, o + r0 * C, pool, aws, aws_b, isa, err));
     }
