@@ -144,11 +144,13 @@ def test_generate_matches_diffusers_fl2va_pipeline(h3pipe, reference, monkeypatc
     def recording(xv, xa, pe_, timestep, tidx, *a, **k):
         calls.append((np.array(timestep), np.array(tidx)))
         return forward(xv, xa, pe_, timestep, tidx, *a, **k)
-    monkeypatch.setattr(dit, "forward", recording)
-    kw = seen["denoise"][1]
-    again = h3cy.denoise(dit, pe, g, steps=STEPS, noise=(video, audio), text_tags=tags,
-                         conditions=kw["conditions"], condition_noise=cnoise)
-    monkeypatch.undo()
+    assert dit.loop_stats["loop"] == "cython"             # generate ran the default loop
+    dit.forward = recording          # a replaced forward runs the Python loop
+    try:
+        again = h3cy.denoise(dit, pe, g, steps=STEPS, noise=(video, audio), text_tags=tags,
+                             conditions=seen["denoise"][1]["conditions"], condition_noise=cnoise)
+    finally:
+        del dit.forward
     assert dit.loop_stats["loop"] == "python"
     assert np.array_equal(again[0], got.video_latent) and np.array_equal(again[1], got.audio_latent)
     assert len(calls) == len(ref.forwards) == len(ref.plan) == STEPS
@@ -170,8 +172,9 @@ def test_generate_matches_diffusers_fl2va_pipeline(h3pipe, reference, monkeypatc
     assert max_rel(got.video_latent - plain[0], ref.video - plain[0]) <= EFFECT_TOL
     assert max_rel(got.audio_latent - plain[1], ref.audio - plain[1]) <= EFFECT_TOL
     # 6. the decoded frames, uint8 within 1 (rounding of x*255 where the float frames differ
-    # by ~1e-6).  Observed: max 1 on ~40 of 2.3M values
+    # by ~1e-6).  Observed: max 1 on ~40 of 2.3M values (2e-5); wrong latents or a wrong
+    # decode move most pixels by more
     assert got.frames.shape == ref.frames.shape == (FRAMES, HEIGHT, WIDTH, 3)
     d = np.abs(got.frames.astype(np.int16) - ref.frames.astype(np.int16))
-    assert d.max() <= 1 and np.count_nonzero(d) <= 1e-4 * d.size, (int(d.max()), int(np.count_nonzero(d)))
+    assert d.max() <= 1 and np.count_nonzero(d) <= 1e-3 * d.size, (int(d.max()), int(np.count_nonzero(d)))
     assert ref.frames.std() > 5            # a picture, not a flat frame
