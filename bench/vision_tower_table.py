@@ -81,7 +81,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results", "vision_tower.json"))
     a = ap.parse_args()
     import torch
-    from h3cy.models.image_processor import ImageProcessor, load_image
+    from h3cy.models.image_processor import ImageProcessor, load_vision_image
     from h3cy.ops.measurement import cpu_model
     from h3cy.ops import resolve_isa
     torch.set_num_threads(a.threads)
@@ -95,7 +95,7 @@ def main():
         towers = {m: h3cy_tower(folder, m, a.threads) for m in a.modes}
         for name in a.sizes:
             h, w = SIZES[name]
-            pv, grid = proc(load_image(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)))
+            pv, grid = proc(load_vision_image(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)))
             tpv, tgrid = torch.from_numpy(pv), torch.tensor([grid])
             times = {}
             print(f"{name} ({pv.shape[0]} patches, {pv.shape[0] // 4} tokens), depth {a.depth}, {a.threads} threads:",

@@ -1,5 +1,5 @@
-"""Keyframes for image-conditioned generation (fl2va): reading them, putting them on the
-canvas exactly as the reference's resize step does, and encoding them into the
+"""Keyframes for image-conditioned generation (fl2va): reading them (:func:`h3cy.images.load_image`),
+putting them on the canvas exactly as the reference's resize step does, and encoding them into the
 conditioning latents the transformer sees.
 
 >>> frames, anchors, (w, h) = h3cy.keyframes.prepare_keyframes(first="a.png", last="b.png")  # doctest: +SKIP
@@ -19,75 +19,19 @@ VAE encoder run on the single frame (its spatial path), the posterior *sampled*
 ``mean + std * noise`` under a generator of its own (torch's seeded 42 in the reference),
 rounded to float16, normalised with the VAE's ``(z - latents_mean) / latents_std``.
 """
-import os
-
 import numpy as np
 
 from .errors import H3ValueError
+from .images import load_image, pil
 from .sampling.layout import MAX_PIXELS, Geometry
 
-__all__ = ["load_image", "canvas_size", "fit_keyframe", "prepare_keyframes", "encode_image",
+__all__ = ["canvas_size", "fit_keyframe", "prepare_keyframes", "encode_image",
            "posterior_noise", "KEYFRAME_ENCODE_SEED"]
 
 CANVAS_MULTIPLE = 32          # the VAE's x16 times the transformer's 2x2 patches
 CANVAS_SHORT_EDGE = 768
 MIN_ASPECT, MAX_ASPECT = 1 / 4, 4
 KEYFRAME_ENCODE_SEED = 42     # the reference samples every keyframe's posterior under seed 42
-MAX_IMAGE_PIXELS = 64 * 1024 * 1024   # refuse larger sources before decoding them (decompression bombs)
-
-
-def _pil():
-    try:
-        from PIL import Image
-    except ImportError as e:            # pragma: no cover - Pillow is an install requirement
-        raise ImportError("keyframes need Pillow (pip install pillow)") from e
-    return Image
-
-
-def load_image(image, name="image"):
-    """A keyframe as an RGB ``PIL.Image``: a path (any format Pillow reads), a PIL image or
-    a numpy ``(H, W, 3)`` uint8 array (``(H, W)`` grey and ``(H, W, 4)`` RGBA are converted
-    to RGB too).  Everything is checked and decoded here, so a bad keyframe fails before
-    any heavy work: H3ValueError naming ``name`` (a missing file: FileNotFoundError)."""
-    Image = _pil()
-    if isinstance(image, (str, os.PathLike)):
-        path = os.fspath(image)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{name}: no such file: {path}")
-        try:
-            with Image.open(path) as im:
-                w, h = im.size
-                if w * h > MAX_IMAGE_PIXELS:
-                    raise H3ValueError(f"{name}: {path} is {w}x{h}, larger than h3cy reads "
-                                       f"({MAX_IMAGE_PIXELS} pixels)")
-                im.load()
-                img = im.convert("RGB")
-        except H3ValueError:
-            raise
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-            raise H3ValueError(f"{name}: cannot read {path} as an image ({e})") from None
-    elif isinstance(image, Image.Image):
-        try:
-            image.load()
-            img = image if image.mode == "RGB" else image.convert("RGB")
-        except (OSError, ValueError) as e:
-            raise H3ValueError(f"{name}: cannot read the PIL image ({e})") from None
-    elif isinstance(image, np.ndarray):
-        a = image
-        if a.dtype != np.uint8:
-            raise H3ValueError(f"{name}: a numpy keyframe must be uint8 (H, W, 3), got {a.dtype} "
-                               "(float frames in [0, 1]: h3cy.to_uint8 first)")
-        if a.ndim == 3 and a.shape[-1] == 1:
-            a = a[..., 0]
-        if not (a.ndim == 2 or (a.ndim == 3 and a.shape[-1] in (3, 4))):
-            raise H3ValueError(f"{name}: a numpy keyframe must be (H, W, 3) uint8, got shape {a.shape}")
-        img = Image.fromarray(np.ascontiguousarray(a)).convert("RGB")
-    else:
-        raise H3ValueError(f"{name} must be a path, a PIL image or a uint8 (H, W, 3) array, "
-                           f"got {type(image).__name__}")
-    if img.size[0] < 1 or img.size[1] < 1:
-        raise H3ValueError(f"{name} is empty ({img.size[0]}x{img.size[1]})")
-    return img
 
 
 def canvas_size(aspect_width, aspect_height, short_edge=CANVAS_SHORT_EDGE, max_pixels=MAX_PIXELS,
@@ -120,7 +64,7 @@ def fit_keyframe(image, width, height, mode="stretch"):
     the canvas size is taken as it is."""
     if mode not in ("stretch", "cover"):
         raise H3ValueError(f"mode must be 'stretch' or 'cover', got {mode!r}")
-    Image = _pil()
+    Image = pil()
     img = load_image(image)
     if img.size == (width, height):
         return np.array(img)

@@ -12,7 +12,7 @@ PKG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 
 # layer of each top-level part of h3cy (a module may import its own layer and those below)
 LAYERS = {"errors": 0, "_config": 0, "_kernels": 0, "_progress": 0, "_memory": 0, "_version": 0, "ops": 1,
-          "weights": 2, "models": 3, "taeh3": 3, "tuning": 3, "sampling": 4, "presets": 4, "preview": 4, "pipeline": 5,
+          "weights": 2, "images": 2, "models": 3, "taeh3": 3, "tuning": 3, "sampling": 4, "presets": 4, "preview": 4, "pipeline": 5,
           "result": 5, "media": 5, "keyframes": 5, "demo": 6, "batch": 6, "cli": 7, "__main__": 8, "__init__": 9}
 
 

@@ -13,7 +13,7 @@ from h3cy.errors import H3ValueError
 from h3cy.ops._base import pool_for
 from h3cy import _kernels
 from h3cy.models import mrope
-from h3cy.models.image_processor import ImageProcessor, load_image
+from h3cy.models.image_processor import ImageProcessor, load_vision_image
 from h3cy.models.vision_tower import VisionTower
 
 import _tiny_text_encoder as tiny
@@ -75,7 +75,7 @@ def test_processor_pixels_bit_identical_to_transformers_pillow_path(shape, rng):
     reference's exactly (no tolerance: the same Pillow call and the same float32 ops)."""
     im = rng.integers(0, 256, shape + (3,), dtype=np.uint8)
     ref = tiny.reference_processor()(images=[im])
-    pv, grid = ImageProcessor.default()(load_image(im))
+    pv, grid = ImageProcessor.default()(load_vision_image(im))
     assert list(grid) == ref["image_grid_thw"][0].tolist()
     assert pv.dtype == np.float32 and np.array_equal(pv, ref["pixel_values"])
 
@@ -94,7 +94,7 @@ def test_image_inputs_path_pil_and_array_agree(tmp_path, images):
     p = str(tmp_path / "k.png")
     Image.fromarray(images[0]).save(p)
     rgba = Image.fromarray(images[0]).convert("RGBA")          # converted to RGB, as the reference
-    a, b, c = (ImageProcessor.default()(load_image(x))[0] for x in (images[0], p, rgba))
+    a, b, c = (ImageProcessor.default()(load_vision_image(x))[0] for x in (images[0], p, rgba))
     assert np.array_equal(a, b) and np.array_equal(a, c)
     ref = tiny.reference_processor()(images=[rgba])["pixel_values"]
     assert np.array_equal(c, ref)
@@ -208,17 +208,18 @@ def test_encode_prompt_with_images_returns_tags_and_caches_on_pixels(encoders, w
 
 
 # ---- bad input: a clear error before any heavy work ------------------------------------------
-@pytest.mark.parametrize("bad,match", [
-    (np.zeros((64, 64, 3), np.float32), "uint8"),
-    (np.zeros((64, 64), np.uint8), r"\(height, width, 3\)"),
-    (np.zeros((64, 64, 4), np.uint8), r"\(height, width, 3\)"),
-    (np.zeros((8, 64, 3), np.uint8), "too small"),
-    (np.zeros((16, 4000, 3), np.uint8), "aspect ratio"),
-    ("corrupt", "not an image"),
-    ("missing", "no such file"),
-    (3.5, "expected"),
+# (grey and RGBA arrays are converted, not refused: tests/test_images.py; a missing file is
+# FileNotFoundError, as for keyframes)
+@pytest.mark.parametrize("bad,error,match", [
+    (np.zeros((64, 64, 3), np.float32), H3ValueError, "uint8"),
+    (np.zeros((64, 64, 2), np.uint8), H3ValueError, r"\(height, width, 3\)"),
+    (np.zeros((8, 64, 3), np.uint8), H3ValueError, "too small"),
+    (np.zeros((16, 4000, 3), np.uint8), H3ValueError, "aspect ratio"),
+    ("corrupt", H3ValueError, "cannot read"),
+    ("missing", FileNotFoundError, "no such file"),
+    (3.5, H3ValueError, "expected"),
 ])
-def test_bad_images_fail_before_the_tower_is_built(vte, tmp_path, images, bad, match):
+def test_bad_images_fail_before_the_tower_is_built(vte, tmp_path, images, bad, error, match):
     enc = h3cy.TextEncoder.from_pretrained(vte, weights="fp32")
     if isinstance(bad, str) and bad == "corrupt":
         bad = str(tmp_path / "broken.png")
@@ -226,7 +227,7 @@ def test_bad_images_fail_before_the_tower_is_built(vte, tmp_path, images, bad, m
             f.write(b"\x89PNG\r\n\x1a\n" + b"not really a png" * 10)
     elif isinstance(bad, str) and bad == "missing":
         bad = str(tmp_path / "nope.png")
-    with pytest.raises(H3ValueError, match=match):
+    with pytest.raises(error, match=match):
         h3cy.encode_prompt(enc, PROMPT, images=[images[0], bad], cache_dir=False)
     assert enc._vision is None                      # nothing heavy ran
 

@@ -18,6 +18,7 @@ import os
 import numpy as np
 
 from ..errors import H3ValueError
+from .. import images
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                               "data", "processor", "preprocessor_config.json")
@@ -25,15 +26,6 @@ DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__
 # min_pixels; a keyframe under one patch on a side is a mistake, not a picture.
 MIN_SIDE = 16
 MAX_ASPECT = 200          # smart_resize's own bound (it raises beyond it)
-
-
-def _pil():
-    try:
-        from PIL import Image
-    except ImportError as e:     # a run-time dependency (setup.py); say what is missing
-        raise ImportError("h3cy needs Pillow to prepare images for the prompt encoder "
-                          "(pip install Pillow)") from e
-    return Image
 
 
 def smart_resize(height, width, factor, min_pixels, max_pixels):
@@ -55,32 +47,12 @@ def smart_resize(height, width, factor, min_pixels, max_pixels):
     return h_bar, w_bar
 
 
-def load_image(image, what="image"):
-    """An image argument as an RGB ``PIL.Image``: a numpy (H, W, 3) uint8 array, a path (str or
-    os.PathLike) to a file Pillow reads, or a PIL image (converted to RGB as the reference
-    does).  Raises H3ValueError for anything else, a corrupt file, or a side under MIN_SIDE."""
-    Image = _pil()
-    if isinstance(image, (str, os.PathLike)):
-        path = os.fspath(image)
-        if not os.path.isfile(path):
-            raise H3ValueError(f"{what}: no such file {path!r}")
-        try:
-            with Image.open(path) as im:
-                im.load()
-                img = im.convert("RGB") if im.mode != "RGB" else im.copy()
-        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-            raise H3ValueError(f"{what}: {path!r} is not an image Pillow can read ({e})") from None
-    elif isinstance(image, Image.Image):
-        img = image.convert("RGB") if image.mode != "RGB" else image
-    elif isinstance(image, np.ndarray):
-        if image.dtype != np.uint8:
-            raise H3ValueError(f"{what}: a numpy image must be uint8 (0..255), got {image.dtype}")
-        if image.ndim != 3 or image.shape[2] != 3:
-            raise H3ValueError(f"{what}: a numpy image must be (height, width, 3) RGB, got shape {image.shape}")
-        img = Image.fromarray(np.ascontiguousarray(image), "RGB")
-    else:
-        raise H3ValueError(f"{what}: expected a (H, W, 3) uint8 numpy array, a path or a PIL image, "
-                           f"got {type(image).__name__}")
+def load_vision_image(image, what="image"):
+    """An image for the prompt encoder as an RGB ``PIL.Image``: :func:`h3cy.images.load_image`
+    (a path, a PIL image or a uint8 array; grey and RGBA converted to RGB; a missing file is
+    FileNotFoundError, other bad input H3ValueError), then the vision tower's own limits: a
+    side under MIN_SIDE or an aspect ratio above MAX_ASPECT is an H3ValueError."""
+    img = images.load_image(image, what)
     w, h = img.size
     if min(w, h) < MIN_SIDE:
         raise H3ValueError(f"{what}: {w}x{h} is too small (each side must be at least {MIN_SIDE} pixels)")

@@ -491,9 +491,9 @@ class TextEncoder:
 
     def prepare_images(self, images):
         """``(PIL images, grids)``: each image checked and converted to RGB (numpy (H, W, 3)
-        uint8, a path or a PIL image; h3cy.models.image_processor.load_image) and its patch
-        grid — cheap, so bad input fails before any heavy work."""
-        from .image_processor import load_image
+        uint8, a path or a PIL image; h3cy.models.image_processor.load_vision_image) and its
+        patch grid — cheap, so bad input fails before any heavy work."""
+        from .image_processor import load_vision_image
         if isinstance(images, (str, os.PathLike, np.ndarray)) or not hasattr(images, "__len__"):
             raise H3ValueError("images must be a list (of numpy arrays, paths or PIL images)")
         vc = self.vision_config
@@ -502,7 +502,7 @@ class TextEncoder:
                 proc.temporal_patch_size != vc.temporal_patch_size:
             raise _err(self.path, f"the vision tower's patch {vc.patch_size}/merge {vc.spatial_merge_size}/"
                                   f"temporal {vc.temporal_patch_size} differ from the processor's")
-        prepared = [load_image(im, f"images[{i}]") for i, im in enumerate(images)]
+        prepared = [load_vision_image(im, f"images[{i}]") for i, im in enumerate(images)]
         return prepared, [proc.grid(im) for im in prepared]
 
     def presentation(self, prompt, images=(), tokenizer=None):
