@@ -48,5 +48,9 @@ static inline h3v h3v_pow2n(h3v n) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(i, _mm256_set1_epi32(127)), 23));
 }
 static inline h3v h3v_round(h3v x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+/* inside every 4-float quarter [a b c d]: [b a d c], [c d a b], [d c b a] */
+static inline h3v h3v_swap_pairs(h3v v) { return _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)); }
+static inline h3v h3v_swap_halves4(h3v v) { return _mm256_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)); }
+static inline h3v h3v_reverse4(h3v v) { return _mm256_permute_ps(v, _MM_SHUFFLE(0, 1, 2, 3)); }
 #include "simd_math.inc"
 #endif

@@ -45,6 +45,10 @@ static inline h3v h3v_pow2n(h3v n) {
 static inline h3v h3v_round(h3v x) { /* to nearest even */
     return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
+/* inside every 4-float quarter [a b c d] (128-bit lane): [b a d c], [c d a b], [d c b a] */
+static inline h3v h3v_swap_pairs(h3v v) { return _mm512_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)); }
+static inline h3v h3v_swap_halves4(h3v v) { return _mm512_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)); }
+static inline h3v h3v_reverse4(h3v v) { return _mm512_permute_ps(v, _MM_SHUFFLE(0, 1, 2, 3)); }
 
 /* In-register 16 x 16 transpose of 32-bit lanes, r[i][j] -> r[j][i]: pairs, quads, then
  * two rounds of 128-bit lane shuffles (64 shuffles).  Moves bits only, so it serves float

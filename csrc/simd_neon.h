@@ -43,5 +43,9 @@ static inline h3v h3v_pow2n(h3v n) {
     return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(i, vdupq_n_s32(127)), 23));
 }
 static inline h3v h3v_round(h3v x) { return vrndnq_f32(x); }
+/* inside the vector (one 4-float quarter) [a b c d]: [b a d c], [c d a b], [d c b a] */
+static inline h3v h3v_swap_pairs(h3v v) { return vrev64q_f32(v); }
+static inline h3v h3v_swap_halves4(h3v v) { return vextq_f32(v, v, 2); }
+static inline h3v h3v_reverse4(h3v v) { return h3v_swap_halves4(vrev64q_f32(v)); }
 #include "simd_math.inc"
 #endif

@@ -52,9 +52,21 @@ size_t h3_qwen_layer_workspace_bytes(const h3_qwen_layer *w, const h3_qwen_layer
 
 #define TRY(call) do { st = (call); if (st) goto fail; } while (0)
 
-static h3_status check_shapes(const h3_qwen_layer *w, const h3_qwen_layer_args *a, h3_err *err) {
-    const int64_t Hd = a->hidden, Iq = (int64_t)a->heads * a->head_dim,
-                  Ik = (int64_t)a->kv_heads * a->head_dim, F = a->ffn;
+/* H3_EINVAL naming what is wrong unless forward can run this call: the geometry, the
+ * tables, and every linear's shape. */
+static h3_status check_call(const h3_qwen_layer *w, const h3_qwen_layer_args *a, const float *h, h3_err *err) {
+    if (!w || !a || !h) return h3_fail(err, H3_EINVAL, "qwen_layer: NULL argument");
+    if (!complete(w)) return h3_fail(err, H3_EINVAL, "qwen_layer: a weight is missing");
+    const int64_t S = a->S;
+    const int H = a->heads, Hk = a->kv_heads, D = a->head_dim;
+    const int64_t Hd = a->hidden, Iq = (int64_t)H * D, Ik = (int64_t)Hk * D, F = a->ffn;
+    if (S < 0 || Hd < 1 || H < 1 || Hk < 1 || H % Hk || D < 2 || D % 2 || D > 256 || F < 1)
+        return h3_fail(err, H3_EINVAL,
+                       "qwen_layer: bad geometry S=%lld hidden=%d heads=%d kv_heads=%d head_dim=%d ffn=%d",
+                       (long long)S, a->hidden, H, Hk, D, a->ffn);
+    if (a->round_bf16 && !(w->gate && w->up))
+        return h3_fail(err, H3_EINVAL, "qwen_layer: bf16 rounding needs separate gate and up linears");
+    if (S > 0 && (!a->cos || !a->sin)) return h3_fail(err, H3_EINVAL, "qwen_layer: cos/sin tables missing");
     struct { const h3_linear *l; int64_t n, k; const char *name; } want[] = {
         {w->q, Iq, Hd, "q_proj"}, {w->k, Ik, Hd, "k_proj"}, {w->v, Ik, Hd, "v_proj"},
         {w->o, Hd, Iq, "o_proj"}, {w->down, Hd, F, "down_proj"}, {w->gate_up, 2 * F, Hd, "gate_up"},
@@ -70,20 +82,10 @@ static h3_status check_shapes(const h3_qwen_layer *w, const h3_qwen_layer_args *
 h3_status h3_qwen_layer_forward(const h3_qwen_layer *w, const h3_qwen_layer_args *a, float *h,
                                 h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
                                 h3_err *err) {
-    if (!w || !a || !h) return h3_fail(err, H3_EINVAL, "qwen_layer: NULL argument");
-    if (!complete(w)) return h3_fail(err, H3_EINVAL, "qwen_layer: a weight is missing");
+    h3_status st = check_call(w, a, h, err);
+    if (st || a->S == 0) return st;
     const int64_t S = a->S;
     const int Hd = a->hidden, H = a->heads, Hk = a->kv_heads, D = a->head_dim, F = a->ffn;
-    if (S < 0 || Hd < 1 || H < 1 || Hk < 1 || H % Hk || D < 2 || D % 2 || D > 256 || F < 1)
-        return h3_fail(err, H3_EINVAL,
-                       "qwen_layer: bad geometry S=%lld hidden=%d heads=%d kv_heads=%d head_dim=%d ffn=%d",
-                       (long long)S, Hd, H, Hk, D, F);
-    if (a->round_bf16 && !(w->gate && w->up))
-        return h3_fail(err, H3_EINVAL, "qwen_layer: bf16 rounding needs separate gate and up linears");
-    if (S > 0 && (!a->cos || !a->sin)) return h3_fail(err, H3_EINVAL, "qwen_layer: cos/sin tables missing");
-    h3_status st = check_shapes(w, a, err);
-    if (st) return st;
-    if (S == 0) return H3_OK;
     void *own;
     block_bufs b;
     st = block_workspace(plan(w, a, h3_pool_threads(pool)), ws, ws_bytes, &own, &b, "qwen_layer", err);

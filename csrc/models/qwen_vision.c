@@ -109,9 +109,8 @@ static h3_status check_linear(const h3_linear *l, int64_t n, int64_t k, const ch
     return block_check_linear("qvis", l, n, k, name, err);
 }
 
-h3_status h3_qvis_block_forward(const h3_qvis_block *w, const h3_qvis_block_args *a, float *h,
-                                h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
-                                h3_err *err) {
+/* H3_EINVAL naming what is wrong unless forward can run this call. */
+static h3_status check_call(const h3_qvis_block *w, const h3_qvis_block_args *a, const float *h, h3_err *err) {
     if (!w || !a || !h) return h3_fail(err, H3_EINVAL, "qvis_block: NULL argument");
     if (!block_complete(w)) return h3_fail(err, H3_EINVAL, "qvis_block: a weight is missing");
     const int64_t S = a->S;
@@ -130,6 +129,16 @@ h3_status h3_qvis_block_forward(const h3_qvis_block *w, const h3_qvis_block_args
         (st = check_linear(w->v, C, C, "v", err)) || (st = check_linear(w->proj, C, C, "proj", err)) ||
         (st = check_linear(w->fc1, F, C, "fc1", err)) || (st = check_linear(w->fc2, C, F, "fc2", err)))
         return st;
+    return H3_OK;
+}
+
+h3_status h3_qvis_block_forward(const h3_qvis_block *w, const h3_qvis_block_args *a, float *h,
+                                h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
+                                h3_err *err) {
+    h3_status st = check_call(w, a, h, err);
+    if (st) return st;
+    const int64_t S = a->S;
+    const int C = a->hidden, H = a->heads, F = a->ffn, D = C / H;
     void *own;
     block_bufs b;
     st = block_workspace(block_plan(w, a, h3_pool_threads(pool)), ws, ws_bytes, &own, &b, "qvis_block", err);
