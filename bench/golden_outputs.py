@@ -10,7 +10,7 @@ the same files.  What is recorded, per ISA path in ``h3cy.ops.available_isas()``
 - DiT.forward of tiny configs a and b, diffusers and release layouts, every weights mode;
   h3cy.denoise (3 steps) in the Cython loop and the Python loop, and streaming;
 - TextEncoder.encode (hidden_states[50]) of the 51-layer tiny Qwen3-VL, every mode, and
-  streaming;
+  streaming; its vision tower (merger and deepstack outputs) on two pictures, fp32/bf16/int8;
 - VideoDecoder.decode (fp32, bf16, int8) and AudioDecoder.decode (fp32, int8, both configs);
 - the whole pipeline on the built-in demo model (h3cy.load + generate, 2 steps).
 
@@ -45,6 +45,7 @@ def build_models(root):
             _tiny_dit.build(name, os.path.join(root, f"dit_{name}"))
             _tiny_audio_vae.build(name, os.path.join(root, f"audio_{name}"))
         _tiny_text_encoder.build(os.path.join(root, "te"))
+        _tiny_text_encoder.build(os.path.join(root, "te_vision"), vision=True)
         _tiny_vae.build(os.path.join(root, "vae"))
         from h3cy import demo
         demo.build_demo_model(os.path.join(root, "demo_cache"))
@@ -54,6 +55,7 @@ def build_models(root):
         "dit": {name: {"diffusers": os.path.join(root, f"dit_{name}", "diffusers_fp32"),
                        "release": os.path.join(root, f"dit_{name}", "original")} for name in ("a", "b")},
         "te": os.path.join(root, "te", "text_encoder"),
+        "te_vision": os.path.join(root, "te_vision", "text_encoder"),
         "vae": os.path.join(root, "vae", "diffusers"),
         "audio": {name: os.path.join(root, f"audio_{name}", "diffusers") for name in ("a", "b")},
         "demo": demo.build_demo_model(os.path.join(root, "demo_cache")),
@@ -63,6 +65,21 @@ def build_models(root):
 def dit_inputs(cfg, seed=1, L=5, Nv=12, Na=6):
     from test_dit_parity import packed_inputs
     return packed_inputs(cfg, seed, L=L, Nv=Nv, Na=Na, U=2)
+
+
+def vision_inputs():
+    """(pixel_values, grids) of two seeded pictures (a 14x20-patch and a 20x14-patch one),
+    through h3cy's image processor."""
+    from PIL import Image
+    from h3cy.models.image_processor import ImageProcessor
+    rng = np.random.default_rng(7)
+    proc = ImageProcessor.default()
+    pvs, grids = [], []
+    for h, w in ((200, 300), (64, 48)):
+        pv, grid = proc(Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)))
+        pvs.append(pv)
+        grids.append(tuple(grid))
+    return np.concatenate(pvs), grids
 
 
 def record(models, cache_dir):
@@ -103,6 +120,12 @@ def record(models, cache_dir):
         enc = h3cy.TextEncoder.from_pretrained(models["te"], weights="int8", isa=isa, threads=2,
                                                cache_dir=cache_dir, streaming=True)
         out[f"te/{isa}/int8_streaming"] = enc.encode(LONG_IDS)
+        for mode in ("fp32", "bf16", "int8"):
+            enc = h3cy.TextEncoder.from_pretrained(models["te_vision"], weights=mode, isa=isa, threads=2)
+            merged, deep = enc.vision.forward(*vision_inputs())
+            out[f"vision/{isa}/{mode}/merged"] = merged
+            for i, d in enumerate(deep):
+                out[f"vision/{isa}/{mode}/deepstack{i}"] = d
         lat = np.random.default_rng(7).standard_normal((24, 7, 8, 12)).astype(np.float32)
         for mode in ("fp32", "bf16", "int8"):
             dec = h3cy.VideoDecoder.from_pretrained(models["vae"], weights=mode, isa=isa, threads=2)

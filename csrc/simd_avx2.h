@@ -43,10 +43,34 @@ static inline h3v h3v_load_bf16(const uint16_t *p) {
 static inline h3v h3v_load_f16(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
+/* LANES x uint32, for number-format bits (elem_body.inc's bf16 and f16 stores) */
+typedef __m256i h3vu;
+static inline h3vu h3vu_bits(h3v v) { return _mm256_castps_si256(v); }
+static inline h3vu h3vu_set1(uint32_t a) { return _mm256_set1_epi32((int)a); }
+static inline h3vu h3vu_add(h3vu a, h3vu b) { return _mm256_add_epi32(a, b); }
+static inline h3vu h3vu_and(h3vu a, h3vu b) { return _mm256_and_si256(a, b); }
+static inline h3vu h3vu_or(h3vu a, h3vu b) { return _mm256_or_si256(a, b); }
+static inline h3vu h3vu_shr16(h3vu a) { return _mm256_srli_epi32(a, 16); }
+/* a in the lanes where v is NaN, b in the others */
+static inline h3vu h3vu_where_nan(h3v v, h3vu a, h3vu b) {
+    return _mm256_blendv_epi8(b, a, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+}
+/* f16 bits of each lane by F16C: nearest even, inf on overflow, exact subnormals */
+static inline h3vu h3vu_f16_bits(h3v v) {
+    return _mm256_cvtepu16_epi32(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+/* each lane's value (<= 0xffff) as LANES uint16 */
+static inline void h3vu_store_u16(uint16_t *dst, h3vu a) {
+    _mm_storeu_si128((__m128i *)dst, _mm_packus_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)));
+}
 static inline h3v h3v_pow2n(h3v n) {
     __m256i i = _mm256_cvtps_epi32(n);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(i, _mm256_set1_epi32(127)), 23));
 }
 static inline h3v h3v_round(h3v x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+/* inside every 4-float quarter [a b c d]: [b a d c], [c d a b], [d c b a] */
+static inline h3v h3v_swap_pairs(h3v v) { return _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)); }
+static inline h3v h3v_swap_halves4(h3v v) { return _mm256_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)); }
+static inline h3v h3v_reverse4(h3v v) { return _mm256_permute_ps(v, _MM_SHUFFLE(0, 1, 2, 3)); }
 #include "simd_math.inc"
 #endif

@@ -37,6 +37,27 @@ static inline h3v h3v_load_bf16(const uint16_t *p) {
 static inline h3v h3v_load_f16(const uint16_t *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
+/* LANES x uint32, for number-format bits (elem_body.inc's bf16 and f16 stores) */
+typedef __m512i h3vu;
+static inline h3vu h3vu_bits(h3v v) { return _mm512_castps_si512(v); }
+static inline h3vu h3vu_set1(uint32_t a) { return _mm512_set1_epi32((int)a); }
+static inline h3vu h3vu_add(h3vu a, h3vu b) { return _mm512_add_epi32(a, b); }
+static inline h3vu h3vu_and(h3vu a, h3vu b) { return _mm512_and_si512(a, b); }
+static inline h3vu h3vu_or(h3vu a, h3vu b) { return _mm512_or_si512(a, b); }
+static inline h3vu h3vu_shr16(h3vu a) { return _mm512_srli_epi32(a, 16); }
+/* a in the lanes where v is NaN, b in the others */
+static inline h3vu h3vu_where_nan(h3v v, h3vu a, h3vu b) {
+    return _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), b, a);
+}
+/* f16 bits of each lane: vcvtps2ph rounds to nearest even with the immediate, gives inf on
+ * overflow and exact subnormals (NaN payloads are the caller's to replace) */
+static inline h3vu h3vu_f16_bits(h3v v) {
+    return _mm512_cvtepu16_epi32(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+/* each lane's value (<= 0xffff) as LANES uint16 */
+static inline void h3vu_store_u16(uint16_t *dst, h3vu a) {
+    _mm256_storeu_si256((__m256i *)dst, _mm512_cvtepi32_epi16(a));
+}
 /* 2^n for integral-valued float n in [-126, 127] */
 static inline h3v h3v_pow2n(h3v n) {
     __m512i i = _mm512_cvtps_epi32(n);
@@ -45,6 +66,10 @@ static inline h3v h3v_pow2n(h3v n) {
 static inline h3v h3v_round(h3v x) { /* to nearest even */
     return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
+/* inside every 4-float quarter [a b c d] (128-bit lane): [b a d c], [c d a b], [d c b a] */
+static inline h3v h3v_swap_pairs(h3v v) { return _mm512_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)); }
+static inline h3v h3v_swap_halves4(h3v v) { return _mm512_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)); }
+static inline h3v h3v_reverse4(h3v v) { return _mm512_permute_ps(v, _MM_SHUFFLE(0, 1, 2, 3)); }
 
 /* In-register 16 x 16 transpose of 32-bit lanes, r[i][j] -> r[j][i]: pairs, quads, then
  * two rounds of 128-bit lane shuffles (64 shuffles).  Moves bits only, so it serves float

@@ -38,10 +38,28 @@ static inline h3v h3v_load_bf16(const uint16_t *p) {
 static inline h3v h3v_load_f16(const uint16_t *p) {
     return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
 }
+/* LANES x uint32, for number-format bits (elem_body.inc's bf16 and f16 stores) */
+typedef uint32x4_t h3vu;
+static inline h3vu h3vu_bits(h3v v) { return vreinterpretq_u32_f32(v); }
+static inline h3vu h3vu_set1(uint32_t a) { return vdupq_n_u32(a); }
+static inline h3vu h3vu_add(h3vu a, h3vu b) { return vaddq_u32(a, b); }
+static inline h3vu h3vu_and(h3vu a, h3vu b) { return vandq_u32(a, b); }
+static inline h3vu h3vu_or(h3vu a, h3vu b) { return vorrq_u32(a, b); }
+static inline h3vu h3vu_shr16(h3vu a) { return vshrq_n_u32(a, 16); }
+/* a in the lanes where v is NaN, b in the others (v == v is false only on NaN) */
+static inline h3vu h3vu_where_nan(h3v v, h3vu a, h3vu b) { return vbslq_u32(vceqq_f32(v, v), b, a); }
+/* f16 bits of each lane (FPCR rounding: nearest even by default; FZ16 off keeps subnormals) */
+static inline h3vu h3vu_f16_bits(h3v v) { return vmovl_u16(vreinterpret_u16_f16(vcvt_f16_f32(v))); }
+/* each lane's value (<= 0xffff) as LANES uint16 */
+static inline void h3vu_store_u16(uint16_t *dst, h3vu a) { vst1_u16(dst, vmovn_u32(a)); }
 static inline h3v h3v_pow2n(h3v n) {
     int32x4_t i = vcvtnq_s32_f32(n);
     return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(i, vdupq_n_s32(127)), 23));
 }
 static inline h3v h3v_round(h3v x) { return vrndnq_f32(x); }
+/* inside the vector (one 4-float quarter) [a b c d]: [b a d c], [c d a b], [d c b a] */
+static inline h3v h3v_swap_pairs(h3v v) { return vrev64q_f32(v); }
+static inline h3v h3v_swap_halves4(h3v v) { return vextq_f32(v, v, 2); }
+static inline h3v h3v_reverse4(h3v v) { return h3v_swap_halves4(vrev64q_f32(v)); }
 #include "simd_math.inc"
 #endif

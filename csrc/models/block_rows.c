@@ -115,14 +115,21 @@ h3_status block_check(const char *who, const h3_block_shape *sh, const h3_block_
     return H3_OK;
 }
 
+h3_status block_check_linear(const char *who, const h3_linear *l, int64_t n, int64_t k, const char *name,
+                             h3_err *err) {
+    if (h3_linear_n(l) != n || h3_linear_k(l) != k)
+        return h3_fail(err, H3_EINVAL, "%s: %s is [%lld, %lld], expected [%lld, %lld]", who, name,
+                       (long long)h3_linear_n(l), (long long)h3_linear_k(l), (long long)n, (long long)k);
+    return H3_OK;
+}
+
 static block_bufs block_carve(const block_ws *p, void *ws) {
     char *base = (char *)ws;
-    block_bufs b;
-    b.n = (float *)(base + p->n); b.qkv = (float *)(base + p->qkv); b.q = (float *)(base + p->q);
-    b.k = (float *)(base + p->k); b.v = (float *)(base + p->v); b.o = (float *)(base + p->o);
-    b.br = (float *)(base + p->br); b.ff = (float *)(base + p->ff); b.act = (float *)(base + p->act);
-    b.lin = base + p->lin; b.attn = base + p->attn;
-    b.lin_bytes = p->attn - p->lin; b.attn_bytes = p->total - p->attn;
+    float *f[BW_LIN];
+    for (int i = 0; i < BW_LIN; i++) f[i] = (float *)(base + p->at[i]);
+    block_bufs b = {f[BW_N], f[BW_QKV], f[BW_Q], f[BW_K], f[BW_V], f[BW_O], f[BW_BR], f[BW_FF], f[BW_G], f[BW_U],
+                    f[BW_ACT], base + p->at[BW_LIN], base + p->at[BW_ATTN],
+                    p->at[BW_ATTN] - p->at[BW_LIN], p->total - p->at[BW_ATTN]};
     return b;
 }
 

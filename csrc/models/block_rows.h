@@ -1,8 +1,9 @@
-/* block_rows.h — what the model drivers (dit.c, vit.c) share: their element-wise passes
+/* block_rows.h — what the model drivers share: dit.c's and vit.c's element-wise passes
  * (block_rows.c: bf16 rounding, AdaLN modulation, gated and scaled residual adds, the QKV
  * split, and the bf16 SwiGLU and RoPE as torch rounds them on bf16 tensors -- those two
  * are the text layer's kernels, qwen_elem_impl.h), each run one row at a time over the
- * pool, and the workspace layout of a pre-norm transformer block.  Internal header. */
+ * pool, and, for all four (qwen_layer.c, qwen_vision.c too), the workspace of a pre-norm
+ * transformer block.  Internal header. */
 #ifndef H3_BLOCK_ROWS_H
 #define H3_BLOCK_ROWS_H
 
@@ -49,29 +50,35 @@ typedef struct {
 /* Run the pass over the pool's threads (small passes stay on the calling thread). */
 void block_ew_run(h3_pool *pool, const block_ew *c);
 
-/* Workspace of a pre-norm transformer block, 64-byte aligned pieces (byte offsets):
- * n [S,hidden] | qkv [S,3I] | q,k,v,o [S,I] | br [S,hidden] | ff [S,2*ffn] (with_ff) |
- * act [S,ffn] | the largest linear workspace | the attention workspace (I = heads*head_dim).
+/* Workspace of a pre-norm transformer block (all four model drivers): these pieces in this
+ * order, each 64-byte aligned at its byte offset at[piece]; a piece of 0 bytes takes no room.
+ * n [S,hidden] (the normed rows) | qkv (a fused projection's output) | q, k, v, o | br [S,hidden]
+ * (a branch output) | ff (an up projection's output) | g, u (separate gate and up outputs) |
+ * act [S,ffn] | the linears' workspace | the attention's workspace. */
+enum { BW_N, BW_QKV, BW_Q, BW_K, BW_V, BW_O, BW_BR, BW_FF, BW_G, BW_U, BW_ACT, BW_LIN, BW_ATTN, BW_PIECES };
+typedef struct { size_t at[BW_PIECES], total; } block_ws;
+
+/* The layout of pieces of bytes[piece] bytes each. */
+static inline block_ws block_ws_layout(const size_t bytes[BW_PIECES]) {
+    block_ws p;
+    size_t off = 0;
+    for (int i = 0; i < BW_PIECES; i++) {
+        p.at[i] = off;
+        off += al(bytes[i]);
+    }
+    p.total = off;
+    return p;
+}
+
+/* The DiT's and the ViT's layout: n | qkv [S,3I] | q,k,v,o [S,I] | br | ff [S,2*ffn] (with_ff)
+ * | act [S,ffn] | the largest linear workspace | the attention workspace (I = heads*head_dim).
  * residual: the epilogue the out/down projections run with (RESID, or NULL for none); the
  * up projection is sized for both the SwiGLU epilogue and none. */
-typedef struct { size_t n, qkv, q, k, v, o, br, ff, act, lin, attn, total; } block_ws;
-
 static inline block_ws block_ws_plan(const h3_block_shape *sh, int with_ff, const h3_block_weights *bw,
                                      const h3_epilogue *residual, int nth) {
-    block_ws p;
     const int64_t S_ = sh->S;
     const int heads = sh->heads, head_dim = sh->head_dim;
     const size_t S = (size_t)S_, Hd = (size_t)sh->hidden, I = (size_t)heads * head_dim, F = (size_t)sh->ffn;
-    size_t off = 0;
-    p.n = off; off += al(S * Hd * 4);
-    p.qkv = off; off += al(S * 3 * I * 4);
-    p.q = off; off += al(S * I * 4);
-    p.k = off; off += al(S * I * 4);
-    p.v = off; off += al(S * I * 4);
-    p.o = off; off += al(S * I * 4);
-    p.br = off; off += al(S * Hd * 4);
-    p.ff = off; off += with_ff ? al(S * 2 * F * 4) : 0;
-    p.act = off; off += al(S * F * 4);
     h3_epilogue e_sw = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
     size_t lw = 0, t;
     t = h3_linear_workspace_bytes(bw->qkv, S_, nth, NULL); lw = H3_MAX(lw, t);
@@ -79,11 +86,13 @@ static inline block_ws block_ws_plan(const h3_block_shape *sh, int with_ff, cons
     t = h3_linear_workspace_bytes(bw->up, S_, nth, &e_sw); lw = H3_MAX(lw, t);
     t = h3_linear_workspace_bytes(bw->up, S_, nth, NULL); lw = H3_MAX(lw, t);
     t = h3_linear_workspace_bytes(bw->down, S_, nth, residual); lw = H3_MAX(lw, t);
-    p.lin = off; off += al(lw);
     h3_attn_args aa = {S_, heads, heads, head_dim, (int64_t)I, (int64_t)I, (int64_t)I, (int64_t)I, 1.0f, 0, 0};  // workspace size only: bf16_inputs does not change it
-    p.attn = off; off += al(h3_attn_workspace_bytes(&aa, nth));
-    p.total = off;
-    return p;
+    const size_t qkvo = S * I * 4;
+    const size_t bytes[BW_PIECES] = {
+        [BW_N] = S * Hd * 4, [BW_QKV] = 3 * qkvo, [BW_Q] = qkvo, [BW_K] = qkvo, [BW_V] = qkvo, [BW_O] = qkvo,
+        [BW_BR] = S * Hd * 4, [BW_FF] = with_ff ? S * 2 * F * 4 : 0, [BW_ACT] = S * F * 4, [BW_LIN] = lw,
+        [BW_ATTN] = h3_attn_workspace_bytes(&aa, nth)};
+    return block_ws_layout(bytes);
 }
 
 /* The checks a DiT and a ViT block share: the weights in bw present, the geometry (S >= 0,
@@ -93,9 +102,13 @@ static inline block_ws block_ws_plan(const h3_block_shape *sh, int with_ff, cons
 h3_status block_check(const char *who, const h3_block_shape *sh, const h3_block_weights *bw, const float *cos,
                       const float *sin, h3_err *err);
 
+/* H3_EINVAL naming who and the linear (name) unless l is [n, k]. */
+h3_status block_check_linear(const char *who, const h3_linear *l, int64_t n, int64_t k, const char *name,
+                             h3_err *err);
+
 /* The workspace plan's pieces at their addresses in ws. */
 typedef struct {
-    float *n, *qkv, *q, *k, *v, *o, *br, *ff, *act;
+    float *n, *qkv, *q, *k, *v, *o, *br, *ff, *g, *u, *act;
     void *lin, *attn;           /* the linears' and the attention's workspaces */
     size_t lin_bytes, attn_bytes;
 } block_bufs;

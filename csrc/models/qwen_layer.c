@@ -8,30 +8,18 @@
  * layer then matches that model up to GEMM summation order (bit for bit on the tiny test
  * model over 50 layers). */
 #include "h3_internal.h"
-#include "block_rows.h"   /* al() */
+#include "block_rows.h"   /* the workspace layout */
 
 #include <math.h>
 #include <string.h>
 
-/* workspace (bytes, 64-aligned): y [S,hidden] | q [S,Hq*D] | k, v [S,Hkv*D] | o [S,Hq*D] |
- * br [S,hidden] | g, u, act [S,ffn] | linear workspace | attention workspace */
-typedef struct { size_t y, q, k, v, o, br, g, u, act, lin, attn, total; } qplan;
-
-static qplan plan(const h3_qwen_layer *w, const h3_qwen_layer_args *a, int nth) {
-    qplan p;
+/* workspace (block_rows.h's layout): n [S,hidden] | q [S,Hq*D] | k, v [S,Hkv*D] | o [S,Hq*D] |
+ * br [S,hidden] | g, u [S,ffn] (separate gate/up linears only) | act [S,ffn] | linear
+ * workspace | attention workspace (float32 or bf16 products, the larger) */
+static block_ws plan(const h3_qwen_layer *w, const h3_qwen_layer_args *a, int nth) {
     const size_t S = (size_t)a->S, Hd = (size_t)a->hidden, Iq = (size_t)a->heads * a->head_dim,
                  Ik = (size_t)a->kv_heads * a->head_dim, F = (size_t)a->ffn;
-    size_t off = 0;
-    p.y = off; off += al(S * Hd * 4);
-    p.q = off; off += al(S * Iq * 4);
-    p.k = off; off += al(S * Ik * 4);
-    p.v = off; off += al(S * Ik * 4);
-    p.o = off; off += al(S * Iq * 4);
-    p.br = off; off += al(S * Hd * 4);
-    const size_t gu = w->gate_up ? 0 : S * F * 4; /* separate gate/up outputs only */
-    p.g = off; off += al(gu);
-    p.u = off; off += al(gu);
-    p.act = off; off += al(S * F * 4);
+    const size_t gu = w->gate_up ? 0 : S * F * 4;
     h3_epilogue e_res = {H3_EPI_RESID, NULL, NULL, NULL, 0};
     h3_epilogue e_sw = {H3_EPI_SWIGLU, NULL, NULL, NULL, 0};
     size_t lw = 0, t;
@@ -41,13 +29,14 @@ static qplan plan(const h3_qwen_layer *w, const h3_qwen_layer_args *a, int nth) 
     t = h3_linear_workspace_bytes(w->o, a->S, nth, &e_res); lw = H3_MAX(lw, t);
     t = h3_linear_workspace_bytes(w->down, a->S, nth, &e_res); lw = H3_MAX(lw, t);
     if (w->gate_up) { t = h3_linear_workspace_bytes(w->gate_up, a->S, nth, &e_sw); lw = H3_MAX(lw, t); }
-    p.lin = off; off += al(lw);
     h3_attn_args aa = {a->S, a->heads, a->kv_heads, a->head_dim, (int64_t)Iq, (int64_t)Ik,
                        (int64_t)Ik, (int64_t)Iq, 1.0f, 1, 0};
     size_t aw = h3_attn_workspace_bytes(&aa, nth), aw2 = h3_attention_bf16p_workspace_bytes(&aa, nth);
-    p.attn = off; off += al(H3_MAX(aw, aw2));
-    p.total = off;
-    return p;
+    const size_t bytes[BW_PIECES] = {
+        [BW_N] = S * Hd * 4, [BW_Q] = S * Iq * 4, [BW_K] = S * Ik * 4, [BW_V] = S * Ik * 4, [BW_O] = S * Iq * 4,
+        [BW_BR] = S * Hd * 4, [BW_G] = gu, [BW_U] = gu, [BW_ACT] = S * F * 4, [BW_LIN] = lw,
+        [BW_ATTN] = H3_MAX(aw, aw2)};
+    return block_ws_layout(bytes);
 }
 
 static int complete(const h3_qwen_layer *w) {
@@ -63,19 +52,29 @@ size_t h3_qwen_layer_workspace_bytes(const h3_qwen_layer *w, const h3_qwen_layer
 
 #define TRY(call) do { st = (call); if (st) goto fail; } while (0)
 
-static h3_status check_shapes(const h3_qwen_layer *w, const h3_qwen_layer_args *a, h3_err *err) {
-    const int64_t Hd = a->hidden, Iq = (int64_t)a->heads * a->head_dim,
-                  Ik = (int64_t)a->kv_heads * a->head_dim, F = a->ffn;
+/* H3_EINVAL naming what is wrong unless forward can run this call: the geometry, the
+ * tables, and every linear's shape. */
+static h3_status check_call(const h3_qwen_layer *w, const h3_qwen_layer_args *a, const float *h, h3_err *err) {
+    if (!w || !a || !h) return h3_fail(err, H3_EINVAL, "qwen_layer: NULL argument");
+    if (!complete(w)) return h3_fail(err, H3_EINVAL, "qwen_layer: a weight is missing");
+    const int64_t S = a->S;
+    const int H = a->heads, Hk = a->kv_heads, D = a->head_dim;
+    const int64_t Hd = a->hidden, Iq = (int64_t)H * D, Ik = (int64_t)Hk * D, F = a->ffn;
+    if (S < 0 || Hd < 1 || H < 1 || Hk < 1 || H % Hk || D < 2 || D % 2 || D > 256 || F < 1)
+        return h3_fail(err, H3_EINVAL,
+                       "qwen_layer: bad geometry S=%lld hidden=%d heads=%d kv_heads=%d head_dim=%d ffn=%d",
+                       (long long)S, a->hidden, H, Hk, D, a->ffn);
+    if (a->round_bf16 && !(w->gate && w->up))
+        return h3_fail(err, H3_EINVAL, "qwen_layer: bf16 rounding needs separate gate and up linears");
+    if (S > 0 && (!a->cos || !a->sin)) return h3_fail(err, H3_EINVAL, "qwen_layer: cos/sin tables missing");
     struct { const h3_linear *l; int64_t n, k; const char *name; } want[] = {
         {w->q, Iq, Hd, "q_proj"}, {w->k, Ik, Hd, "k_proj"}, {w->v, Ik, Hd, "v_proj"},
         {w->o, Hd, Iq, "o_proj"}, {w->down, Hd, F, "down_proj"}, {w->gate_up, 2 * F, Hd, "gate_up"},
         {w->gate, F, Hd, "gate_proj"}, {w->up, F, Hd, "up_proj"}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        if (!want[i].l) continue;
-        if (h3_linear_n(want[i].l) != want[i].n || h3_linear_k(want[i].l) != want[i].k)
-            return h3_fail(err, H3_EINVAL, "qwen_layer: %s is [%lld, %lld], expected [%lld, %lld]",
-                           want[i].name, (long long)h3_linear_n(want[i].l),
-                           (long long)h3_linear_k(want[i].l), (long long)want[i].n, (long long)want[i].k);
+        h3_status st = want[i].l ? block_check_linear("qwen_layer", want[i].l, want[i].n, want[i].k,
+                                                      want[i].name, err) : H3_OK;
+        if (st) return st;
     }
     return H3_OK;
 }
@@ -83,31 +82,17 @@ static h3_status check_shapes(const h3_qwen_layer *w, const h3_qwen_layer_args *
 h3_status h3_qwen_layer_forward(const h3_qwen_layer *w, const h3_qwen_layer_args *a, float *h,
                                 h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
                                 h3_err *err) {
-    if (!w || !a || !h) return h3_fail(err, H3_EINVAL, "qwen_layer: NULL argument");
-    if (!complete(w)) return h3_fail(err, H3_EINVAL, "qwen_layer: a weight is missing");
+    h3_status st = check_call(w, a, h, err);
+    if (st || a->S == 0) return st;
     const int64_t S = a->S;
     const int Hd = a->hidden, H = a->heads, Hk = a->kv_heads, D = a->head_dim, F = a->ffn;
-    if (S < 0 || Hd < 1 || H < 1 || Hk < 1 || H % Hk || D < 2 || D % 2 || D > 256 || F < 1)
-        return h3_fail(err, H3_EINVAL,
-                       "qwen_layer: bad geometry S=%lld hidden=%d heads=%d kv_heads=%d head_dim=%d ffn=%d",
-                       (long long)S, Hd, H, Hk, D, F);
-    if (a->round_bf16 && !(w->gate && w->up))
-        return h3_fail(err, H3_EINVAL, "qwen_layer: bf16 rounding needs separate gate and up linears");
-    if (S > 0 && (!a->cos || !a->sin)) return h3_fail(err, H3_EINVAL, "qwen_layer: cos/sin tables missing");
-    h3_status st = check_shapes(w, a, err);
-    if (st) return st;
-    if (S == 0) return H3_OK;
-    const int nth = h3_pool_threads(pool);
-    qplan p = plan(w, a, nth);
     void *own;
-    st = h3_workspace(&ws, &ws_bytes, p.total, &own, "qwen_layer", err);
+    block_bufs b;
+    st = block_workspace(plan(w, a, h3_pool_threads(pool)), ws, ws_bytes, &own, &b, "qwen_layer", err);
     if (st) return st;
-    char *base = (char *)ws;
-    float *y = (float *)(base + p.y), *q = (float *)(base + p.q), *k = (float *)(base + p.k),
-          *v = (float *)(base + p.v), *o = (float *)(base + p.o), *br = (float *)(base + p.br),
-          *g = (float *)(base + p.g), *u = (float *)(base + p.u), *act = (float *)(base + p.act);
-    void *lws = base + p.lin, *aws = base + p.attn;
-    const size_t lws_b = p.attn - p.lin, aws_b = p.total - p.attn;
+    float *y = b.n, *q = b.q, *k = b.k, *v = b.v, *o = b.o, *br = b.br, *g = b.g, *u = b.u, *act = b.act;
+    void *lws = b.lin, *aws = b.attn;
+    const size_t lws_b = b.lin_bytes, aws_b = b.attn_bytes;
     const int R = a->round_bf16;
     const int64_t Iq = (int64_t)H * D, Ik = (int64_t)Hk * D;
     const h3_isa eisa = h3_isa_vector(isa); /* element-wise kernels */

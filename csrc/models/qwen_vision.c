@@ -4,7 +4,7 @@
  * RoPE, LayerNorm and activation kernels.  float32 mode runs them as they are; bf16 mode
  * rounds every activation where transformers' bf16 model rounds it (h3_qwen_vision.h). */
 #include "h3_internal.h"
-#include "block_rows.h"   /* al() */
+#include "block_rows.h"   /* al(), the workspace layout */
 
 #include <math.h>
 #include <string.h>
@@ -72,21 +72,10 @@ h3_status h3_rows_add(float *h, int64_t L, const int64_t *rows, const float *src
 
 /* ---- the block ----------------------------------------------------------------- */
 
-/* workspace (bytes, 64-aligned): y [S,C] | q, k, v, o [S,C] | br [S,C] | act [S,F] |
- * linear workspace | attention workspace */
-typedef struct { size_t y, q, k, v, o, br, act, lin, attn, total; } vplan;
-
-static vplan block_plan(const h3_qvis_block *w, const h3_qvis_block_args *a, int nth) {
-    vplan p;
+/* workspace (block_rows.h's layout): n [S,C] | q, k, v, o [S,C] | br [S,C] | act [S,F] |
+ * linear workspace | attention workspace (float32 or bf16 products, the larger) */
+static block_ws block_plan(const h3_qvis_block *w, const h3_qvis_block_args *a, int nth) {
     const size_t S = (size_t)a->S, C = (size_t)a->hidden, F = (size_t)a->ffn;
-    size_t off = 0;
-    p.y = off; off += al(S * C * 4);
-    p.q = off; off += al(S * C * 4);
-    p.k = off; off += al(S * C * 4);
-    p.v = off; off += al(S * C * 4);
-    p.o = off; off += al(S * C * 4);
-    p.br = off; off += al(S * C * 4);
-    p.act = off; off += al(S * F * 4);
     h3_epilogue e_res = {H3_EPI_RESID, NULL, NULL, NULL, 0};
     size_t lw = 0, t;
     const h3_linear *all[] = {w->q, w->k, w->v, w->proj, w->fc1, w->fc2};
@@ -95,13 +84,14 @@ static vplan block_plan(const h3_qvis_block *w, const h3_qvis_block_args *a, int
     }
     t = h3_linear_workspace_bytes(w->proj, a->S, nth, &e_res); lw = H3_MAX(lw, t);
     t = h3_linear_workspace_bytes(w->fc2, a->S, nth, &e_res); lw = H3_MAX(lw, t);
-    p.lin = off; off += al(lw);
     const int D = a->heads > 0 ? a->hidden / a->heads : 1;
     h3_attn_args aa = {a->S, a->heads, a->heads, D, (int64_t)C, (int64_t)C, (int64_t)C, (int64_t)C, 1.0f, 0, 0};
     size_t aw = h3_attn_workspace_bytes(&aa, nth), aw2 = h3_attention_bf16p_workspace_bytes(&aa, nth);
-    p.attn = off; off += al(H3_MAX(aw, aw2));
-    p.total = off;
-    return p;
+    const size_t SC4 = S * C * 4;
+    const size_t bytes[BW_PIECES] = {[BW_N] = SC4, [BW_Q] = SC4, [BW_K] = SC4, [BW_V] = SC4, [BW_O] = SC4,
+                                     [BW_BR] = SC4, [BW_ACT] = S * F * 4, [BW_LIN] = lw,
+                                     [BW_ATTN] = H3_MAX(aw, aw2)};
+    return block_ws_layout(bytes);
 }
 
 static int block_complete(const h3_qvis_block *w) {
@@ -116,15 +106,11 @@ size_t h3_qvis_block_workspace_bytes(const h3_qvis_block *w, const h3_qvis_block
 }
 
 static h3_status check_linear(const h3_linear *l, int64_t n, int64_t k, const char *name, h3_err *err) {
-    if (h3_linear_n(l) != n || h3_linear_k(l) != k)
-        return h3_fail(err, H3_EINVAL, "qvis: %s is [%lld, %lld], expected [%lld, %lld]", name,
-                       (long long)h3_linear_n(l), (long long)h3_linear_k(l), (long long)n, (long long)k);
-    return H3_OK;
+    return block_check_linear("qvis", l, n, k, name, err);
 }
 
-h3_status h3_qvis_block_forward(const h3_qvis_block *w, const h3_qvis_block_args *a, float *h,
-                                h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
-                                h3_err *err) {
+/* H3_EINVAL naming what is wrong unless forward can run this call. */
+static h3_status check_call(const h3_qvis_block *w, const h3_qvis_block_args *a, const float *h, h3_err *err) {
     if (!w || !a || !h) return h3_fail(err, H3_EINVAL, "qvis_block: NULL argument");
     if (!block_complete(w)) return h3_fail(err, H3_EINVAL, "qvis_block: a weight is missing");
     const int64_t S = a->S;
@@ -143,17 +129,23 @@ h3_status h3_qvis_block_forward(const h3_qvis_block *w, const h3_qvis_block_args
         (st = check_linear(w->v, C, C, "v", err)) || (st = check_linear(w->proj, C, C, "proj", err)) ||
         (st = check_linear(w->fc1, F, C, "fc1", err)) || (st = check_linear(w->fc2, C, F, "fc2", err)))
         return st;
-    const int nth = h3_pool_threads(pool);
-    vplan p = block_plan(w, a, nth);
-    void *own;
-    st = h3_workspace(&ws, &ws_bytes, p.total, &own, "qvis_block", err);
+    return H3_OK;
+}
+
+h3_status h3_qvis_block_forward(const h3_qvis_block *w, const h3_qvis_block_args *a, float *h,
+                                h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
+                                h3_err *err) {
+    h3_status st = check_call(w, a, h, err);
     if (st) return st;
-    char *base = (char *)ws;
-    float *y = (float *)(base + p.y), *q = (float *)(base + p.q), *k = (float *)(base + p.k),
-          *v = (float *)(base + p.v), *o = (float *)(base + p.o), *br = (float *)(base + p.br),
-          *act = (float *)(base + p.act);
-    void *lws = base + p.lin, *aws = base + p.attn;
-    const size_t lws_b = p.attn - p.lin, aws_b = p.total - p.attn;
+    const int64_t S = a->S;
+    const int C = a->hidden, H = a->heads, F = a->ffn, D = C / H;
+    void *own;
+    block_bufs b;
+    st = block_workspace(block_plan(w, a, h3_pool_threads(pool)), ws, ws_bytes, &own, &b, "qvis_block", err);
+    if (st) return st;
+    float *y = b.n, *q = b.q, *k = b.k, *v = b.v, *o = b.o, *br = b.br, *act = b.act;
+    void *lws = b.lin, *aws = b.attn;
+    const size_t lws_b = b.lin_bytes, aws_b = b.attn_bytes;
     const int R = a->round_bf16;
     const int64_t SC = S * C;
     const h3_isa eisa = h3_isa_vector(isa);
