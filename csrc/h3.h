@@ -69,6 +69,18 @@ int h3_cpu_extensions(void);                         /* H3_EXT_* bits this CPU h
  * on nth threads (the caller is thread 0) and returns when all are done; that return is
  * the barrier between dependent phases.  Idle workers spin briefly, then sleep. */
 typedef struct h3_pool h3_pool;
+
+/* The calling convention every transformer block kind shares (h3_dit.h, h3_vit.h,
+ * h3_qwen.h, h3_qwen_vision.h), written once:
+ *   size_t    PREFIX_workspace_bytes(const W *w, const ARGS *a, int n_threads);
+ *   h3_status PREFIX_forward(const W *w, const ARGS *a, float *h, h3_pool *pool,
+ *                            void *ws, size_t ws_bytes, h3_isa isa, h3_err *err);
+ * forward updates the rows h in place; ws: 64-byte aligned, >= the workspace bytes (NULL:
+ * allocated inside).  Each header declares its block with one H3_BLOCK_API line. */
+#define H3_BLOCK_API(PREFIX, W, ARGS)                                                         \
+    size_t PREFIX##_workspace_bytes(const W *w, const ARGS *a, int n_threads);                \
+    h3_status PREFIX##_forward(const W *w, const ARGS *a, float *h, h3_pool *pool, void *ws,   \
+                               size_t ws_bytes, h3_isa isa, h3_err *err)
 typedef void (*h3_task_fn)(void *ctx, int ith, int nth);
 h3_status h3_pool_create(int n_threads, h3_pool **out, h3_err *err);
 void h3_pool_free(h3_pool *pool);                    /* NULL is a no-op */

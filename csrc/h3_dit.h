@@ -45,12 +45,8 @@ enum { H3_DIT_STAGES = 8 };
  * residual), "norm2", "up" (+ SwiGLU), "down" (+ gated residual) */
 extern const char *const h3_dit_stage_names[H3_DIT_STAGES];
 
-size_t h3_dit_block_workspace_bytes(const h3_dit_block *w, const h3_dit_block_args *a,
-                                    int n_threads);
-/* ws: 64-byte aligned, >= workspace_bytes (NULL: allocated inside). */
-h3_status h3_dit_block_forward(const h3_dit_block *w, const h3_dit_block_args *a, float *h,
-                               h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
-                               h3_err *err);
+/* h3_dit_block_workspace_bytes, h3_dit_block_forward */
+H3_BLOCK_API(h3_dit_block, h3_dit_block, h3_dit_block_args);
 
 /* x = bf16(x) in place (round to nearest even, kept as float32). */
 h3_status h3_round_bf16(float *x, int64_t n, h3_pool *pool, h3_err *err);

@@ -77,16 +77,13 @@ typedef struct {
     const float *cos, *sin;
 } h3_qwen_layer_args;
 
-size_t h3_qwen_layer_workspace_bytes(const h3_qwen_layer *w, const h3_qwen_layer_args *a,
-                                     int n_threads);
 /* The layer (spec §3.2), causal grouped-query attention, scale 1/sqrt(D):
  *   r = h; y = RMS(h, input_norm); q,k,v = y W^T; q,k = RMS per head; RoPE(q, k)
  *   h = r + attention(q, k, v) Wo^T
  *   r = h; y = RMS(h, post_norm); h = r + (silu(y Wg^T) * (y Wu^T)) Wd^T
  * ws: 64-byte aligned, >= workspace_bytes (NULL: allocated inside). */
-h3_status h3_qwen_layer_forward(const h3_qwen_layer *w, const h3_qwen_layer_args *a, float *h,
-                                h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
-                                h3_err *err);
+/* h3_qwen_layer_workspace_bytes, h3_qwen_layer_forward */
+H3_BLOCK_API(h3_qwen_layer, h3_qwen_layer, h3_qwen_layer_args);
 
 #ifdef __cplusplus
 }

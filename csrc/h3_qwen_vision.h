@@ -58,14 +58,11 @@ typedef struct {
     int round_bf16;
 } h3_qvis_block_args;
 
-size_t h3_qvis_block_workspace_bytes(const h3_qvis_block *w, const h3_qvis_block_args *a,
-                                     int n_threads);
 /* h = h + proj(attn(rope(q(LN1 h)), rope(k(LN1 h)), v(LN1 h)))
  * h = h + fc2(gelu_tanh(fc1(LN2 h)))
  * ws: 64-byte aligned, >= workspace_bytes (NULL: allocated inside). */
-h3_status h3_qvis_block_forward(const h3_qvis_block *w, const h3_qvis_block_args *a, float *h,
-                                h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
-                                h3_err *err);
+/* h3_qvis_block_workspace_bytes, h3_qvis_block_forward */
+H3_BLOCK_API(h3_qvis_block, h3_qvis_block, h3_qvis_block_args);
 
 /* The patch merger (weights borrowed): norm over [C] per row (postshuffle = 0, the final
  * merger) or over the merged [unit * C] rows (postshuffle = 1, the deepstack mergers);

@@ -46,12 +46,8 @@ typedef struct {
     int attn_bf16; /* last, so positional initialisers written before it still mean the same */
 } h3_vit_block_args;
 
-size_t h3_vit_block_workspace_bytes(const h3_vit_block *w, const h3_vit_block_args *a,
-                                    int n_threads);
-/* ws: 64-byte aligned, >= workspace_bytes (NULL: allocated inside). */
-h3_status h3_vit_block_forward(const h3_vit_block *w, const h3_vit_block_args *a, float *h,
-                               h3_pool *pool, void *ws, size_t ws_bytes, h3_isa isa,
-                               h3_err *err);
+/* h3_vit_block_workspace_bytes, h3_vit_block_forward */
+H3_BLOCK_API(h3_vit_block, h3_vit_block, h3_vit_block_args);
 
 #ifdef __cplusplus
 }
