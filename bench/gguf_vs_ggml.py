@@ -56,10 +56,18 @@ TE = ("te_q", "te_kv", "te_o", "te_up", "te_down")
 SETTLE = 0.05   # s asleep before each timed call: the other implementation's idle threads stop spinning
 
 
+try:   # bench/gguf_gemm.py (the h3cy-side GGUF table) builds the same linear on h3cy's default path
+    from gguf_gemm import gguf_linear as _gguf_gemm_linear  # noqa: E402
+except ImportError:
+    _gguf_gemm_linear = None
+
+
 def h3cy_gguf_linear(type_name, N, K, pool, isa, rng):
     """h3cy's GGUF linear over random valid (N, K) blocks of ``type_name``, as the loader
-    builds it (weights/linears.py: linear_attach_gguf + Linear.from_core).
-    TODO(#24): use bench/gguf_gemm.py's builder once it is on main (helper wt24k's branch)."""
+    builds it (weights/linears.py: linear_attach_gguf + Linear.from_core): bench/gguf_gemm.py's
+    gguf_linear where it exists and the path is the default one, else the same here."""
+    if _gguf_gemm_linear is not None and isa == h3cy.ops.active_isa():
+        return _gguf_gemm_linear(type_name, N, K, pool, rng)[0]
     blocks = random_blocks(type_name, N, K, rng)
     core = _kernels.linear_attach_gguf([blocks], [TYPES[type_name][0]], N, K, None, 0, isa, pool)
     lin = h3cy.ops.Linear.from_core(core, "int8", pool)

@@ -28,6 +28,8 @@
  *   ggml_mm --types q8_0,q4_K --shapes 7168x5376,5376x14336 --m 2048,128 --threads 2 --reps 5
  *   ggml_mm --serve --threads 2      (stdin lines "TYPE N K M REPS" -> one JSON line each)
  *   ggml_mm --info                   (the build's features and extra buffer types, one JSON line)
+ *   ggml_mm ... --dump PREFIX        (also write PREFIX.TYPE.{w,x,y}: the blocks as stored, x and y
+ *                                     as raw f32, for tests/test_gguf_ggml_parity.py)
  * One JSON line per (type, shape, M): ms_median, ms_min, gflops (2*M*N*K / median), buft.
  */
 #include <math.h>
@@ -80,6 +82,7 @@ static ggml_backend_t backend;
 static ggml_backend_dev_t cpu_dev;
 static int best_config;
 static int n_threads = 1;
+static const char *dump_prefix;
 
 static struct {
     enum ggml_type type; int64_t N, K;
@@ -141,6 +144,14 @@ static ggml_backend_buffer_t place_weight(struct ggml_context *ctx_w, struct ggm
     return ggml_backend_alloc_ctx_tensors_from_buft(ctx_w, def);
 }
 
+static int dump(const char *type, const char *ext, const void *p, size_t n) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%s.%s", dump_prefix, type, ext);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n) { fprintf(stderr, "ggml_mm: cannot write %s\n", path); if (f) fclose(f); return 1; }
+    return fclose(f) != 0;
+}
+
 static int run_one(enum ggml_type t, int64_t N, int64_t K, int64_t M, int reps) {
     if (K % ggml_blck_size(t) != 0) {
         fprintf(stderr, "ggml_mm: K=%lld is not a multiple of %s's block %lld\n", (long long)K,
@@ -196,6 +207,14 @@ static int run_one(enum ggml_type t, int64_t N, int64_t K, int64_t M, int reps) 
         double s = 0;
         for (int64_t k = 0; k < K; k++) s += (double)wrow[k] * xh[k];
         num += (y0[n] - s) * (y0[n] - s); den += s * s;
+    }
+    if (dump_prefix) {
+        float *yall = malloc(ggml_nbytes(y));
+        ggml_backend_tensor_get(y, yall, 0, ggml_nbytes(y));
+        int bad = dump(ggml_type_name(t), "w", q, ggml_row_size(t, K) * N) || dump(ggml_type_name(t), "x", xh, ggml_nbytes(x)) ||
+                  dump(ggml_type_name(t), "y", yall, ggml_nbytes(y));
+        free(yall);
+        if (bad) return 1;
     }
     double flop = 2.0 * M * N * K;
     printf("{\"impl\": \"ggml\", \"config\": \"%s\", \"type\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, "
@@ -254,6 +273,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--threads") && v) { n_threads = atoi(argv[++i]); }
         else if (!strcmp(a, "--reps") && v) { reps = atoi(argv[++i]); }
         else if (!strcmp(a, "--config") && v) { best_config = !strcmp(argv[++i], "best"); }
+        else if (!strcmp(a, "--dump") && v) { dump_prefix = argv[++i]; }
         else if (!strcmp(a, "--serve")) { serve = 1; }
         else if (!strcmp(a, "--info")) { info = 1; }
         else { fprintf(stderr, "ggml_mm: unknown argument %s (see the comment at the top of ggml_mm.c)\n", a); return 2; }
