@@ -136,7 +136,7 @@ static ggml_backend_buffer_t place_weight(struct ggml_context *ctx_w, struct ggm
             ggml_free(tmp);
             if (ok) { *name = ggml_backend_buft_name(*extra); return buf; }
             ggml_backend_buffer_free(buf);
-            w->buffer = NULL; w->data = NULL;
+            w->buffer = NULL; w->data = NULL; w->extra = NULL;   /* the rejected buffer's traits */
         }
     }
     ggml_backend_buffer_type_t def = ggml_backend_get_default_buffer_type(backend);
