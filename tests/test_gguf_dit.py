@@ -93,21 +93,6 @@ def test_gguf_unsupported_type_is_named(tiny_dit_factory, tmp_path):
     assert "qkv_proj" in str(ei.value)
 
 
-def test_info_lists_gguf_types_and_counts(tiny_dit_factory, tmp_path, capsys):
-    from h3cy.cli import info_file
-    t = tiny_dit_factory("b")
-    gp, _, quantised = _gguf_dit(t, tmp_path, np.random.default_rng(2))
-    assert info_file(gp) == 0
-    out = capsys.readouterr().out
-    assert "component : transformer" in out
-    for tname in ("Q8_0", "Q4_0", "Q5_1", "Q4_1", "Q5_0"):
-        assert f"{tname} x" in out, out
-    # bytes on disk counted from the blocks (Q8_0: 34 bytes per 32 values), not 4 per value
-    import os
-    disk = [ln for ln in out.splitlines() if ln.startswith("params")][0]
-    assert "on disk" in disk and os.path.getsize(gp) > 0
-
-
 def _lossless_gguf(sd, path):
     """The Comfy state dict as GGUF with every tensor as stored (BF16 stays BF16, the rest
     F32): the same values as the release folder, so the pipeline must give the same bits."""
