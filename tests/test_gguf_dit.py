@@ -57,12 +57,36 @@ def test_gguf_dit_runs_as_stored_and_matches_the_dequantised_model(tiny_dit_fact
     # a wrong name mapping, block layout or QKV order gives O(1)
     for got, want in ((got_v, want_v), (got_a, want_a)):
         rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+        print(f"observed rel L2 {rel:.2e}")
         assert rel <= 2e-2, rel
     # and the quantised layers did run on the GGUF GEMM: dequantised fp32 weights give the
     # reference bit for bit
     got32_v, _ = h3cy.DiT.from_pretrained(gp, weights="fp32", threads=2).forward(**inputs)
     assert_close(got32_v, want_v, max_rel_tol=1e-5, what="video")
     assert len(quantised) >= 8   # 20 in config b
+
+
+def test_gguf_dit_streaming_and_weight_cache(tiny_dit_factory, tmp_path):
+    """streaming=True builds each block from the mapped file (the same bits as resident);
+    weights="auto" converts nothing, so cache_dir gets no file; a converting mode (int4)
+    writes its cache once and maps it on the next load, streaming or not."""
+    t = tiny_dit_factory("b")
+    gp, _, _ = _gguf_dit(t, tmp_path, np.random.default_rng(5))
+    inputs = packed_inputs(t.config, seed=3)
+    cd = tmp_path / "cache"
+    want_v, want_a = h3cy.DiT.from_pretrained(gp, threads=2).forward(**inputs)
+    st = h3cy.DiT.from_pretrained(gp, threads=2, streaming=True, cache_dir=str(cd))
+    got_v, got_a = st.forward(**inputs)
+    assert np.array_equal(got_v, want_v) and np.array_equal(got_a, want_a)
+    assert not cd.exists() or not list(cd.iterdir())
+    first = h3cy.DiT.from_pretrained(gp, weights="int4", threads=2, cache_dir=str(cd))
+    v4, _ = first.forward(**inputs)
+    assert len(list(cd.glob("h3cy-int4-*.h3w"))) == 1
+    again = h3cy.DiT.from_pretrained(gp, weights="int4", threads=2, cache_dir=str(cd))
+    assert again.linears_attached > 0                       # mapped from the cache, not converted
+    assert np.array_equal(again.forward(**inputs)[0], v4)
+    assert np.array_equal(h3cy.DiT.from_pretrained(gp, weights="int4", threads=2, streaming=True,
+                                                   cache_dir=str(cd)).forward(**inputs)[0], v4)
 
 
 def test_gguf_unsupported_type_is_named(tiny_dit_factory, tmp_path):
