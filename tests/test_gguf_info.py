@@ -50,11 +50,11 @@ def test_info_names_unread_and_unsupported_tensors(tiny_dit_factory, tmp_path, c
     enc = b"blocks.0.attn.qkv_proj.weight"
     at = raw.index(enc) + len(enc) + 4 + 16            # n_dims, two dims, then the type id
     assert raw[at] == TYPES["Q4_0"][0]
-    raw[at] = 20                                       # IQ4_NL: same block size, no GEMM in h3cy
+    raw[at] = 39                                       # MXFP4: 32 values a block, not read by h3cy
     p.write_bytes(bytes(raw))
     out = _info(p, capsys)
-    assert "IQ4_NL x1" in out
-    assert "UNSUPPORTED: blocks.0.attn.qkv_proj.weight is IQ4_NL" in out
+    assert "MXFP4 x1" in out
+    assert "UNSUPPORTED: blocks.0.attn.qkv_proj.weight is MXFP4" in out
     assert "the load FAILS" in out
 
     # a tensor the transformer has no use for: the load refuses it and info names it

@@ -35,7 +35,7 @@ from .. import _kernels
 from ..weights import pages as _pages
 from .. import ops
 from ..weights.comfy_quant import Int8Weight, read_quant
-from ..weights.gguf import GGUFWeight, RUNNABLE_TYPES as GGUF_TYPES
+from ..weights.gguf import GGUFWeight, READABLE_TYPES as GGUF_TYPES
 from ..weights.files import TensorFiles, find_weights, load_json, report_once
 from ..weights.linears import make_linear
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16

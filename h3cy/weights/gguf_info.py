@@ -9,12 +9,13 @@ used in place from the mapping (their pages are the file's, counted at their siz
 and BF16 matrices in place too, F16 ones widened to float32 once; "int8" given explicitly
 also runs the blocks as stored but converts the float matrices to int8; the other modes
 dequantise every block at load and convert it (fp32: 4 bytes a weight, BF16 ones in
-place; bf16/fp16: 2; int4: ~0.53).  Vectors (norms, biases) are float32 in every mode; a
+place; bf16/fp16: 2; int4: ~0.53).  IQ4_NL/IQ4_XS blocks are decoded at load in every mode
+(int8 under "auto").  Vectors (norms, biases) are float32 in every mode; a
 quantised embedding table stays as stored (only the looked-up rows are decoded).
 """
 import os
 
-from .gguf import GGML_TYPES, GGUFFile, PLAIN, RUNNABLE_TYPES
+from .gguf import DECODED_TYPES, GGML_TYPES, GGUFFile, PLAIN, READABLE_TYPES, RUNNABLE_TYPES
 
 __all__ = ["gguf_lines", "gguf_memory"]
 
@@ -47,8 +48,10 @@ def gguf_memory(tensors):
                 need[m] += vec
             continue
         q = t.dtype not in PLAIN
-        need["auto"] += t.nbytes if q or t.dtype != "F16" else 4 * n
-        need["int8"] += t.nbytes if q else int(_INT8 * n)
+        stored = t.dtype in RUNNABLE_TYPES          # IQ4_*: decoded at load, converted to int8
+        need["auto"] += t.nbytes if stored or t.dtype in ("F32", "BF16") else \
+            (4 * n if t.dtype == "F16" else int(_INT8 * n))
+        need["int8"] += t.nbytes if stored else int(_INT8 * n)
         need["fp32"] += t.nbytes if t.dtype in ("F32", "BF16") else 4 * n
         need["bf16"] += t.nbytes if t.dtype == "BF16" else 2 * n
         need["fp16"] += 2 * n
@@ -119,6 +122,10 @@ def gguf_lines(path, kind):
             out.append(f"  ... {len(skipped)} not read in all")
         runs = _runs(kind.component)
         bad = sorted((n, stored[n].dtype) for n in read if n in stored and stored[n].dtype not in runs)
+        decoded = sorted({stored[n].dtype for n in read if n in stored and stored[n].dtype in DECODED_TYPES})
+        if decoded:
+            out.append(f"  decoded at load: {', '.join(decoded)} tensors are dequantised and converted to "
+                       "int8 (weights='auto'): the GGUF GEMM does not run them as stored yet")
         for n, d in bad[:20]:
             out.append(f"  UNSUPPORTED: {kind.prefix + n} is {d}: h3cy has no decoder/GEMM for it; "
                        "loading this file fails")
@@ -140,5 +147,5 @@ def gguf_lines(path, kind):
 
 def _runs(component):
     if component in ("transformer", "text_encoder"):
-        return _FLOAT + RUNNABLE_TYPES
+        return _FLOAT + READABLE_TYPES
     return _FLOAT
