@@ -47,7 +47,6 @@ def gguf_memory(tensors):
             for m in MODES:
                 need[m] += vec
             continue
-        q = t.dtype not in PLAIN
         stored = t.dtype in RUNNABLE_TYPES          # IQ4_*: decoded at load, converted to int8
         need["auto"] += t.nbytes if stored or t.dtype in ("F32", "BF16") else \
             (4 * n if t.dtype == "F16" else int(_INT8 * n))
@@ -98,7 +97,8 @@ def gguf_lines(path, kind):
             "none (stable-diffusion.cpp's converter writes no metadata)"
         out.append(f"gguf      : version {g.version}, {len(g.tensors)} tensors, {len(g.metadata)} metadata "
                    f"keys, alignment {g.alignment}, general.architecture {arch}")
-        out.append(f"names     : {'llama.cpp names mapped back to Comfy names' if g.naming == 'llama.cpp' else 'as stored'}")
+        naming = "llama.cpp names mapped back to Comfy names" if g.naming == "llama.cpp" else "as stored"
+        out.append(f"names     : {naming}")
         out.append(f"file size : {fmt_bytes(size)} ({size} bytes)")
         by_type = {}
         for t in g.tensors.values():
