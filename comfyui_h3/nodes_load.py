@@ -30,8 +30,32 @@ NO_MODEL = "(no MiniMax-H3 model found: put one in models/h3/)"
 
 
 def register_folder():
-    """Register ``models/h3`` with ComfyUI (idempotent; extra_model_paths.yaml may add more)."""
+    """Register ``models/h3`` with ComfyUI (idempotent; extra_model_paths.yaml may add more),
+    and ComfyUI-GGUF's ``unet_gguf`` / ``clip_gguf`` keys (:func:`register_gguf_folders`)."""
     folder_paths.add_model_folder_path(H3_FOLDER, os.path.join(folder_paths.models_dir, H3_FOLDER))
+    register_gguf_folders()
+
+
+# ComfyUI-GGUF's folder keys (city96/ComfyUI-GGUF, nodes.py): "unet_gguf" over the diffusion
+# models' folders and "clip_gguf" over the text encoders', each listing .gguf files.
+# ComfyUI folder -> (key, the folders it takes its paths from, first present)
+GGUF_FOLDERS = {"diffusion_models": ("unet_gguf", ("diffusion_models", "unet")),
+                "text_encoders": ("clip_gguf", ("text_encoders", "clip"))}
+
+
+def register_gguf_folders():
+    """Register ``unet_gguf`` and ``clip_gguf`` as ComfyUI-GGUF does, when they are absent
+    (ComfyUI-GGUF not installed, or imported after this package): the base folder's list of
+    paths itself (shared, so a path added to one later shows in both) with the ``.gguf``
+    extension.  Keys already present (ComfyUI-GGUF's, or extra_model_paths.yaml's) are left
+    as they are; either way the files loader lists them."""
+    table = folder_paths.folder_names_and_paths
+    for key, targets in GGUF_FOLDERS.values():
+        if key in table:
+            continue
+        target = next((t for t in targets if t in table), None)
+        if target is not None:
+            table[key] = (table[target][0], {GGUF_SUFFIX})
 
 
 def _paths(name):
@@ -307,13 +331,19 @@ def _no_file(folder):
 
 
 def _gguf_files(folder):
-    """The .gguf files under ``folder``'s paths (recursively, relative names, the first path
-    winning on duplicates, as ComfyUI lists files)."""
+    """The .gguf files of ``folder``: those ComfyUI lists under its GGUF key (``unet_gguf``,
+    ``clip_gguf``: :data:`GGUF_FOLDERS`) and those under ``folder``'s own paths (recursively,
+    relative names, the first path winning on duplicates, as ComfyUI lists files)."""
     out = set()
+    key = GGUF_FOLDERS.get(folder, (None,))[0]
+    try:
+        out |= {n for n in folder_paths.get_filename_list(key) if n.lower().endswith(GGUF_SUFFIX)}
+    except KeyError:
+        pass
     try:
         bases = folder_paths.get_folder_paths(folder)
     except KeyError:
-        return []
+        return sorted(out)
     for base in bases:
         if not os.path.isdir(base):
             continue
@@ -345,7 +375,10 @@ def check_file(role, name):
     if name == _no_file(folder):
         raise FileNotFoundError(f"{what}: no file to pick: put the MiniMax-H3 {what} file in ComfyUI's "
                                 f"models/{folder}/ and refresh (press R)")
-    path = folder_paths.get_full_path(folder, name)
+    path = None
+    if name.lower().endswith(GGUF_SUFFIX) and folder in GGUF_FOLDERS:
+        path = folder_paths.get_full_path(GGUF_FOLDERS[folder][0], name)     # ComfyUI-GGUF's key
+    path = path or folder_paths.get_full_path(folder, name)
     if path is None:
         raise FileNotFoundError(f"{what}: {name!r} is not in ComfyUI's {folder} folders; refresh the page "
                                 "and pick another")

@@ -84,7 +84,8 @@ static int needs_scratch(const h3_epilogue *epi) {
 size_t h3_linear_workspace_bytes(const h3_linear *l, int64_t M, int nth,
                                  const h3_epilogue *epi) {
     if (!l || M < 0 || nth < 1) return 0;
-    if (l->wtype == H3_DT_GGUF) return gemm_gguf_workspace_bytes(l, M, nth);
+    if (l->wtype == H3_DT_GGUF)
+        return l->lora ? gemm_lora_gguf_workspace_bytes(l, M, nth, epi) : gemm_gguf_workspace_bytes(l, M, nth);
     if (l->wtype == H3_DT_NVFP4) return gemm_nvfp4_workspace_bytes(l, M, nth);
     int ns = needs_scratch(epi);
     if (is_int(l->wtype)) {
@@ -502,6 +503,7 @@ static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, cons
     if (st) return st;
     if (l->wtype == H3_DT_GGUF) {
         if (rows) return h3_fail(err, H3_EINVAL, "linear_forward: a GGUF linear does not take conv rows");
+        if (l->lora) return gemm_lora_gguf_forward(l, pool, x, M, y, epi, ws, ws_bytes, err);
         return gemm_gguf_forward(l, pool, x, M, y, epi, ws, ws_bytes, err);
     }
     if (l->wtype == H3_DT_NVFP4) {

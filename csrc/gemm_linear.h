@@ -90,6 +90,11 @@ size_t gemm_gguf_workspace_bytes(const h3_linear *l, int64_t M, int nth);
 h3_status gemm_gguf_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
                             const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err);
 h3_status gemm_gguf_dequant(const h3_linear *l, float *out, h3_err *err);
+/* A GGUF linear with a LoRA (gemm_lora.c): the GGUF product without epilogue, then the
+ * up product, then the epilogue */
+size_t gemm_lora_gguf_workspace_bytes(const h3_linear *l, int64_t M, int nth, const h3_epilogue *epi);
+h3_status gemm_lora_gguf_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
+                                 const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err);
 
 /* One part of an NVFP4 linear: the file's codes and blocked scales, borrowed as stored */
 typedef struct nvfp4_part {

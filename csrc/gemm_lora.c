@@ -219,8 +219,6 @@ h3_status h3_lora_set_scale(h3_lora *lo, const float *scale, h3_err *err) {
 
 h3_status h3_linear_set_lora(h3_linear *lin, const h3_lora *lo, h3_err *err) {
     if (!lin) return h3_fail(err, H3_EINVAL, "linear_set_lora: NULL linear");
-    if (lo && lin->wtype == H3_DT_GGUF)
-        return h3_fail(err, H3_EUNSUPPORTED, "linear_set_lora: a LoRA on a GGUF linear is not supported yet");
     if (lo && lin->wtype == H3_DT_NVFP4)
         return h3_fail(err, H3_EUNSUPPORTED, "linear_set_lora: a LoRA on an NVFP4 linear is not supported yet");
     if (lo && (lo->N != lin->N || lo->K != lin->K))
@@ -384,4 +382,80 @@ void gemm_lora_add(const h3_lora *lo, const float *u, float *target, int64_t ld,
                    int64_t c0, int64_t w, float *scratch) {
     if (lo->kt->ukr_f32 == gemm_ukr_f32_ref) gemm_lora_add_ref(lo, u, target, ld, m0, m1, c0, w, scratch);
     else lora_add_panels(lo, u, target, ld, m0, m1, c0, w, scratch);
+}
+
+/* ---- a GGUF base ------------------------------------------------------------------------ */
+
+/* The GGUF GEMM (gemm_gguf.c) applies its epilogue inside its own loop.  With a LoRA the
+ * base product runs there without one (x . W^T + bias) into t, which is y itself or, when
+ * an epilogue follows, a scratch [M, N]; then each thread adds the up product to its
+ * columns of t (whole NR panels, every row) and applies the epilogue to them, in the GGUF
+ * GEMM's own arithmetic order (gate * value, then + resid; SwiGLU by gemm_swiglu_row_ref).
+ * The sum is (x . W^T + bias) + up where the other types add the up product before the
+ * bias: a rounding-level difference.  Strength 0 detaches the LoRA (h3cy.models), so the
+ * base stays bit for bit.  Workspace: the LoRA's (u first), t, then the GGUF GEMM's. */
+static size_t gguf_t_bytes(const h3_linear *l, int64_t M, const h3_epilogue *epi) {
+    return epi && epi->kind != H3_EPI_NONE ? H3_ALIGN_UP((size_t)M * (size_t)l->N * 4, 64) : 0;
+}
+
+size_t gemm_lora_gguf_workspace_bytes(const h3_linear *l, int64_t M, int nth, const h3_epilogue *epi) {
+    return gemm_lora_workspace_bytes(l, M, nth) + gguf_t_bytes(l, M, epi) + gemm_gguf_workspace_bytes(l, M, nth);
+}
+
+typedef struct {
+    const h3_linear *l;
+    const float *u;
+    float *t, *y;
+    const h3_epilogue *epi;
+    int64_t M;
+    void *lora_ws;
+} gguf_up_ctx;
+
+static void gguf_up_task(void *p, int ith, int nth) {
+    const gguf_up_ctx *c = (const gguf_up_ctx *)p;
+    const h3_linear *l = c->l;
+    const h3_lora *lo = l->lora;
+    const int kind = c->epi ? c->epi->kind : H3_EPI_NONE;
+    const int64_t N = l->N, M = c->M, ncol = kind == H3_EPI_SWIGLU ? l->H : N, NR = lo->kt->nr;
+    const int64_t P = H3_CEIL_DIV(ncol, NR);
+    const int64_t c0 = H3_MIN(ncol, P * ith / nth * NR), c1 = H3_MIN(ncol, P * (ith + 1) / nth * NR);
+    if (c0 >= c1) return;
+    float *scratch = gemm_lora_scratch(l, c->lora_ws, M, ith);
+    gemm_lora_add(lo, c->u, c->t + c0, N, 0, M, c0, c1 - c0, scratch);
+    if (kind == H3_EPI_SWIGLU) {          /* the value half: columns H + [c0, c1) */
+        gemm_lora_add(lo, c->u, c->t + l->H + c0, N, 0, M, l->H + c0, c1 - c0, scratch);
+        for (int64_t m = 0; m < M; m++) {
+            float *g = c->t + m * N + c0;
+            gemm_swiglu_row_ref(g, c->t + m * N + l->H + c0, c1 - c0, NULL, NULL);
+            memcpy(c->y + m * ncol + c0, g, (size_t)(c1 - c0) * 4);
+        }
+    } else if (kind == H3_EPI_RESID) {
+        const h3_epilogue *e = c->epi;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = c0; n < c1; n++) {
+                float acc = c->t[m * N + n];
+                if (e->gate) acc *= e->gate[(e->gate_row ? e->gate_row[m] : m) * N + n];
+                c->y[m * N + n] = e->resid[m * N + n] + acc;
+            }
+    }
+}
+
+h3_status gemm_lora_gguf_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
+                                 const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err) {
+    const int nth = h3_pool_threads(pool);
+    void *own = NULL;
+    h3_status st = h3_workspace(&ws, &ws_bytes, gemm_lora_gguf_workspace_bytes(l, M, nth, epi), &own,
+                                "linear_forward", err);
+    if (st) return st;
+    const size_t lb = gemm_lora_workspace_bytes(l, M, nth), tb = gguf_t_bytes(l, M, epi);
+    float *u = (float *)ws;
+    st = gemm_lora_u(l, pool, x, M, u, ws, err);
+    float *t = tb ? (float *)((char *)ws + lb) : y;
+    if (!st) st = gemm_gguf_forward(l, pool, x, M, t, NULL, (char *)ws + lb + tb, ws_bytes - lb - tb, err);
+    if (!st) {
+        gguf_up_ctx c = {l, u, t, y, epi, M, ws};
+        h3_pool_run(pool, gguf_up_task, &c);
+    }
+    h3_free(own);
+    return st;
 }

@@ -248,7 +248,7 @@ h3_status h3_linear_forward(const h3_linear *lin, h3_pool *pool, const float *x,
 enum {
     H3_GGUF_F32 = 0, H3_GGUF_F16 = 1, H3_GGUF_Q4_0 = 2, H3_GGUF_Q4_1 = 3, H3_GGUF_Q5_0 = 6,
     H3_GGUF_Q5_1 = 7, H3_GGUF_Q8_0 = 8, H3_GGUF_Q2_K = 10, H3_GGUF_Q3_K = 11, H3_GGUF_Q4_K = 12,
-    H3_GGUF_Q5_K = 13, H3_GGUF_Q6_K = 14, H3_GGUF_BF16 = 30
+    H3_GGUF_Q5_K = 13, H3_GGUF_Q6_K = 14, H3_GGUF_IQ4_NL = 20, H3_GGUF_IQ4_XS = 23, H3_GGUF_BF16 = 30
 };
 /* 1 and the block's values and bytes for a type h3cy reads, else 0 (outputs untouched). */
 int h3_gguf_type_size(int type, int *blk, int *bytes);
@@ -256,6 +256,11 @@ int h3_gguf_type_size(int type, int *blk, int *bytes);
  * Float types are widened exactly; a quantised value is computed as the format defines it
  * (scale * q - min, in float32).  EINVAL on an unknown type or a partial block. */
 h3_status h3_gguf_dequant(int type, const void *src, int64_t n, float *out, h3_err *err);
+/* IQ4_NL and IQ4_XS (iq4_ref.c): decoded at load only (the GGUF linear does not take them
+ * yet).  h3_iq4_type_size: 1 and the block's values and bytes for those two, else 0;
+ * h3_iq4_dequant: as h3_gguf_dequant (EINVAL on another type or a partial block). */
+int h3_iq4_type_size(int type, int *blk, int *bytes);
+h3_status h3_iq4_dequant(int type, const void *src, int64_t n, float *out, h3_err *err);
 /* The activation quantiser the GGUF linear applies to each row of x, exposed for tests:
  * per block of 32 values d = max|x| / 127, q = rint(x / d) (ties to even; 0 when d = 0).
  * x: [n] (n % 32 == 0) -> q [n] int8, d [n / 32] float32. */
@@ -267,7 +272,8 @@ h3_status h3_gguf_quant_act(const float *x, int64_t n, int8_t *q, float *d, h3_e
  * nparts is 1 or 2.  h3_linear_forward quantises each row of x per 32 values
  * (h3_gguf_quant_act), multiplies every weight sub-block (16 or 32 values) by its int8
  * activations in integers and applies both scales in float32 (the dot product is AVX2 on
- * x86 paths, the reference elsewhere).  No LoRA (EUNSUPPORTED), no conv rows, no cache
+ * x86 paths, the reference elsewhere).  A LoRA (h3_linear_set_lora) is added after the
+ * base product and before the epilogue (gemm_lora.c).  No conv rows, no cache
  * layout (EINVAL). */
 h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int nparts, int64_t N,
                                 int64_t K, const float *bias, int pair, h3_isa isa,

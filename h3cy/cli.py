@@ -11,6 +11,7 @@
                                                  single files (ComfyUI's) per component
     h3cy info MODEL                              layout, components, memory per weights mode, auto's choice
     h3cy info FILE.safetensors                   what a single file holds, its inferred config, memory
+    h3cy info FILE.gguf                          a GGUF file: block types, name mapping, memory per mode
     h3cy info                                    this CPU: its path, GEMM measurement or the static rule
     h3cy convert MODEL --weights int8            build the weight caches ahead of time
     h3cy batch JOBS.jsonl -m MODEL -o OUTDIR     many jobs, here or on Ray [--ray ADDRESS --workers N
@@ -362,11 +363,29 @@ def info_file(path):
         print(line)
     from . import ops
     isa = ops.active_isa()
-    if kind.component == "transformer" and not kind.quantised:
+    gguf = os.fspath(path).endswith(".gguf")
+    if kind.component == "transformer" and (gguf or not kind.quantised):
+        from .errors import CheckpointError
         from .weights.transformer import open_transformer
-        with open_transformer(path) as ckpt:
-            cfg = ckpt.config.to_dict()
-        print("config    : " + ", ".join(f"{k}={v}" for k, v in cfg.items()))
+        try:
+            with open_transformer(path) as ckpt:
+                cfg = ckpt.config.to_dict()
+            print("config    : " + ", ".join(f"{k}={v}" for k, v in cfg.items()))
+        except CheckpointError as e:
+            if not gguf:
+                raise
+            print(f"config    : not inferred ({e})")     # the mapping line below says more
+    if gguf:
+        # the GGUF header, its block types, the name mapping and the memory per mode
+        from .weights.gguf_info import gguf_lines
+        for line in gguf_lines(path, kind):
+            print(line)
+        for line in _auto_lines(isa):
+            print(line)
+        if kind.component in ("transformer", "text_encoder"):
+            print("weights='auto' runs this file as stored (quantised blocks on the GGUF GEMM, "
+                  "float tensors float32)")
+        return 0
     from .weights.files import open_tensor_file
     f = open_tensor_file(path)
     try:

@@ -736,3 +736,37 @@ def test_files_loader_lists_and_runs_gguf_files(nodes, comfy_env, comfy_files, t
     want = h3cy.load(weights="fp32", streaming=False, **{r: comfy_files[r] for r in picks}).generate(
         prompt="a fox in snow", width=64, height=64, frames=22, steps=2, seed=7)
     assert np.array_equal(images.numpy(), want.frames * np.float32(1.0 / 255.0))
+
+
+def test_gguf_folder_keys_registered_as_comfyui_gguf_does(pack, comfy_env, tmp_path):
+    """Without ComfyUI-GGUF, importing the pack registers its ``unet_gguf`` / ``clip_gguf``
+    keys the way ComfyUI-GGUF does (the base folder's own path list, the .gguf extension);
+    a key already there (ComfyUI-GGUF's, extra_model_paths.yaml's) is kept, and the files
+    loader lists and resolves the .gguf files under it, also outside models/."""
+    import numpy as np
+    from _gguf_files import random_blocks, write_gguf
+    fp = comfy_env["folder_paths"]
+    nl = sys.modules[pack.__name__ + ".nodes_load"]
+    table = fp.folder_names_and_paths
+    for key, base in (("unet_gguf", "diffusion_models"), ("clip_gguf", "text_encoders")):
+        assert table[key][0] is table[base][0] and table[key][1] == {".gguf"}
+    # a clip_gguf key with a folder of its own (as extra_model_paths.yaml may set it)
+    saved = table.pop("clip_gguf")
+    try:
+        extra = tmp_path / "elsewhere"
+        extra.mkdir()
+        table["clip_gguf"] = ([str(extra)], {".gguf"})
+        nl.register_gguf_folders()
+        assert table["clip_gguf"][0] == [str(extra)]          # kept as it was
+        q = random_blocks("Q8_0", 64, 32, np.random.default_rng(0))
+        write_gguf(extra / "qwen3vl-Q8_0.gguf", [("token_embd.weight", "Q8_0", (64, 32), q),
+                                                 ("blk.0.attn_q.weight", "Q8_0", (64, 32), q)],
+                   [("general.architecture", 8, "qwen3vl")])
+        assert "qwen3vl-Q8_0.gguf" in nl.file_options("text_encoders", gguf=True)
+        assert "qwen3vl-Q8_0.gguf" not in nl.file_options("text_encoders")
+        assert nl.check_file("text_encoder", "qwen3vl-Q8_0.gguf") == str(extra / "qwen3vl-Q8_0.gguf")
+        # each role looks in its own folders: not a diffusion model
+        with pytest.raises(FileNotFoundError, match="not in ComfyUI's diffusion_models folders"):
+            nl.check_file("dit", "qwen3vl-Q8_0.gguf")
+    finally:
+        table["clip_gguf"] = saved

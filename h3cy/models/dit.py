@@ -268,18 +268,23 @@ class DiT:
         """
         from ..weights.transformer import open_transformer
         from ..weights.cache import ComponentCache
+        # a GGUF file with weights="auto" runs every tensor as stored: its quantised blocks on
+        # the GGUF GEMM (the int8 mode "auto" resolves to), its float tensors as float32
+        # (decided before "auto" resolves to that int8 mode)
+        as_stored = weights == "auto" and os.fspath(path).endswith(".gguf")
         if weights == "auto":      # the file, this CPU's measurement and the memory decide
             from ..weights.auto import auto_weights
             weights = auto_weights("transformer", path, isa, streaming=bool(streaming))
         compute = ops.Compute.resolve(weights, isa, threads)     # the one resolution of this load
         ckpt = open_transformer(path, qkv_layout=qkv_layout)
-        # a GGUF file with weights="auto" runs every tensor as stored: its quantised blocks on
-        # the GGUF GEMM (the int8 mode "auto" resolves to), its float tensors as float32
-        ckpt.as_stored = weights == "auto" and os.fspath(path).endswith(".gguf")
+        ckpt.as_stored = as_stored
         try:
             files = [os.path.join(ckpt.path, f) if not os.path.isabs(f) else f for f in ckpt.files]
             params = dict(ffn_act_group=ffn_act_group, qkv=ckpt.qkv_layout)
-            with ComponentCache.open(ckpt.path, files, compute.weights, params, cache_dir, compute.isa) as cache:
+            # run as stored, nothing is converted (blocks and float tensors are used from the
+            # mapped file): no weight-cache file
+            with (ComponentCache() if as_stored else
+                  ComponentCache.open(ckpt.path, files, compute.weights, params, cache_dir, compute.isa)) as cache:
                 if streaming:
                     def build_all(pair):   # every block converted once, one at a time
                         src = _CheckpointSource(ckpt)

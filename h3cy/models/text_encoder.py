@@ -35,7 +35,7 @@ from .. import _kernels
 from ..weights import pages as _pages
 from .. import ops
 from ..weights.comfy_quant import Int8Weight, read_quant
-from ..weights.gguf import GGUFWeight, RUNNABLE_TYPES as GGUF_TYPES
+from ..weights.gguf import GGUFWeight, READABLE_TYPES as GGUF_TYPES
 from ..weights.files import TensorFiles, find_weights, load_json, report_once
 from ..weights.linears import make_linear
 from ..ops.bf16 import bf16_bits_to_f32, round_bf16
@@ -321,19 +321,23 @@ class TextEncoder:
         if not os.path.exists(folder):
             raise _err(folder, "not a folder or a file (expected a text_encoder folder with config.json "
                                "or a single .safetensors file)")
+        # a GGUF file with weights="auto" runs every tensor as stored: quantised blocks on the
+        # GGUF GEMM (the int8 mode "auto" resolves to), float tensors as float32 (decided
+        # before "auto" resolves to that int8 mode)
+        as_stored = weights == "auto" and folder.endswith(".gguf")
         if weights == "auto":      # the file, this CPU's measurement and the memory decide
             from ..weights.auto import auto_weights
             weights = auto_weights("text_encoder", folder, isa, streaming=bool(streaming),
                                    output_layer=int(output_layer))
         compute = ops.Compute.resolve(weights, isa, threads)     # the one resolution of this load
         src = TextEncoderSource(folder, int(output_layer))
-        # a GGUF file with weights="auto" runs every tensor as stored: quantised blocks on the
-        # GGUF GEMM (the int8 mode "auto" resolves to), float tensors as float32
-        src.as_stored = weights == "auto" and folder.endswith(".gguf")
+        src.as_stored = as_stored
         try:
             shards = src.shards
             params = dict(kind="qwen3vl_text", layers=int(output_layer))
-            with ComponentCache.open(folder, shards, compute.weights, params, cache_dir, compute.isa) as cache:
+            # run as stored, nothing is converted: no weight-cache file
+            with (ComponentCache() if as_stored else
+                  ComponentCache.open(folder, shards, compute.weights, params, cache_dir, compute.isa)) as cache:
                 if streaming:
                     def build_all(pair):   # every layer converted once, one at a time
                         tmp = cls(src, compute, int(output_layer), pair, streaming=True)

@@ -37,7 +37,8 @@ import numpy as np
 from ..errors import CheckpointError
 from .safetensors import MappedFile
 
-__all__ = ["GGUFFile", "GGUFWeight", "GGML_TYPES", "QUANT_TYPES", "RUNNABLE_TYPES", "open_gguf"]
+__all__ = ["GGUFFile", "GGUFWeight", "GGML_TYPES", "QUANT_TYPES", "RUNNABLE_TYPES", "DECODED_TYPES",
+           "READABLE_TYPES", "open_gguf"]
 
 log = logging.getLogger("h3cy")
 
@@ -64,6 +65,10 @@ PLAIN = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2")
 QUANT_TYPES = tuple(v[0] for v in GGML_TYPES.values() if v[1] > 1)
 # the quantised types h3cy's GGUF GEMM runs (csrc/gguf_ref.c)
 RUNNABLE_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+# quantised types h3cy decodes at load only (csrc/iq4_ref.c): dequantised, then converted as a
+# float weight in the load's mode (int8 under weights="auto"); the GEMM does not take them
+DECODED_TYPES = ("IQ4_NL", "IQ4_XS")
+READABLE_TYPES = RUNNABLE_TYPES + DECODED_TYPES
 
 # metadata value types: id -> (name, struct format or None)
 _VTYPES = {0: ("u8", "<B"), 1: ("i8", "<b"), 2: ("u16", "<H"), 3: ("i16", "<h"), 4: ("u32", "<I"),
@@ -339,6 +344,7 @@ class GGUFWeight:
 
     @property
     def runnable(self):
+        """Whether the GGUF GEMM runs these blocks as stored."""
         return self.type_name in RUNNABLE_TYPES
 
     def __repr__(self):
@@ -351,9 +357,9 @@ class GGUFWeight:
         return GGUFWeight(self.name, self.type_name, self.type_id, b, (b.shape[0], self.shape[1]), self.path)
 
     def _check_runnable(self):
-        if not self.runnable:
+        if self.type_name not in READABLE_TYPES:
             raise _err(self.path or "<gguf>", self.name,
-                       f"GGUF type {self.type_name} is not supported yet (h3cy reads {', '.join(RUNNABLE_TYPES)}, "
+                       f"GGUF type {self.type_name} is not supported yet (h3cy reads {', '.join(READABLE_TYPES)}, "
                        "F32, F16 and BF16)")
 
     def take_rows(self, ids):

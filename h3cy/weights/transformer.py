@@ -75,7 +75,7 @@ ORIGINAL_SINGLE = "model.safetensors"
 ROPE_INV_FREQ = "rope.inv_freq"
 SINGLE_FILE_DTYPES = ("F32", "BF16", "F16")
 # a GGUF file's quantised tensors (weights.gguf.GGUFWeight): run as stored
-from .gguf import RUNNABLE_TYPES as GGUF_TYPES  # noqa: E402
+from .gguf import READABLE_TYPES as GGUF_TYPES  # noqa: E402
 ADALN_TABLE = "adaln_t_table"       # the curve form's AdaLN input table (Comfy-Org pruned files)
 # stored tensors that are buffers, not diffusers parameters: not among keys() nor in nbytes
 BUFFER_TENSORS = (ROPE_INV_FREQ,)
