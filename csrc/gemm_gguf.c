@@ -91,7 +91,7 @@ static int slot_of(const h3_linear *l, int64_t r) { (void)l; (void)r; return 0; 
 
 static void quant(const pn_fmt *f, const h3_linear *l, int s, const float *x, uint8_t *a, float *d, int32_t *as) {
     (void)f; (void)s;
-    gguf_quant_act_row_ref(x, l->K, (int8_t *)a, d, as);
+    gguf_quant_for(l->isa)(x, l->K, (int8_t *)a, d, as);
 }
 
 /* decode the panel's K block (u, sc, mn: GGUF_KB * GGUF_NR + 2 * (GGUF_KB / 16) * GGUF_NR * 4

@@ -45,7 +45,11 @@ void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *
 
 /* row x[K] (K % 32 == 0) -> a[K] int8 (|a| <= 127), d[K/32] (d = max|x| / 127 per 32,
  * a = rint(x / d)), as[K/16] (the sum of each 16 a) */
+typedef void (*gguf_quant_fn)(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
 void gguf_quant_act_row_ref(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
+#if H3_X86
+void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
+#endif
 
 /* Decode inputs [0, nk) of rows[0..nr) (each pointing at the K block's first block of a
  * row of type `type`; nk a multiple of the block, <= GGUF_KB; nr <= 16, the rest of the
@@ -77,7 +81,8 @@ void gguf_ukr_avx512(int mr, const gguf_kind *t, int nseg, const int8_t *a, int6
 void gguf_ukr_neon(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
                    const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc, const float *mn, float *cb);
 #endif
-/* the micro-kernel and the panel decoder a linear on path `isa` runs */
+/* the quantiser, the micro-kernel and the panel decoder a linear on path `isa` runs */
+gguf_quant_fn gguf_quant_for(h3_isa isa);
 gguf_ukr_fn gguf_ukr_for(h3_isa isa);
 gguf_decode_fn gguf_decode_for(h3_isa isa);
 

@@ -46,6 +46,7 @@ void gguf_decode_panel_ref(int type, const uint8_t *const *rows, int nr, int nk,
     h3_gguf_type_size(type, &blk, &bytes);
     const int seg = t->seg, nseg = nk / seg;
     int8_t q[256];
+    uint8_t v[256];
     float s16[256 / GGUF_SUB], m16[256 / GGUF_SUB];
     for (int c = 0; c < GGUF_NR; c++) {
         if (c >= nr) {
@@ -58,10 +59,9 @@ void gguf_decode_panel_ref(int type, const uint8_t *const *rows, int nr, int nk,
         }
         for (int b = 0; b < nk / blk; b++) {
             gguf_decode_block(type, rows[c] + (int64_t)b * bytes, q, s16, m16);
-            for (int e = 0; e < blk; e++) {
-                const int k = b * blk + e;
-                u[((k / 4) * GGUF_NR + c) * 4 + k % 4] = (uint8_t)(q[e] + t->off);
-            }
+            for (int e = 0; e < blk; e++) v[e] = (uint8_t)(q[e] + t->off);
+            /* 4 values (a quad) a column: one 4-byte word of the panel */
+            for (int j = 0; j < blk / 4; j++) memcpy(u + (((b * blk) / 4 + j) * GGUF_NR + c) * 4, v + 4 * j, 4);
             for (int s = 0; s < blk / seg; s++) { /* a 32-value segment's two halves share them */
                 sc[(b * blk / seg + s) * GGUF_NR + c] = s16[s * seg / GGUF_SUB];
                 if (t->has_min) mn[(b * blk / seg + s) * GGUF_NR + c] = m16[s * seg / GGUF_SUB];
@@ -88,6 +88,15 @@ void gguf_ukr_ref(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t
             }
             cb[i * GGUF_NR + c] = f;
         }
+}
+
+gguf_quant_fn gguf_quant_for(h3_isa isa) {
+#if H3_X86
+    const h3_isa v = h3_isa_vector(isa);
+    if (v == H3_ISA_AVX2 || v == H3_ISA_AVX512) return gguf_quant_act_row_avx2;
+#endif
+    (void)isa;
+    return gguf_quant_act_row_ref;
 }
 
 gguf_decode_fn gguf_decode_for(h3_isa isa) {

@@ -19,7 +19,7 @@
 #include "gemm_linear.h"
 
 #define PN_NR 16  /* weight rows per decoded panel (output columns per micro-kernel) */
-#define PN_MC 64  /* rows of x per block: the decoded panel is reused by all of them */
+#define PN_MC 256 /* rows of x per block: the decoded panel is reused by all of them */
 #define PN_KB 512 /* inputs per decoded K block */
 #define PN_ACT 32 /* inputs per activation scale */
 
