@@ -109,11 +109,12 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
     float *mn = sc + (GGUF_KB / GGUF_SUB) * GGUF_NR;
     ((gguf_decode_fn)f->decode)(type, rows, nr, nk, u, sc, mn);
     ((gguf_ukr_fn)f->ukr)(mc, t, nk / t->seg, (const int8_t *)act->a + k0, act->lda, act->d + k0 / GGUF_ACT, act->ldd,
-                          act->as + k0 / GGUF_SUB, act->ldas, u, sc, t->has_min ? mn : NULL, cb);
+                          act->as + (t->seg == 16 ? k0 / 16 : l->K / 16 + k0 / 32), act->ldas, u, sc,
+                          t->has_min ? mn : NULL, cb);
 }
 
 static pn_fmt fmt_of(const h3_linear *l) {
-    pn_fmt f = {1, 1, (size_t)GGUF_KB * GGUF_NR + 2 * (size_t)(GGUF_KB / GGUF_SUB) * GGUF_NR * 4, quant, slot_of,
+    pn_fmt f = {1, 3, (size_t)GGUF_KB * GGUF_NR + 2 * (size_t)(GGUF_KB / GGUF_SUB) * GGUF_NR * 4, quant, slot_of,
                 kblock, (const void *)gguf_ukr_for(l->isa), (const void *)gguf_decode_for(l->isa)};
     return f;
 }

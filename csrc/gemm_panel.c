@@ -14,7 +14,7 @@ static size_t thread_bytes(const pn_fmt *f) {
 static size_t a_bytes(int64_t M, int64_t K) { return H3_ALIGN_UP((size_t)M * (size_t)K, 64); }
 static size_t d_bytes(int64_t M, int64_t K) { return H3_ALIGN_UP((size_t)M * (size_t)(K / PN_ACT) * 4, 64); }
 static size_t s_bytes(const pn_fmt *f, int64_t M, int64_t K) {
-    return f->sums ? H3_ALIGN_UP((size_t)M * (size_t)(K / 16) * 4, 64) : 0;
+    return H3_ALIGN_UP((size_t)M * (size_t)(K / PN_ACT * f->sums) * 4, 64);
 }
 
 size_t pn_workspace_bytes(const pn_fmt *f, const h3_linear *l, int64_t M, int nth) {
@@ -41,7 +41,7 @@ static void quant_task(void *p, int ith, int nth) {
     for (int s = 0; s < c->f->nslots; s++)
         for (int64_t m = c->M * ith / nth; m < c->M * (ith + 1) / nth; m++)
             c->f->quant(c->f, c->l, s, c->x + m * K, c->a[s] + m * K, c->d[s] + m * (K / PN_ACT),
-                        c->s[s] ? c->s[s] + m * (K / 16) : NULL);
+                        c->s[s] ? c->s[s] + m * (K / PN_ACT * c->f->sums) : NULL);
 }
 
 /* the float sums of rows [m0, m0 + mc) by logical weight rows [r0, r0 + nr) into cb */
@@ -50,7 +50,7 @@ static void panel(const pn_ctx *c, int64_t m0, int64_t mc, int64_t r0, int nr, c
     const int64_t K = l->K;
     const int slot = c->f->slot_of(l, r0); /* a panel never spans two parts */
     const pn_act act = {c->a[slot] + m0 * K, K, c->d[slot] + m0 * (K / PN_ACT), K / PN_ACT,
-                        c->s[slot] ? c->s[slot] + m0 * (K / 16) : NULL, K / 16};
+                        c->s[slot] ? c->s[slot] + m0 * (K / PN_ACT * c->f->sums) : NULL, K / PN_ACT * c->f->sums};
     memset(cb, 0, (size_t)mc * PN_NR * sizeof(float));
     for (int64_t k0 = 0; k0 < K; k0 += PN_KB)
         c->f->kblock(c->f, l, r0, nr, k0, (int)H3_MIN(PN_KB, K - k0), (int)mc, &act, buf, cb);

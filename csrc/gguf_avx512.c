@@ -27,7 +27,7 @@ static inline __attribute__((always_inline)) void rows(const int RB, const int S
         int32_t sum[8];
         __m512i acc[8];
         for (int i = 0; i < RB; i++) {
-            sum[i] = gguf_seg_sum(as + i * ldas, SEG, s);
+            sum[i] = as[i * ldas + s];
             acc[i] = _mm512_set1_epi32(-off * sum[i]);
         }
         for (int j = 0; j < SEG / 4; j++) {

@@ -44,7 +44,7 @@ const gguf_kind *gguf_kind_of(int type);
 void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *mn);
 
 /* row x[K] (K % 32 == 0) -> a[K] int8 (|a| <= 127), d[K/32] (d = max|x| / 127 per 32,
- * a = rint(x / d)), as[K/16] (the sum of each 16 a) */
+ * a = rint(x / d)), as[K/16 + K/32]: the sums of each 16 a, then of each 32 */
 typedef void (*gguf_quant_fn)(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
 void gguf_quant_act_row_ref(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
 #if H3_X86
@@ -61,7 +61,8 @@ void gguf_decode_panel_ref(int type, const uint8_t *const *rows, int nr, int nk,
 
 /* The micro-kernel: cb[i][c] (i < mr, c < 16) += the nseg segments of row i of the
  * activations (a + i * lda; d + i * ldd per 32; as + i * ldas per 16) by the panel's
- * column c, in the order above.  mn NULL for types without an offset. */
+ * column c, in the order above (as: the sums of the type's segments).  mn NULL for types
+ * without an offset. */
 typedef void (*gguf_ukr_fn)(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
                             int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
                             const float *mn, float *cb);
@@ -85,10 +86,5 @@ void gguf_ukr_neon(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_
 gguf_quant_fn gguf_quant_for(h3_isa isa);
 gguf_ukr_fn gguf_ukr_for(h3_isa isa);
 gguf_decode_fn gguf_decode_for(h3_isa isa);
-
-/* the activation sum of segment s of a row (per-16 sums as) */
-static inline int32_t gguf_seg_sum(const int32_t *as, int seg, int s) {
-    return seg == 32 ? as[2 * s] + as[2 * s + 1] : as[s];
-}
 
 #endif

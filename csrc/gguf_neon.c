@@ -46,7 +46,7 @@ static void rows_smull(int mr, int seg, int nseg, const int8_t *a, int64_t lda, 
             }
             /* lo: columns 4r, 4r+1 (two pair sums each), hi: 4r+2, 4r+3 */
             for (int r = 0; r < 4; r++) dot[r] = vpaddq_s32(lo[r], hi[r]);
-            fold(f, dot, gguf_seg_sum(as + i * ldas, seg, s), off, d[i * ldd + s * seg / GGUF_ACT],
+            fold(f, dot, as[i * ldas + s], off, d[i * ldd + s * seg / GGUF_ACT],
                  sc + s * GGUF_NR, mn ? mn + s * GGUF_NR : NULL);
         }
         for (int r = 0; r < 4; r++) vst1q_f32(cb + i * GGUF_NR + 4 * r, f[r]);
@@ -71,7 +71,7 @@ static void rows_sdot(int mr, int seg, int nseg, const int8_t *a, int64_t lda, c
                 const int8x16_t av = vreinterpretq_s8_u32(vdupq_n_u32(v));
                 for (int r = 0; r < 4; r++) dot[r] = vdotq_s32(dot[r], weights(us + j * 64 + r * 16, flip), av);
             }
-            fold(f, dot, gguf_seg_sum(as + i * ldas, seg, s), off, d[i * ldd + s * seg / GGUF_ACT],
+            fold(f, dot, as[i * ldas + s], off, d[i * ldd + s * seg / GGUF_ACT],
                  sc + s * GGUF_NR, mn ? mn + s * GGUF_NR : NULL);
         }
         for (int r = 0; r < 4; r++) vst1q_f32(cb + i * GGUF_NR + 4 * r, f[r]);

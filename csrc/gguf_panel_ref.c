@@ -31,12 +31,14 @@ void gguf_quant_act_row_ref(const float *x, int64_t K, int8_t *a, float *d, int3
         const float s = amax / 127.0f;
         d[b] = s;
         as[2 * b] = as[2 * b + 1] = 0;
+        int32_t *as32 = as + K / 16 + b;
         for (int i = 0; i < GGUF_ACT; i++) {
             int v = s > 0.0f ? (int)nearbyintf(xb[i] / s) : 0;
             v = v > 127 ? 127 : (v < -127 ? -127 : v);
             a[b * GGUF_ACT + i] = (int8_t)v;
             as[2 * b + i / 16] += v;
         }
+        *as32 = as[2 * b] + as[2 * b + 1];
     }
 }
 
@@ -80,7 +82,7 @@ void gguf_ukr_ref(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t
                 int32_t dot = 0;
                 for (int k = 0; k < seg; k++)
                     dot += (int32_t)u[((s * seg / 4 + k / 4) * GGUF_NR + c) * 4 + k % 4] * (int32_t)a[i * lda + s * seg + k];
-                const int32_t sum = gguf_seg_sum(as + i * ldas, seg, s);
+                const int32_t sum = as[i * ldas + s];
                 dot -= t->off * sum;
                 float p = (float)dot * sc[s * GGUF_NR + c];
                 if (mn) p = fmaf(mn[s * GGUF_NR + c], (float)sum, p);

@@ -43,5 +43,6 @@ void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int
         t0 = _mm_hadd_epi32(t0, t0);     /* [a b a b] */
         as[2 * b] = _mm_cvtsi128_si32(t0);
         as[2 * b + 1] = _mm_extract_epi32(t0, 1);
+        as[K / 16 + b] = as[2 * b] + as[2 * b + 1];
     }
 }

@@ -229,7 +229,7 @@ h3_status h3_gguf_dequant(int type, const void *src, int64_t n, float *out, h3_e
 h3_status h3_gguf_quant_act(const float *x, int64_t n, int8_t *q, float *d, h3_err *err) {
     if (!x || !q || !d) return h3_fail(err, H3_EINVAL, "gguf_quant_act: NULL argument");
     if (n < 0 || n % GGUF_ACT) return h3_fail(err, H3_EINVAL, "gguf_quant_act: n = %lld is not a multiple of 32", (long long)n);
-    int32_t as[2];
+    int32_t as[3];
     for (int64_t b = 0; b < n / GGUF_ACT; b++)
         gguf_quant_act_row_ref(x + b * GGUF_ACT, GGUF_ACT, q + b * GGUF_ACT, d + b, as);
     return H3_OK;

@@ -29,16 +29,16 @@ typedef struct {
     int64_t lda;
     const float *d; /* [K / 32] scales */
     int64_t ldd;
-    const int32_t *as; /* [K / 16] integer sums (NULL where the format needs none) */
+    const int32_t *as; /* [K / 32 * sums] integer sums (NULL where the format needs none) */
     int64_t ldas;
 } pn_act;
 
 typedef struct pn_fmt pn_fmt;
 struct pn_fmt {
     int nslots;       /* activation slots (distinct quantisations of x) */
-    int sums;         /* whether the quantiser writes the per-16 sums */
+    int sums;         /* int32 sums the quantiser writes per 32 inputs (0: none) */
     size_t buf_bytes; /* per thread: the decoded K block */
-    /* row x[K] of slot `slot` -> a [K], d [K/32], as [K/16] (as NULL unless sums) */
+    /* row x[K] of slot `slot` -> a [K], d [K/32], as [K/32 * sums] (as NULL unless sums) */
     void (*quant)(const pn_fmt *f, const h3_linear *l, int slot, const float *x, uint8_t *a, float *d, int32_t *as);
     /* the slot logical weight row r multiplies */
     int (*slot_of)(const h3_linear *l, int64_t r);
