@@ -8,8 +8,11 @@ issue's targets: Q8_0 within 10% of h3cy int8 (ratio >= 0.9), Q4_K within 15% of
 
     python3 bench/gguf_gemm.py [--threads 2] [--rounds 3] [--calls 3] [--m 2048]
                                [--types Q8_0,Q6_K,Q5_K,Q4_K,Q3_K] [--shapes qkv,out,up,down,te_q,...]
-                               [--json OUT]
+                               [--json OUT] [--cpu-time]
 
+--cpu-time times CPU seconds of the process (time.process_time: all its threads) instead of
+wall time, and reports GFLOP per CPU-second: on a loaded shared box (the 2-core one runs
+other jobs) that is the steadier ratio; use it with --threads 1.
 --m overrides the rows of every shape (default: 2048 for the DiT's, 128 for the text
 encoder's).  The shapes (N, K) come from the released configs, as bench/nvfp4_gemm.py and
 bench/convrot_gemm.py copy them: DiT hidden 5376, 56 heads of 128 (q, k, v each
@@ -20,6 +23,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -72,13 +76,15 @@ def main():
     ap.add_argument("--types", default=",".join(TYPES))
     ap.add_argument("--shapes", default="qkv,out,up,down,te_q,te_kv,te_o,te_up,te_down", help="of " + ",".join(SHAPES))
     ap.add_argument("--json", default=None, help="write the rows here")
+    ap.add_argument("--cpu-time", action="store_true", help="CPU seconds instead of wall time")
     args = ap.parse_args()
     warnings.simplefilter("ignore", RuntimeWarning)
     rng = np.random.default_rng(0)
     types = args.types.split(",")
     feats = [f for f in h3cy.ops.cpu_features() if f.startswith("avx") or f in ("asimddp", "amx_int8")]
     print(f"# {args.threads} threads, isa {h3cy.ops.active_isa()} ({' '.join(feats)}), best of {args.calls} "
-          f"calls per round, {args.rounds} alternated rounds; GFLOP/s of medians")
+          f"calls per round, {args.rounds} alternated rounds; GFLOP/s of medians"
+          + (" (GFLOP per CPU-second)" if args.cpu_time else ""))
     print("| shape | M | " + " | ".join(types) + " | h3cy int8 | h3cy int4 | " +
           " | ".join(f"{t} / int8" for t in types) + " | " + " | ".join(f"{t} / int4" for t in types) + " |")
     print("|---" * (4 + 3 * len(types)) + "|")
@@ -105,10 +111,10 @@ def main():
             e = np.linalg.norm(lin(x)[r8] - ref) / np.linalg.norm(ref)
             assert e < BOUND[k.split()[-1] if k.startswith("h3cy") else "gguf"], (k, e)
         runs = {k: (lambda lin=lin: lin(x, out=out)) for k, lin in lins.items()}
-        med = alternated_ms(runs, args.rounds, args.calls)
+        med = alternated_ms(runs, args.rounds, args.calls, time.process_time if args.cpu_time else time.perf_counter)
         gf = {k: 2.0 * M * N * K / (v * 1e-3) / 1e9 for k, v in med.items()}
         row = {"shape": name, "N": N, "K": K, "M": M, "threads": args.threads, "isa": h3cy.ops.active_isa(),
-               "ms": med, "gflops": gf}
+               "clock": "cpu" if args.cpu_time else "wall", "ms": med, "gflops": gf}
         rows.append(row)
         print(f"| {name} {N}x{K} | {M} | " + " | ".join(f"{gf[t]:.0f}" for t in types) +
               f" | {gf['h3cy int8']:.0f} | {gf['h3cy int4']:.0f} | " +
