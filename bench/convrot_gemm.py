@@ -14,6 +14,7 @@ int8 with 1024-channel activation groups (the DiT FFN-down default), and both ro
 import argparse
 import os
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -24,14 +25,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from text_layer_ab import best_of  # noqa: E402
 
 
-def alternated_ms(runs, rounds, calls):
+def alternated_ms(runs, rounds, calls, clock=time.perf_counter):
     """{name: median ms}: every run once per round (best of `calls` after a warm-up), in
-    `rounds` alternated rounds, so a machine whose speed drifts still gives fair ratios."""
+    `rounds` alternated rounds, so a machine whose speed drifts still gives fair ratios
+    (clock: best_of's)."""
     res = {k: [] for k in runs}
     for _ in range(rounds):
         for k, fn in runs.items():
             fn()
-            res[k].append(best_of(fn, calls))
+            res[k].append(best_of(fn, calls, clock=clock))
     return {k: float(np.median(v)) * 1e3 for k, v in res.items()}
 
 SHAPES = {"qkv": (7168, 5376), "out": (5376, 7168), "up": (28672, 5376), "down": (5376, 14336)}

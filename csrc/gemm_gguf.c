@@ -9,21 +9,21 @@
  *
  *   y[M,N] = x[M,K] . W[N,K]^T (+ bias) (+ epilogue)
  *
- * Phase 1 (split by rows): each row of x is quantised per 32 values to int8 with one float
- * scale (gguf_quant_act_row_ref) — the finest activation granularity that every weight
- * sub-block (16 or 32 values, always inside one 32-run) sees whole.  Phase 2 (split by
- * output columns, fixed per thread, so results do not depend on the thread count): each
- * weight row is decoded once to int8 values with a scale and offset per 16
- * (gguf_decode_row_ref), then dotted with every quantised row in integers per 16, the
- * scales applied in float32 (gguf_dot_ref; gguf_dot_avx2 on x86 paths).  Rows of x are
- * taken GGUF_MB at a time (their activation blocks stay in L2 while the thread's columns
- * pass), each weight row decoded once per row block: the decode costs K per row block and
- * column, the dots MB * K. */
-#include "gemm_linear.h"
+ * Run by the panel driver (gemm_panel.c, panel_impl.h) that the NVFP4 linear shares:
+ * each row of x is quantised per 32 values to int8 with one float scale and the integer
+ * sums of each 16 (gguf_quant_act_row_ref; 32 is the finest activation granularity that
+ * every weight sub-block, 16 or 32 values inside one 32-run, sees whole); each panel of 16
+ * weight rows is decoded a K block at a time (gguf_decode_panel_*) to unsigned int8 with a
+ * scale (and offset) per segment, and the path's micro-kernel (gguf_impl.h: the float order
+ * every path shares) runs PN_MC rows of x over it.  Parts may differ in type (a panel
+ * never spans two parts). */
 #include "gguf_impl.h"
+#include "panel_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+_Static_assert(GGUF_NR == PN_NR && GGUF_KB == PN_KB && GGUF_ACT == PN_ACT, "the GGUF panel is the driver's");
 
 h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int nparts, int64_t N,
                                 int64_t K, const float *bias, int pair, h3_isa isa,
@@ -46,6 +46,10 @@ h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int 
         if (!gguf_is_quant(types[i]) || !h3_gguf_type_size(types[i], &blk, &bytes)) {
             st = h3_fail(err, H3_EINVAL, "linear_attach_gguf: part %d: type %d is not a quantised type h3cy reads",
                          i, types[i]);
+            break;
+        }
+        if (!gguf_kind_of(types[i])) {
+            st = h3_fail(err, H3_EINVAL, "linear_attach_gguf: part %d: type %d has no GEMM", i, types[i]);
             break;
         }
         if (K % blk) {
@@ -83,105 +87,47 @@ static const uint8_t *grow_at(const h3_linear *l, int64_t r, int *type) {
     return (const uint8_t *)l->part[p] + (r % l->part_rows) * l->grow_bytes[p];
 }
 
-/* one decoded row: q [K], sc and mn [K/16] */
-static size_t decoded_bytes(int64_t K) {
-    return H3_ALIGN_UP((size_t)K, 64) + 2 * H3_ALIGN_UP((size_t)(K / GGUF_SUB) * 4, 64);
+static int slot_of(const h3_linear *l, int64_t r) { (void)l; (void)r; return 0; }
+
+static void quant(const pn_fmt *f, const h3_linear *l, int s, const float *x, uint8_t *a, float *d, int32_t *as) {
+    (void)f; (void)s;
+    gguf_quant_for(l->isa)(x, l->K, (int8_t *)a, d, as);
 }
-static size_t act_bytes(int64_t M, int64_t K) {
-    return H3_ALIGN_UP((size_t)M * (size_t)(K / GGUF_ACT) * sizeof(gguf_act_blk), 64);
+
+/* decode the panel's K block (u, sc, mn: GGUF_KB * GGUF_NR + 2 * (GGUF_KB / 16) * GGUF_NR * 4
+ * bytes of buf) and run the path's micro-kernel over the block's rows */
+static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, int mc,
+                   const pn_act *act, char *buf, float *cb) {
+    const uint8_t *rows[GGUF_NR];
+    int type = 0, blk = 1, bytes = 0;
+    for (int j = 0; j < nr; j++) rows[j] = grow_at(l, r0 + j, &type); /* a panel never spans two parts */
+    h3_gguf_type_size(type, &blk, &bytes);
+    for (int j = 0; j < nr; j++) rows[j] += k0 / blk * bytes;
+    const gguf_kind *t = gguf_kind_of(type);
+    uint8_t *u = (uint8_t *)buf;
+    float *sc = (float *)(buf + GGUF_KB * GGUF_NR);
+    float *mn = sc + (GGUF_KB / GGUF_SUB) * GGUF_NR;
+    ((gguf_decode_fn)f->decode)(type, rows, nr, nk, u, sc, mn);
+    ((gguf_ukr_fn)f->ukr)(mc, t, nk / t->seg, (const int8_t *)act->a + k0, act->lda, act->d + k0 / GGUF_ACT, act->ldd,
+                          act->as + (t->seg == 16 ? k0 / 16 : l->K / 16 + k0 / 32), act->ldas, u, sc,
+                          t->has_min ? mn : NULL, cb);
+}
+
+static pn_fmt fmt_of(const h3_linear *l) {
+    pn_fmt f = {1, 3, (size_t)GGUF_KB * GGUF_NR + 2 * (size_t)(GGUF_KB / GGUF_SUB) * GGUF_NR * 4, quant, slot_of,
+                kblock, (const void *)gguf_ukr_for(l->isa), (const void *)gguf_decode_for(l->isa)};
+    return f;
 }
 
 size_t gemm_gguf_workspace_bytes(const h3_linear *l, int64_t M, int nth) {
-    return act_bytes(M, l->K) + (size_t)nth * 2 * decoded_bytes(l->K);
-}
-
-typedef struct { int8_t *q; float *sc, *mn; int has_min; } decoded;
-
-static decoded decode(const h3_linear *l, int64_t r, char *buf) {
-    decoded d;
-    int type;
-    const uint8_t *row = grow_at(l, r, &type);
-    d.q = (int8_t *)buf;
-    d.sc = (float *)(buf + H3_ALIGN_UP((size_t)l->K, 64));
-    d.mn = d.sc + H3_ALIGN_UP((size_t)(l->K / GGUF_SUB) * 4, 64) / 4;
-    d.has_min = gguf_has_min(type);
-    gguf_decode_row_ref(type, row, l->K, d.q, d.sc, d.mn);
-    return d;
-}
-
-#define GGUF_MB 64
-
-typedef struct {
-    const h3_linear *l;
-    gguf_dot_fn dot;
-    const float *x;
-    int64_t M;
-    float *y;
-    const h3_epilogue *epi;
-    gguf_act_blk *act;     /* [M][K/32] */
-    char *tws;             /* per thread: two decoded rows */
-} gguf_ctx;
-
-static void quant_task(void *p, int ith, int nth) {
-    gguf_ctx *c = (gguf_ctx *)p;
-    const int64_t K = c->l->K, nb = K / GGUF_ACT;
-    for (int64_t m = c->M * ith / nth; m < c->M * (ith + 1) / nth; m++)
-        gguf_quant_act_row_ref(c->x + m * K, K, c->act + m * nb);
-}
-
-static void mul_task(void *p, int ith, int nth) {
-    gguf_ctx *c = (gguf_ctx *)p;
-    const h3_linear *l = c->l;
-    const gguf_dot_fn dot = c->dot;
-    const int64_t K = l->K, nb = K / GGUF_ACT, M = c->M;
-    const int kind = c->epi ? c->epi->kind : H3_EPI_NONE;
-    const int64_t ncol = kind == H3_EPI_SWIGLU ? l->H : l->N;
-    char *buf = c->tws + (size_t)ith * 2 * decoded_bytes(K);
-    const int64_t n0 = ncol * ith / nth, n1 = ncol * (ith + 1) / nth;
-    for (int64_t m0 = 0; m0 < M; m0 += GGUF_MB) {
-        const int64_t m1 = H3_MIN(M, m0 + GGUF_MB);
-        for (int64_t n = n0; n < n1; n++) {
-            decoded w = decode(l, n, buf);
-            if (kind == H3_EPI_SWIGLU) {
-                decoded v = decode(l, l->H + n, buf + decoded_bytes(K));
-                for (int64_t m = m0; m < m1; m++) {
-                    float g = dot(w.q, w.sc, w.mn, w.has_min, c->act + m * nb, K);
-                    float u = dot(v.q, v.sc, v.mn, v.has_min, c->act + m * nb, K);
-                    gemm_swiglu_row_ref(&g, &u, 1, l->bias ? l->bias + n : NULL, l->bias ? l->bias + l->H + n : NULL);
-                    c->y[m * ncol + n] = g;
-                }
-                continue;
-            }
-            const float b = l->bias ? l->bias[n] : 0.0f;
-            for (int64_t m = m0; m < m1; m++) {
-                float acc = dot(w.q, w.sc, w.mn, w.has_min, c->act + m * nb, K);
-                if (l->bias) acc += b;
-                if (kind == H3_EPI_RESID) {
-                    const h3_epilogue *e = c->epi;
-                    if (e->gate) acc *= e->gate[(e->gate_row ? e->gate_row[m] : m) * ncol + n];
-                    acc = e->resid[m * ncol + n] + acc;
-                }
-                c->y[m * ncol + n] = acc;
-            }
-        }
-    }
+    const pn_fmt f = fmt_of(l);
+    return pn_workspace_bytes(&f, l, M, nth);
 }
 
 h3_status gemm_gguf_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
                             const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err) {
-    const int nth = h3_pool_threads(pool);
-    const size_t need = gemm_gguf_workspace_bytes(l, M, nth);
-    void *own = NULL;
-    h3_status st = h3_workspace(&ws, &ws_bytes, need, &own, "linear_forward", err);
-    if (st) return st;
-    gguf_ctx c = {l, gguf_dot_for(l->isa), x, M, y, epi, NULL, NULL};
-    h3_arena ar = {(char *)ws, 0, ws_bytes};
-    c.act = h3_arena_take(&ar, act_bytes(M, l->K));
-    c.tws = h3_arena_take(&ar, (size_t)nth * 2 * decoded_bytes(l->K));
-    h3_pool_run(pool, quant_task, &c);
-    h3_pool_run(pool, mul_task, &c);
-    h3_free(own);
-    return H3_OK;
+    const pn_fmt f = fmt_of(l);
+    return pn_forward(&f, l, pool, x, M, y, epi, ws, ws_bytes, err);
 }
 
 h3_status gemm_gguf_dequant(const h3_linear *l, float *out, h3_err *err) {

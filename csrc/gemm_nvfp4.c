@@ -6,22 +6,21 @@
  *
  *   y[M,N] = (x * pre)[M,K] . W[N,K]^T (+ bias) (+ epilogue)
  *
- * Phase 1 (split by rows): each row of x, times each distinct pre-scale of the parts, is
- * quantised per 32 inputs (nvfp4_quant_act_row_ref).  Phase 2 (split by output panels of
- * 16 columns, fixed per thread, so results do not depend on the thread count): for a block
- * of NV_MC rows of x, each panel's 16 weight rows are widened a K block (NV_KB inputs) at a
- * time to int8 (nvfp4_decode_ref: a few KB that stay in L1 while the block's rows pass)
- * and the micro-kernel of the path (nvfp4_impl.h) accumulates the block's float sums; the
- * epilogue writes the panel.  The widening costs ~1/NV_MC of the dots. */
-#include "gemm_linear.h"
+ * Run by the panel driver (gemm_panel.c, panel_impl.h) that the GGUF linear shares: each
+ * row of x, times each distinct pre-scale of the parts (an activation "slot"), is
+ * quantised per 32 inputs (nvfp4_quant_act_row_ref); each panel's 16 weight rows are
+ * widened a K block at a time to int8 (nvfp4_decode_*: a few KB that stay in L1 while
+ * PN_MC rows of x pass) and the micro-kernel of the path (nvfp4_impl.h) accumulates the
+ * float sums.  The widening costs ~1/PN_MC of the dots. */
 #include "nvfp4_impl.h"
+#include "panel_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define NV_MC 64  /* rows of x per block: the decoded panel is reused by all of them */
-#define NV_KB 512  /* inputs per decoded K block: 8 KB of int8 + 4 KB of scales */
+#define NV_KB PN_KB /* inputs per decoded K block: 8 KB of int8 + 4 KB of scales */
+_Static_assert(NV_NR == PN_NR && NV_ACT == PN_ACT, "the NVFP4 panel is the driver's");
 
 void gemm_nvfp4_free(h3_linear *l) {
     if (!l->nv) return;
@@ -120,131 +119,47 @@ static nvfp4_row row_at(const h3_linear *l, int64_t r, int *slot) {
     return s;
 }
 
-/* per thread: the decoded K block (q, sw, corr) and two float panels of NV_MC rows */
-static size_t thread_bytes(void) {
-    return (size_t)NV_KB * NV_NR + 2 * (size_t)(NV_KB / NV_SEG) * NV_NR * 4 + 2 * (size_t)NV_MC * NV_NR * 4;
-}
-static size_t act_bytes(int64_t M, int64_t K) {
-    return H3_ALIGN_UP((size_t)M * (size_t)K, 64) + H3_ALIGN_UP((size_t)M * (size_t)(K / NV_ACT) * 4, 64);
-}
+static int slot_of(const h3_linear *l, int64_t r) { return l->nv[r / l->part_rows].slot; }
 
-size_t gemm_nvfp4_workspace_bytes(const h3_linear *l, int64_t M, int nth) {
-    return (size_t)l->nv_slots * act_bytes(M, l->K) + (size_t)nth * thread_bytes();
-}
-
-typedef struct {
-    const h3_linear *l;
-    nvfp4_ukr_fn ukr;
-    nvfp4_decode_fn decode;
-    const float *x;
-    int64_t M;
-    float *y;
-    const h3_epilogue *epi;
-    uint8_t *a[H3_LINEAR_MAX_PARTS];  /* per slot: [M][K] int8 + 128 */
-    float *d[H3_LINEAR_MAX_PARTS];    /* per slot: [M][K/32] */
-    char *tws;
-} nv_ctx;
-
-static void quant_task(void *p, int ith, int nth) {
-    nv_ctx *c = (nv_ctx *)p;
-    const h3_linear *l = c->l;
-    const int64_t K = l->K;
-    for (int s = 0; s < l->nv_slots; s++) {
-        const float *pre = NULL; /* the slot's pre-scale: its first part's */
-        for (int i = 0; i < l->nparts; i++)
-            if (l->nv[i].slot == s) { pre = l->nv[i].pre; break; }
-        for (int64_t m = c->M * ith / nth; m < c->M * (ith + 1) / nth; m++)
-            nvfp4_quant_act_row_ref(c->x + m * K, pre, K, c->a[s] + m * K, c->d[s] + m * (K / NV_ACT));
-    }
+/* row x times the slot's pre-scale (its first part's), quantised per 32 as a + 128 */
+static void quant(const pn_fmt *f, const h3_linear *l, int s, const float *x, uint8_t *a, float *d, int32_t *as) {
+    (void)f; (void)as;
+    const float *pre = NULL;
+    for (int i = 0; i < l->nparts; i++)
+        if (l->nv[i].slot == s) { pre = l->nv[i].pre; break; }
+    nvfp4_quant_act_row_ref(x, pre, l->K, a, d);
 }
 
-/* the float sums of rows [m0, m0 + mc) by logical weight rows [r0, r0 + nr) into cb */
-static void panel(const nv_ctx *c, int64_t m0, int64_t mc, int64_t r0, int nr, char *buf, float *cb) {
-    const h3_linear *l = c->l;
-    const int64_t K = l->K;
+/* decode the panel's K block (q, sw, corr: NV_KB * NV_NR + 2 * (NV_KB / NV_SEG) * NV_NR * 4
+ * bytes of buf) and run the path's micro-kernel over the block's rows */
+static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, int mc,
+                   const pn_act *act, char *buf, float *cb) {
     nvfp4_row rs[NV_NR];
     int slot = 0;
-    for (int j = 0; j < nr; j++) rs[j] = row_at(l, r0 + j, &slot); /* a panel never spans two parts */
+    for (int j = 0; j < nr; j++) rs[j] = row_at(l, r0 + j, &slot);
     int8_t *q = (int8_t *)buf;
     float *sw = (float *)(buf + NV_KB * NV_NR);
     int32_t *corr = (int32_t *)(sw + (NV_KB / NV_SEG) * NV_NR);
-    memset(cb, 0, (size_t)mc * NV_NR * sizeof(float));
-    const uint8_t *a = c->a[slot] + m0 * K;
-    const float *d = c->d[slot] + m0 * (K / NV_ACT);
-    for (int64_t k0 = 0; k0 < K; k0 += NV_KB) {
-        const int nseg = (int)(H3_MIN(NV_KB, K - k0) / NV_SEG);
-        c->decode(rs, nr, k0 / NV_SEG, nseg, q, sw, corr);
-        c->ukr((int)mc, nseg, a + k0, K, d + k0 / NV_ACT, K / NV_ACT, q, sw, corr, cb);
-    }
+    const int nseg = nk / NV_SEG;
+    ((nvfp4_decode_fn)f->decode)(rs, nr, k0 / NV_SEG, nseg, q, sw, corr);
+    ((nvfp4_ukr_fn)f->ukr)(mc, nseg, act->a + k0, act->lda, act->d + k0 / NV_ACT, act->ldd, q, sw, corr, cb);
 }
 
-static void mul_task(void *p, int ith, int nth) {
-    nv_ctx *c = (nv_ctx *)p;
-    const h3_linear *l = c->l;
-    const int kind = c->epi ? c->epi->kind : H3_EPI_NONE;
-    const int swiglu = kind == H3_EPI_SWIGLU;
-    const int64_t ncol = swiglu ? l->H : l->N;
-    /* panels: SwiGLU, 16 columns of the half (rows n and H + n); else 16 rows of one part */
-    const int64_t rows = swiglu ? l->H : l->part_rows, per = (rows + NV_NR - 1) / NV_NR;
-    const int64_t npan = swiglu ? per : per * l->nparts;
-    char *buf = c->tws + (size_t)ith * thread_bytes();
-    float *cbg = (float *)(buf + (size_t)NV_KB * NV_NR + 2 * (size_t)(NV_KB / NV_SEG) * NV_NR * 4);
-    float *cbv = cbg + NV_MC * NV_NR;
-    const int64_t p0 = npan * ith / nth, p1 = npan * (ith + 1) / nth;
-    for (int64_t m0 = 0; m0 < c->M; m0 += NV_MC) {
-        const int64_t mc = H3_MIN(NV_MC, c->M - m0);
-        for (int64_t pi = p0; pi < p1; pi++) {
-            const int64_t lc = (pi % per) * NV_NR, n0 = (pi / per) * rows + lc;
-            const int nr = (int)H3_MIN(NV_NR, rows - lc);
-            panel(c, m0, mc, n0, nr, buf, cbg);
-            if (swiglu) {
-                panel(c, m0, mc, l->H + n0, nr, buf, cbv);
-                for (int64_t i = 0; i < mc; i++) {
-                    float *g = cbg + i * NV_NR;
-                    gemm_swiglu_row_ref(g, cbv + i * NV_NR, nr, l->bias ? l->bias + n0 : NULL,
-                                        l->bias ? l->bias + l->H + n0 : NULL);
-                    memcpy(c->y + (m0 + i) * ncol + n0, g, (size_t)nr * sizeof(float));
-                }
-                continue;
-            }
-            for (int64_t i = 0; i < mc; i++) {
-                const int64_t m = m0 + i;
-                for (int j = 0; j < nr; j++) {
-                    const int64_t n = n0 + j;
-                    float acc = cbg[i * NV_NR + j];
-                    if (l->bias) acc += l->bias[n];
-                    if (kind == H3_EPI_RESID) {
-                        const h3_epilogue *e = c->epi;
-                        if (e->gate) acc *= e->gate[(e->gate_row ? e->gate_row[m] : m) * ncol + n];
-                        acc = e->resid[m * ncol + n] + acc;
-                    }
-                    c->y[m * ncol + n] = acc;
-                }
-            }
-        }
-    }
+static pn_fmt fmt_of(const h3_linear *l) {
+    pn_fmt f = {l->nv_slots, 0, (size_t)NV_KB * NV_NR + 2 * (size_t)(NV_KB / NV_SEG) * NV_NR * 4,
+                quant, slot_of, kblock, (const void *)nvfp4_ukr_for(l->isa), (const void *)nvfp4_decode_for(l->isa)};
+    return f;
+}
+
+size_t gemm_nvfp4_workspace_bytes(const h3_linear *l, int64_t M, int nth) {
+    const pn_fmt f = fmt_of(l);
+    return pn_workspace_bytes(&f, l, M, nth);
 }
 
 h3_status gemm_nvfp4_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
                              const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err) {
-    const int nth = h3_pool_threads(pool);
-    const size_t need = gemm_nvfp4_workspace_bytes(l, M, nth);
-    void *own = NULL;
-    h3_status st = h3_workspace(&ws, &ws_bytes, need, &own, "linear_forward", err);
-    if (st) return st;
-    nv_ctx c;
-    memset(&c, 0, sizeof c);
-    c.l = l; c.ukr = nvfp4_ukr_for(l->isa); c.decode = nvfp4_decode_for(l->isa); c.x = x; c.M = M; c.y = y; c.epi = epi;
-    h3_arena ar = {(char *)ws, 0, ws_bytes};
-    for (int s = 0; s < l->nv_slots; s++) {
-        c.a[s] = h3_arena_take(&ar, H3_ALIGN_UP((size_t)M * (size_t)l->K, 64));
-        c.d[s] = h3_arena_take(&ar, H3_ALIGN_UP((size_t)M * (size_t)(l->K / NV_ACT) * 4, 64));
-    }
-    c.tws = h3_arena_take(&ar, (size_t)nth * thread_bytes());
-    h3_pool_run(pool, quant_task, &c);
-    h3_pool_run(pool, mul_task, &c);
-    h3_free(own);
-    return H3_OK;
+    const pn_fmt f = fmt_of(l);
+    return pn_forward(&f, l, pool, x, M, y, epi, ws, ws_bytes, err);
 }
 
 h3_status gemm_nvfp4_dequant(const h3_linear *l, float *out, h3_err *err) {

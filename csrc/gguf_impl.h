@@ -1,43 +1,90 @@
-/* gguf_impl.h — GGUF block formats shared by the reference decoder (gguf_ref.c) and the
- * GGUF linear's driver (gemm_gguf.c).  Internal header. */
+/* gguf_impl.h — GGUF block formats shared by the reference pieces (gguf_ref.c: formats and
+ * dequantisation; gguf_panel_ref.c: the GEMM's panel decoder, quantiser and scalar
+ * micro-kernel), the SIMD micro-kernels (gguf_avx2.c, gguf_avxvnni.c, gguf_avx512.c,
+ * gguf_neon.c) and the GGUF linear's driver (gemm_gguf.c on gemm_panel.c).  Internal.
+ *
+ * Every quantised type, decoded, is small integers q with a float scale and offset per
+ * sub-block of 16 or 32 values: w[k] = sc * q[k] + mn (mn = 0 for Q8_0, Q4_0, Q5_0, Q3_K,
+ * Q6_K).  The GEMM's panel holds them unsigned, u = q + off (off: 128, 8, 16, 4, 32 for
+ * those five, 0 for the types with an offset, whose q are unsigned already), so that one
+ * x86 instruction (vpmaddubsw, vpdpbusd) multiplies u by the signed int8 activations a.
+ * Per segment (the type's sub-block: 32 values where the scales are per 32, else 16) the
+ * exact int32 dot and the activations' integer sum asum give, in one float order on every
+ * path (segments in ascending k):
+ *   dot = sum u a - off * asum
+ *   p   = (float)dot * sc;   p = fmaf(mn, (float)asum, p)  (types with an offset)
+ *   f   = fmaf(d, p, f)                                   (d: the activations' scale)
+ * so every ISA's result is the reference's, bit for bit. */
 #ifndef H3_GGUF_IMPL_H
 #define H3_GGUF_IMPL_H
 
 #include "h3_internal.h"
 
-/* Every quantised type, decoded, is int8 values q with a float scale and offset per run of
- * 16 values (the finest sub-block any format has): w[k] = sc[k/16] * q[k] + mn[k/16].
- * (Q4_0/Q5_0/Q8_0/Q3_K/Q6_K have no offset: mn = 0 and has_min = 0.)  The GEMM multiplies
- * q by int8 activations in integers per 16 and applies sc, mn and the activation scale
- * after; a SIMD kernel does the same decode in registers. */
+/* the finest sub-block any format has (h3_gguf_dequant's decode) */
 #define GGUF_SUB 16
-/* an activation block: 32 int8 values with their scale and the integer sums of each half
- * (for the formats' offsets: sum_k mn * d_a * qa_k = mn * d_a * sum_k qa_k) */
+/* inputs per activation scale */
 #define GGUF_ACT 32
-typedef struct {
-    float d;
-    int32_t s[2];
-    int8_t q[GGUF_ACT];
-} gguf_act_blk;
-_Static_assert(sizeof(gguf_act_blk) == 44, "gguf_act_blk is 4 + 8 + 32 bytes");
+/* the GEMM's panel: weight rows, inputs per decoded K block */
+#define GGUF_NR 16
+#define GGUF_KB 512
 
 int gguf_is_quant(int type);
 int gguf_has_min(int type);
-/* one row of K values (K a multiple of the type's block) -> q [K], sc/mn [K/16] */
-void gguf_decode_row_ref(int type, const uint8_t *row, int64_t K, int8_t *q, float *sc, float *mn);
-/* one row of K values (K % 32 == 0) -> K/32 activation blocks */
-void gguf_quant_act_row_ref(const float *x, int64_t K, gguf_act_blk *a);
-/* sum_k w[k] x[k] of a decoded row and a quantised activation row */
-typedef float (*gguf_dot_fn)(const int8_t *q, const float *sc, const float *mn, int has_min,
-                             const gguf_act_blk *a, int64_t K);
-float gguf_dot_ref(const int8_t *q, const float *sc, const float *mn, int has_min,
-                   const gguf_act_blk *a, int64_t K);
+
+/* How the GEMM runs a type: its segment (16 or 32), the offset added to q to make it
+ * unsigned, the largest u, and how many k-quads of vpmaddubsw pair sums (<= 2 * umax *
+ * 127 each) add up exactly in int16 (0 for Q8_0, whose u - 128 are full int8). */
+typedef struct {
+    int seg, off, umax, g16, has_min;
+} gguf_kind;
+/* NULL for a type the GEMM does not run */
+const gguf_kind *gguf_kind_of(int type);
+
+/* one block -> q[blk], sc/mn[blk/16] (w = sc * q + mn) */
+void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *mn);
+
+/* row x[K] (K % 32 == 0) -> a[K] int8 (|a| <= 127), d[K/32] (d = max|x| / 127 per 32,
+ * a = rint(x / d)), as[K/16 + K/32]: the sums of each 16 a, then of each 32 */
+typedef void (*gguf_quant_fn)(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
+void gguf_quant_act_row_ref(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
 #if H3_X86
-float gguf_dot_avx2(const int8_t *q, const float *sc, const float *mn, int has_min,
-                    const gguf_act_blk *a, int64_t K);
+void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
 #endif
-/* the dot product a linear on path `isa` runs (the reference for ref and where no SIMD
- * version exists: NEON for now) */
-gguf_dot_fn gguf_dot_for(h3_isa isa);
+
+/* Decode inputs [0, nk) of rows[0..nr) (each pointing at the K block's first block of a
+ * row of type `type`; nk a multiple of the block, <= GGUF_KB; nr <= 16, the rest of the
+ * panel zero) into the panel:
+ *   u  [nk / 4][16][4] uint8: quad j (4 inputs), column c at (j * 16 + c) * 4
+ *   sc [nk / seg][16], mn [nk / seg][16] (mn only for types with an offset) */
+typedef void (*gguf_decode_fn)(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
+void gguf_decode_panel_ref(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
+
+/* The micro-kernel: cb[i][c] (i < mr, c < 16) += the nseg segments of row i of the
+ * activations (a + i * lda; d + i * ldd per 32; as + i * ldas per 16) by the panel's
+ * column c, in the order above (as: the sums of the type's segments).  mn NULL for types
+ * without an offset. */
+typedef void (*gguf_ukr_fn)(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
+                            int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
+                            const float *mn, float *cb);
+void gguf_ukr_ref(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
+                  const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc, const float *mn, float *cb);
+#if H3_X86
+void gguf_ukr_avx2(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
+                   const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc, const float *mn, float *cb);
+void gguf_ukr_avxvnni(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
+                      int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
+                      const float *mn, float *cb);
+void gguf_ukr_avx512(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
+                     int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
+                     const float *mn, float *cb);
+#endif
+#if H3_ARM64
+void gguf_ukr_neon(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
+                   const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc, const float *mn, float *cb);
+#endif
+/* the quantiser, the micro-kernel and the panel decoder a linear on path `isa` runs */
+gguf_quant_fn gguf_quant_for(h3_isa isa);
+gguf_ukr_fn gguf_ukr_for(h3_isa isa);
+gguf_decode_fn gguf_decode_for(h3_isa isa);
 
 #endif

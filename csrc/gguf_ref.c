@@ -1,6 +1,5 @@
 /* gguf_ref.c — ggml's block formats as GGUF files store them, decoded by plain loops (the
- * executable spec of every GGUF kernel), plus the per-32 int8 activation quantiser and the
- * integer dot product the GGUF linear runs (gemm_gguf.c).
+ * executable spec of every GGUF kernel); the GEMM's reference pieces are in gguf_panel_ref.c.
  *
  * Written from the format description (llama.cpp's docs and gguf-py's quants.py name the
  * fields); block by block, values in the order they follow in the row:
@@ -93,7 +92,7 @@ static int k3_scale(const uint8_t *b, int j) {
 }
 
 /* one block -> q[blk], sc/mn[blk/16] */
-static void decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *mn) {
+void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *mn) {
     switch (type) {
     case H3_GGUF_Q8_0: {
         float d = f16_at(p);
@@ -204,13 +203,6 @@ static void decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float
     }
 }
 
-void gguf_decode_row_ref(int type, const uint8_t *row, int64_t K, int8_t *q, float *sc, float *mn) {
-    int blk = 1, bytes = 0;
-    h3_gguf_type_size(type, &blk, &bytes);
-    for (int64_t b = 0; b < K / blk; b++)
-        decode_block(type, row + b * bytes, q + b * blk, sc + b * (blk / GGUF_SUB), mn + b * (blk / GGUF_SUB));
-}
-
 h3_status h3_gguf_dequant(int type, const void *src, int64_t n, float *out, h3_err *err) {
     int blk, bytes;
     if (!src || !out) return h3_fail(err, H3_EINVAL, "gguf_dequant: NULL argument");
@@ -228,64 +220,17 @@ h3_status h3_gguf_dequant(int type, const void *src, int64_t n, float *out, h3_e
     int8_t q[256];
     float sc[256 / GGUF_SUB], mn[256 / GGUF_SUB];
     for (int64_t b = 0; b < n / blk; b++) {
-        decode_block(type, p + b * bytes, q, sc, mn);
+        gguf_decode_block(type, p + b * bytes, q, sc, mn);
         for (int i = 0; i < blk; i++) out[b * blk + i] = sc[i / GGUF_SUB] * (float)q[i] + mn[i / GGUF_SUB];
     }
     return H3_OK;
 }
 
-void gguf_quant_act_row_ref(const float *x, int64_t K, gguf_act_blk *a) {
-    for (int64_t b = 0; b < K / GGUF_ACT; b++, a++) {
-        const float *xb = x + b * GGUF_ACT;
-        float amax = 0.0f;
-        for (int i = 0; i < GGUF_ACT; i++) amax = fmaxf(amax, fabsf(xb[i]));
-        const float d = amax / 127.0f;
-        a->d = d;
-        a->s[0] = a->s[1] = 0;
-        for (int i = 0; i < GGUF_ACT; i++) {
-            int v = d > 0.0f ? (int)nearbyintf(xb[i] / d) : 0;
-            v = v > 127 ? 127 : (v < -127 ? -127 : v);
-            a->q[i] = (int8_t)v;
-            a->s[i / GGUF_SUB] += v;
-        }
-    }
-}
-
 h3_status h3_gguf_quant_act(const float *x, int64_t n, int8_t *q, float *d, h3_err *err) {
     if (!x || !q || !d) return h3_fail(err, H3_EINVAL, "gguf_quant_act: NULL argument");
     if (n < 0 || n % GGUF_ACT) return h3_fail(err, H3_EINVAL, "gguf_quant_act: n = %lld is not a multiple of 32", (long long)n);
-    gguf_act_blk a;
-    for (int64_t b = 0; b < n / GGUF_ACT; b++) {
-        gguf_quant_act_row_ref(x + b * GGUF_ACT, GGUF_ACT, &a);
-        memcpy(q + b * GGUF_ACT, a.q, GGUF_ACT);
-        d[b] = a.d;
-    }
+    int32_t as[3];
+    for (int64_t b = 0; b < n / GGUF_ACT; b++)
+        gguf_quant_act_row_ref(x + b * GGUF_ACT, GGUF_ACT, q + b * GGUF_ACT, d + b, as);
     return H3_OK;
-}
-
-float gguf_dot_ref(const int8_t *q, const float *sc, const float *mn, int has_min,
-                   const gguf_act_blk *a, int64_t K) {
-    float acc = 0.0f;
-    for (int64_t b = 0; b < K / GGUF_ACT; b++, a++) {
-        const int8_t *qb = q + b * GGUF_ACT;
-        float part = 0.0f;
-        for (int h = 0; h < 2; h++) {
-            int32_t dot = 0;
-            for (int i = 0; i < GGUF_SUB; i++) dot += (int32_t)qb[GGUF_SUB * h + i] * a->q[GGUF_SUB * h + i];
-            const int64_t s = 2 * b + h;
-            part += sc[s] * (float)dot;
-            if (has_min) part += mn[s] * (float)a->s[h];
-        }
-        acc += a->d * part;
-    }
-    return acc;
-}
-
-gguf_dot_fn gguf_dot_for(h3_isa isa) {
-#if H3_X86
-    /* every x86 SIMD path has AVX2 (avxvnni and amx included) */
-    if (h3_isa_vector(isa) == H3_ISA_AVX2 || h3_isa_vector(isa) == H3_ISA_AVX512) return gguf_dot_avx2;
-#endif
-    (void)isa;
-    return gguf_dot_ref;
 }

@@ -271,10 +271,11 @@ h3_status h3_gguf_quant_act(const float *x, int64_t n, int8_t *q, float *d, h3_e
  * "_M" files do for q/k/v).  pair: rows are [gate; value] halves (H3_EPI_SWIGLU), then
  * nparts is 1 or 2.  h3_linear_forward quantises each row of x per 32 values
  * (h3_gguf_quant_act), multiplies every weight sub-block (16 or 32 values) by its int8
- * activations in integers and applies both scales in float32 (the dot product is AVX2 on
- * x86 paths, the reference elsewhere).  A LoRA (h3_linear_set_lora) is added after the
- * base product and before the epilogue (gemm_lora.c).  No conv rows, no cache
- * layout (EINVAL). */
+ * activations in integers and applies both scales in float32, in one order on every path
+ * (AVX2, AVX-VNNI, AVX-512 VNNI, NEON: the reference's bits; docs/gguf.md).  A LoRA
+ * (h3_linear_set_lora) is added after the base product and before the epilogue
+ * (gemm_lora.c).  No conv rows, no cache layout (EINVAL).  types[i] must be one of the
+ * quantised types above (EINVAL otherwise). */
 h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int nparts, int64_t N,
                                 int64_t K, const float *bias, int pair, h3_isa isa,
                                 h3_linear **out, h3_err *err);

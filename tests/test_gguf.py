@@ -18,7 +18,7 @@ import gguf  # noqa: E402,F401  a test dependency (pyproject [test]): the oracle
 
 
 def _isas():
-    return ["ref"] + [i for i in ("avx2", "avx512", "amx", "neon") if _kernels.isa_supported(i)]
+    return ["ref"] + [i for i in ("avx2", "avxvnni", "avx512", "amx", "neon") if _kernels.isa_supported(i)]
 
 
 # ---- reader ----------------------------------------------------------------------------------
@@ -199,28 +199,37 @@ def test_gemm_matches_float64_on_quantised_activations(tmp_path, type_name, isa)
     """h3cy's GGUF GEMM vs float64 (x quantised as documented) @ W (the gguf package's
     dequantisation)^T: rel L2 <= 1e-5 (observed 5e-8..1.3e-7: float32 accumulation); a
     wrong sub-block scale or offset gives > 1e-2.  Against the unquantised x the error is
-    the activation quantisation's, observed 4.6e-3..6.3e-3 (bound 2e-2)."""
+    the activation quantisation's, observed 4.6e-3..6.3e-3 (bound 2e-2).  M = 1, 17, 130
+    (not multiples of the micro-kernels' 2/8 rows or the driver's 64-row blocks), N = 37
+    (a partial 16-column panel), K over a full and a partial 512-input K block; every
+    path's result is the reference's bit for bit, on 1 and 2 threads."""
     rng = np.random.default_rng(6)
-    M, N, K = 7, 9, 768 if TYPES[type_name][1] == 256 else 288
+    N, K = 37, (768 if TYPES[type_name][1] == 256 else 544)
     b = random_blocks(type_name, N, K, rng)
     W = oracle_dequant(type_name, b, (N, K)).astype(np.float64)
-    x = rng.standard_normal((M, K)).astype(np.float32)
-    x[0, :32] = 0.0                                    # an all-zero activation block
     bias = rng.standard_normal(N).astype(np.float32)
-    q, d, xq = quant_act(x)
-    qc, dc = np.empty(M * K, np.int8), np.empty(M * K // 32, np.float32)
-    _kernels.gguf_quant_act(np.ascontiguousarray(x.reshape(-1)), qc, dc)
-    np.testing.assert_array_equal(qc, q.reshape(-1).astype(np.int8))
-    np.testing.assert_array_equal(dc, d.reshape(-1))
     pool = _kernels.ThreadPool(2)
     core = _kernels.linear_attach_gguf([b], [TYPES[type_name][0]], N, K, bias, 0, isa, pool)
-    y = np.full((M, N + 0), np.nan, np.float32)
-    core.forward(x, y, 0)
-    want = xq.astype(np.float64) @ W.T + bias
-    rel = np.linalg.norm(y - want) / np.linalg.norm(want)
-    assert rel <= 1e-5, rel
-    full = x.astype(np.float64) @ W.T + bias
-    assert np.linalg.norm(y - full) / np.linalg.norm(full) <= 2e-2
+    ref = _kernels.linear_attach_gguf([b], [TYPES[type_name][0]], N, K, bias, 0, "ref", _kernels.ThreadPool(1))
+    for M in (1, 17, 130):
+        x = rng.standard_normal((M, K)).astype(np.float32)
+        x[0, :32] = 0.0                                    # an all-zero activation block
+        x[-1, 7] = 40.0                                    # an outlier channel
+        q, d, xq = quant_act(x)
+        qc, dc = np.empty(M * K, np.int8), np.empty(M * K // 32, np.float32)
+        _kernels.gguf_quant_act(np.ascontiguousarray(x.reshape(-1)), qc, dc)
+        np.testing.assert_array_equal(qc, q.reshape(-1).astype(np.int8))
+        np.testing.assert_array_equal(dc, d.reshape(-1))
+        y = np.full((M, N), np.nan, np.float32)
+        core.forward(x, y, 0)
+        want = xq.astype(np.float64) @ W.T + bias
+        rel = np.linalg.norm(y - want) / np.linalg.norm(want)
+        assert rel <= 1e-5, (M, rel)
+        full = x.astype(np.float64) @ W.T + bias
+        assert np.linalg.norm(y - full) / np.linalg.norm(full) <= 2e-2
+        y_ref = np.empty_like(y)
+        ref.forward(x, y_ref, 0)
+        np.testing.assert_array_equal(y, y_ref)            # the same bits on every path and thread count
     np.testing.assert_array_equal(core.dequantized(), W.astype(np.float32))
 
 

@@ -77,8 +77,8 @@ def _read_by(component, files_tensors, path):
             ckpt.close()
         return read, set(names) - read, "every tensor the transformer needs is present", None
     if component == "text_encoder":
-        from .model_folder import _text_encoder_keep
-        keep = _text_encoder_keep(50)
+        from .model_folder import text_encoder_keep
+        keep = text_encoder_keep(50)
         read = {n for n in names if keep(n) or n.startswith(("visual.", "model.visual."))}
         return read, set(names) - read, "the language model's layers 0..49 and the embedding " \
                                         "(hidden_states[50]), the vision tower", None

@@ -81,7 +81,7 @@ def folder_tensors(folder, keep=None):
     return out
 
 
-def _text_encoder_keep(output_layer=50):
+def text_encoder_keep(output_layer=50):
     def keep(name):
         if "embed_tokens" in name:
             return True
@@ -121,7 +121,7 @@ def component_sizes(path, component, output_layer=50):
     """:func:`tensor_sizes` of what ``component`` reads from ``path`` (a folder or a single
     file): the text encoder's layers below ``output_layer`` and its embeddings, the VAEs'
     decoders, everything of the transformer.  Headers only."""
-    keep = _text_encoder_keep(output_layer) if component == "text_encoder" else (
+    keep = text_encoder_keep(output_layer) if component == "text_encoder" else (
         _decoder_keep if component in ("video_vae", "audio_vae") else None)
     return tensor_sizes(folder_tensors(path, keep))
 

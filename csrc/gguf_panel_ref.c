@@ -1,0 +1,121 @@
+/* gguf_panel_ref.c — the GGUF GEMM's reference pieces (gguf_impl.h has the arithmetic every
+ * path shares): how each type runs (segment, offset), the activation quantiser, the panel
+ * decoder (run by every path: once per 16 weight rows, K block and PN_MC rows of x, it costs
+ * about 1/64 of the dots) and the scalar micro-kernel, the definition the SIMD ones equal
+ * bit for bit. */
+#include "gguf_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+/* seg: the scales' granularity (Q8_0, Q4_x, Q5_x, Q4_K and Q5_K have one scale per 32:
+ * half the float steps of a 16-value segment).  g16: k-quads of pair sums that fit int16
+ * (g16 * 2 * umax * 127 <= 32767). */
+static const gguf_kind kinds[] = {
+    [H3_GGUF_Q8_0] = {32, 128, 255, 0, 0}, [H3_GGUF_Q4_0] = {32, 8, 15, 8, 0}, [H3_GGUF_Q4_1] = {32, 0, 15, 8, 1},
+    [H3_GGUF_Q5_0] = {32, 16, 31, 4, 0},   [H3_GGUF_Q5_1] = {32, 0, 31, 4, 1}, [H3_GGUF_Q2_K] = {16, 0, 3, 4, 1},
+    [H3_GGUF_Q3_K] = {16, 4, 7, 4, 0},     [H3_GGUF_Q4_K] = {32, 0, 15, 8, 1}, [H3_GGUF_Q5_K] = {32, 0, 31, 4, 1},
+    [H3_GGUF_Q6_K] = {16, 32, 63, 2, 0},
+};
+
+const gguf_kind *gguf_kind_of(int type) {
+    if (type < 0 || type >= (int)(sizeof kinds / sizeof kinds[0]) || !kinds[type].seg) return NULL;
+    return &kinds[type];
+}
+
+void gguf_quant_act_row_ref(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) {
+    for (int64_t b = 0; b < K / GGUF_ACT; b++) {
+        const float *xb = x + b * GGUF_ACT;
+        float amax = 0.0f;
+        for (int i = 0; i < GGUF_ACT; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        const float s = amax / 127.0f;
+        d[b] = s;
+        as[2 * b] = as[2 * b + 1] = 0;
+        int32_t *as32 = as + K / 16 + b;
+        for (int i = 0; i < GGUF_ACT; i++) {
+            int v = s > 0.0f ? (int)nearbyintf(xb[i] / s) : 0;
+            v = v > 127 ? 127 : (v < -127 ? -127 : v);
+            a[b * GGUF_ACT + i] = (int8_t)v;
+            as[2 * b + i / 16] += v;
+        }
+        *as32 = as[2 * b] + as[2 * b + 1];
+    }
+}
+
+void gguf_decode_panel_ref(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn) {
+    const gguf_kind *t = gguf_kind_of(type);
+    int blk = 1, bytes = 0;
+    h3_gguf_type_size(type, &blk, &bytes);
+    const int seg = t->seg, nseg = nk / seg;
+    int8_t q[256];
+    uint8_t v[256];
+    float s16[256 / GGUF_SUB], m16[256 / GGUF_SUB];
+    for (int c = 0; c < GGUF_NR; c++) {
+        if (c >= nr) {
+            for (int k = 0; k < nk; k += 4) memset(u + ((k / 4) * GGUF_NR + c) * 4, 0, 4);
+            for (int s = 0; s < nseg; s++) {
+                sc[s * GGUF_NR + c] = 0.0f;
+                if (t->has_min) mn[s * GGUF_NR + c] = 0.0f;
+            }
+            continue;
+        }
+        for (int b = 0; b < nk / blk; b++) {
+            gguf_decode_block(type, rows[c] + (int64_t)b * bytes, q, s16, m16);
+            for (int e = 0; e < blk; e++) v[e] = (uint8_t)(q[e] + t->off);
+            /* 4 values (a quad) a column: one 4-byte word of the panel */
+            for (int j = 0; j < blk / 4; j++) memcpy(u + (((b * blk) / 4 + j) * GGUF_NR + c) * 4, v + 4 * j, 4);
+            for (int s = 0; s < blk / seg; s++) { /* a 32-value segment's two halves share them */
+                sc[(b * blk / seg + s) * GGUF_NR + c] = s16[s * seg / GGUF_SUB];
+                if (t->has_min) mn[(b * blk / seg + s) * GGUF_NR + c] = m16[s * seg / GGUF_SUB];
+            }
+        }
+    }
+}
+
+void gguf_ukr_ref(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
+                  const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc, const float *mn, float *cb) {
+    const int seg = t->seg;
+    for (int i = 0; i < mr; i++)
+        for (int c = 0; c < GGUF_NR; c++) {
+            float f = cb[i * GGUF_NR + c];
+            for (int s = 0; s < nseg; s++) {
+                int32_t dot = 0;
+                for (int k = 0; k < seg; k++)
+                    dot += (int32_t)u[((s * seg / 4 + k / 4) * GGUF_NR + c) * 4 + k % 4] * (int32_t)a[i * lda + s * seg + k];
+                const int32_t sum = as[i * ldas + s];
+                dot -= t->off * sum;
+                float p = (float)dot * sc[s * GGUF_NR + c];
+                if (mn) p = fmaf(mn[s * GGUF_NR + c], (float)sum, p);
+                f = fmaf(d[i * ldd + s * seg / GGUF_ACT], p, f);
+            }
+            cb[i * GGUF_NR + c] = f;
+        }
+}
+
+gguf_quant_fn gguf_quant_for(h3_isa isa) {
+#if H3_X86
+    const h3_isa v = h3_isa_vector(isa);
+    if (v == H3_ISA_AVX2 || v == H3_ISA_AVX512) return gguf_quant_act_row_avx2;
+#endif
+    (void)isa;
+    return gguf_quant_act_row_ref;
+}
+
+gguf_decode_fn gguf_decode_for(h3_isa isa) {
+    (void)isa;
+    return gguf_decode_panel_ref;
+}
+
+gguf_ukr_fn gguf_ukr_for(h3_isa isa) {
+#if H3_X86
+    const h3_isa v = h3_isa_vector(isa);
+    if (v == H3_ISA_AVX512 && h3_cpu_has_avx512_vnni()) return gguf_ukr_avx512;
+    if (isa == H3_ISA_AVXVNNI) return gguf_ukr_avxvnni;
+    if (v == H3_ISA_AVX2 || v == H3_ISA_AVX512) return gguf_ukr_avx2; /* every x86 SIMD path has AVX2 */
+#endif
+#if H3_ARM64
+    if (h3_isa_vector(isa) == H3_ISA_NEON) return gguf_ukr_neon;
+#endif
+    (void)isa;
+    return gguf_ukr_ref;
+}

@@ -1,0 +1,48 @@
+/* gguf_quant_avx2.c — the GGUF activation quantiser for AVX2: gguf_quant_act_row_ref's
+ * steps on 8 lanes (max of |x| -- NaN-free inputs give fmaxf's result --, one division
+ * amax / 127, x / d rounded to nearest even as nearbyintf does, clamped), so the int8
+ * values, scales and sums are the reference's, bit for bit. */
+#include "gguf_impl.h"
+
+#include <immintrin.h>
+
+void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 lim = _mm256_set1_ps(127.0f), nlim = _mm256_set1_ps(-127.0f);
+    for (int64_t b = 0; b < K / GGUF_ACT; b++) {
+        const float *xb = x + b * GGUF_ACT;
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int j = 0; j < 4; j++) {
+            v[j] = _mm256_loadu_ps(xb + 8 * j);
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, v[j]), m);
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float s = _mm_cvtss_f32(h) / 127.0f;
+        d[b] = s;
+        __m256i q[4];
+        if (s > 0.0f) {
+            const __m256 sv = _mm256_set1_ps(s);
+            for (int j = 0; j < 4; j++) {
+                __m256 r = _mm256_round_ps(_mm256_div_ps(v[j], sv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                q[j] = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(r, lim), nlim));
+            }
+        } else {
+            for (int j = 0; j < 4; j++) q[j] = _mm256_setzero_si256();
+        }
+        /* int32 -> int8 in order: packs work per 128-bit lane, the permute puts them back */
+        const __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+        const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b),
+                                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(a + b * GGUF_ACT), p8);
+        const __m256i s01 = _mm256_add_epi32(q[0], q[1]), s23 = _mm256_add_epi32(q[2], q[3]);
+        __m128i t0 = _mm_add_epi32(_mm256_castsi256_si128(s01), _mm256_extracti128_si256(s01, 1));
+        __m128i t1 = _mm_add_epi32(_mm256_castsi256_si128(s23), _mm256_extracti128_si256(s23, 1));
+        t0 = _mm_hadd_epi32(t0, t1);     /* [a0 a1 b0 b1] */
+        t0 = _mm_hadd_epi32(t0, t0);     /* [a b a b] */
+        as[2 * b] = _mm_cvtsi128_si32(t0);
+        as[2 * b + 1] = _mm_extract_epi32(t0, 1);
+        as[K / 16 + b] = as[2 * b] + as[2 * b + 1];
+    }
+}

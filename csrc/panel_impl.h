@@ -1,0 +1,57 @@
+/* panel_impl.h — the panel driver shared by the linears whose weights stay in a file's
+ * block format (NVFP4: gemm_nvfp4.c; GGUF: gemm_gguf.c), run by gemm_panel.c.  Internal.
+ *
+ *   y[M,N] = x[M,K] . W[N,K]^T (+ bias) (+ epilogue)
+ *
+ * Phase 1 (split by rows of x): the format quantises each row of x to int8 per 32 inputs
+ * (one float scale each; with integer sums per 16 where its weights have an offset), once
+ * per activation "slot" (NVFP4 parts with different AWQ pre-scales need their own).
+ * Phase 2 (split by panels of PN_NR output columns, fixed per thread, so results do not
+ * depend on the thread count): for a block of PN_MC rows of x, each panel's 16 weight rows
+ * are decoded a K block (PN_KB inputs) at a time to int8 in the [quad][16 columns][4]
+ * layout with a float scale per segment (16 or 32 inputs) -- a few KB that stay in L1
+ * while the block's rows pass -- and the format's micro-kernel accumulates the block's
+ * float sums; the driver's epilogue (bias, SwiGLU pairs, gated residual) writes the panel.
+ * The decode costs ~1/PN_MC of the dots. */
+#ifndef H3_PANEL_IMPL_H
+#define H3_PANEL_IMPL_H
+
+#include "gemm_linear.h"
+
+#define PN_NR 16  /* weight rows per decoded panel (output columns per micro-kernel) */
+#define PN_MC 256 /* rows of x per block: the decoded panel is reused by all of them */
+#define PN_KB 512 /* inputs per decoded K block */
+#define PN_ACT 32 /* inputs per activation scale */
+
+/* the quantised activations of the block's first row (row i at a + i * lda, ...) */
+typedef struct {
+    const uint8_t *a; /* [K] bytes (the format says how to read them) */
+    int64_t lda;
+    const float *d; /* [K / 32] scales */
+    int64_t ldd;
+    const int32_t *as; /* [K / 32 * sums] integer sums (NULL where the format needs none) */
+    int64_t ldas;
+} pn_act;
+
+typedef struct pn_fmt pn_fmt;
+struct pn_fmt {
+    int nslots;       /* activation slots (distinct quantisations of x) */
+    int sums;         /* int32 sums the quantiser writes per 32 inputs (0: none) */
+    size_t buf_bytes; /* per thread: the decoded K block */
+    /* row x[K] of slot `slot` -> a [K], d [K/32], as [K/32 * sums] (as NULL unless sums) */
+    void (*quant)(const pn_fmt *f, const h3_linear *l, int slot, const float *x, uint8_t *a, float *d, int32_t *as);
+    /* the slot logical weight row r multiplies */
+    int (*slot_of)(const h3_linear *l, int64_t r);
+    /* cb[mc][16] += the sums of inputs [k0, k0 + nk) of the block's mc rows by logical
+     * weight rows [r0, r0 + nr) (nr <= 16, one part; columns past nr come out 0) */
+    void (*kblock)(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, int mc,
+                   const pn_act *act, char *buf, float *cb);
+    const void *ukr; /* the format's micro-kernel for the linear's path */
+    const void *decode; /* and its panel decoder */
+};
+
+size_t pn_workspace_bytes(const pn_fmt *f, const h3_linear *l, int64_t M, int nth);
+h3_status pn_forward(const pn_fmt *f, const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
+                     const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err);
+
+#endif
