@@ -538,20 +538,15 @@ class DiT:
         cores = {}
         for target, ps in pieces.items():
             lin = self._lora_linear(target)
-            isa = lin.core.isa if lin is not None else self.isa
-            # an AMX LoRA runs on bf16 tiles: beside an int8/int4/bf16 base; a float32 or
-            # fp16 base (float32 products) keeps its LoRA in float32 too (AVX-512)
-            if isa == "amx" and (lin is None or lin.weights in ("fp32", "fp16") or not self.lora_amx_tiles):
-                isa = "avx512"
             a = np.ascontiguousarray(np.concatenate([m.a for m, _, _ in ps]), np.float32)
             b = np.ascontiguousarray(np.concatenate([m.b for m, _, _ in ps], axis=1), np.float32)
             sc = np.concatenate([np.full(m.a.shape[0], s, np.float32) for m, s, _ in ps])
-            cores[target] = _kernels.LoraCore(a, b, sc, isa=isa)
+            cores[target] = {"parts": (a, b, sc)}   # addends made per path on attach (_lora_core)
         self._lora_cores = cores
         for target in set(old) | set(cores) | swapped:
             lin = self._lora_linear(target)
             if lin is not None:
-                lin.core.set_lora(cores.get(target))
+                lin.core.set_lora(self._lora_core(target, lin))
         for blk in (self.__dict__.get("_attached") or [[]])[0]:
             self._lora_block(blk, blk.prefix)
         if any(self._lora_time_path(t) for t in set(old) | set(cores) | swapped):
@@ -635,7 +630,29 @@ class DiT:
         for suffix, attr in _Block.LORA_NAMES:
             lin = getattr(blk, attr, None)
             if lin is not None and (cores or lin.core.lora is not None):
-                lin.core.set_lora(cores.get(prefix + suffix))
+                lin.core.set_lora(self._lora_core(prefix + suffix, lin))
+
+    def _lora_isa(self, lin):
+        """The path of a LoRA addend on ``lin``.  On AMX it runs on bf16 tiles beside an
+        int8/int4/bf16 base; a float32 or fp16 base (float32 products) keeps its LoRA in
+        float32 too (AVX-512)."""
+        isa = lin.core.isa
+        if isa == "amx" and (lin.weights in ("fp32", "fp16") or not self.lora_amx_tiles):
+            isa = "avx512"
+        return isa
+
+    def _lora_core(self, target, lin):
+        """The addend of ``target`` for the linear ``lin`` on that linear's LoRA path (made
+        once per path: a streaming block's linear, built after the LoRA was loaded, can
+        need another path than the one guessed without it -- a GGUF file's float layers
+        run fp32 -- and streaming must give the resident model's bits)."""
+        entry = (self.__dict__.get("_lora_cores") or {}).get(target)
+        if entry is None:
+            return None
+        isa = self._lora_isa(lin)
+        if isa not in entry:
+            entry[isa] = _kernels.LoraCore(*entry["parts"], isa=isa)
+        return entry[isa]
 
     # ---- small helpers -----------------------------------------------------------------
     def _r(self, x):
