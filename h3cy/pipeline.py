@@ -65,7 +65,9 @@ def load(path=None, weights="auto", streaming="auto", threads=None, cache_dir=No
         exceeds 80% of the memory available to the process (the smaller of MemAvailable
         and the cgroup limit).
     threads : int, optional — default :func:`h3cy.get_num_threads`
-    cache_dir : where converted weights (fp16/int8/int4 caches) and encoded prompts go
+    cache_dir : where converted weights (fp16/int8/int4 caches) and encoded prompts go;
+        False: nothing is written (weights converted in memory at every load, prompts
+        encoded every time)
     vae_weights : weights mode of the two decoders: "auto" (the default; fp32 for float
         files, as released), fp32, bf16, fp16 or int8
     keep_loaded : keep every component resident between calls (faster repeated calls, more
@@ -339,7 +341,9 @@ class Pipeline:
 
     def _prompt_cache_dir(self):
         import os
-        return None if self.cache_dir is None else os.path.join(self.cache_dir, "prompts")
+        if self.cache_dir is None or self.cache_dir is False:      # False: no prompt cache
+            return self.cache_dir
+        return os.path.join(self.cache_dir, "prompts")
 
     def _tokenizer(self):
         from .models.tokenizer import Tokenizer

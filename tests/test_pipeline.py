@@ -327,3 +327,23 @@ def test_load_checks_every_components_headers(tiny_pipeline, tmp_path):
         f.truncate(os.path.getsize(shards[-1]) - 64)
     with pytest.raises(h3cy.CheckpointError, match=shards[-1].name):
         h3cy.load(d)
+
+
+def test_cache_dir_false_writes_no_file(tiny_pipeline, tmp_path, monkeypatch):
+    """cache_dir=False: a converting mode (int8) and a prompt leave no cache file anywhere
+    (the checkpoint folder, H3CY_CACHE_DIR), and the result equals a cached load's."""
+    tp = tiny_pipeline
+    home = tmp_path / "cache_root"
+    monkeypatch.setenv("H3CY_CACHE_DIR", str(home))
+    folder = tmp_path / "model"
+    import shutil
+    shutil.copytree(tp.release, folder)
+    before = {p for p in folder.rglob("*")}
+    pipe = h3cy.load(str(folder), weights="int8", streaming=False, cache_dir=False)
+    res = pipe.generate("A red fox walks through snow", width=64, height=64, steps=2)
+    assert {p for p in folder.rglob("*")} == before, "a file was written next to the checkpoint"
+    assert not home.exists() or not any(home.rglob("*")), "a file was written under H3CY_CACHE_DIR"
+    cached = h3cy.load(str(folder), weights="int8", streaming=False, cache_dir=str(tmp_path / "c"))
+    res2 = cached.generate("A red fox walks through snow", width=64, height=64, steps=2)
+    assert any((tmp_path / "c").rglob("*.h3w")), "the comparison load should have cached"
+    np.testing.assert_array_equal(res.frames, res2.frames)

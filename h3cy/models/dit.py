@@ -259,7 +259,8 @@ class DiT:
             activation scale (default 1024 where ffn_dim allows, as h3.c; else whole row)
         cache_dir : str, optional — where the converted-weight cache of fp16/int8/int4
             goes (default: next to the checkpoint, else ~/.cache/h3cy); it is mapped on
-            later loads and rebuilt when stale, truncated or edited
+            later loads and rebuilt when stale, truncated or edited.  False: no cache file
+            (converted in memory at every load; merged LoRAs too)
         attention : {None, "auto", "fp32", "bf16"} — products inside the attention
             (see :func:`h3cy.ops.attention_bf16`): by default bf16 models follow the
             reference's bf16 attention, int8/int4 models multiply bf16 pairs where the CPU
@@ -585,7 +586,10 @@ class DiT:
                 bkey = self.__dict__.get("_weights_key") or lora_merge.base_bytes_key(
                     {t: c for t, (_, c) in targets.items()})
                 key = lora_merge.merge_key(bkey, want, self.isa)
-            cache_dir = self.__dict__.get("_merge_cache_dir") or _config.cache_root()
+            cache_dir = self.__dict__.get("_merge_cache_dir")
+            if cache_dir is False:      # no files: the merged weights are made in memory
+                key = None
+            cache_dir = cache_dir or _config.cache_root()
             lins, reader = lora_merge.merged_linears(
                 targets, {t: [(m, s) for m, s, _ in ps] for t, ps in merged.items()}, key, cache_dir,
                 self._pool)

@@ -305,7 +305,7 @@ class TextEncoder:
         threads : int, optional — default :func:`h3cy.get_num_threads`
         isa : str, optional — kernel path (default: ``H3CY_ISA`` or the best available)
         cache_dir : str, optional — where the fp16/int8/int4 converted-weight cache goes
-            (default: next to the checkpoint if writable, else ~/.cache/h3cy)
+            (default: next to the checkpoint if writable, else ~/.cache/h3cy); False: none
         output_layer : int — return ``hidden_states[output_layer]`` (default 50, spec §3.2)
 
         Raises

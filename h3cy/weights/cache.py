@@ -194,7 +194,7 @@ class ComponentCache:
     def open(cls, folder, files, mode, params, cache_dir, isa):
         """The cache of these weights; a disabled one (``pair`` None) for modes that use
         the checkpoint's tensors as they are."""
-        if mode not in CACHED_MODES:
+        if mode not in CACHED_MODES or cache_dir is False:    # False: no cache file at all
             return cls()
         key = source_key(files, dict(params, mode=mode, nr=_kernels.int_panel_width(isa),
                                      isa_family="amx" if isa == "amx" else "simd"))
