@@ -84,9 +84,8 @@ static int needs_scratch(const h3_epilogue *epi) {
 size_t h3_linear_workspace_bytes(const h3_linear *l, int64_t M, int nth,
                                  const h3_epilogue *epi) {
     if (!l || M < 0 || nth < 1) return 0;
-    if (l->wtype == H3_DT_GGUF)
-        return l->lora ? gemm_lora_gguf_workspace_bytes(l, M, nth, epi) : gemm_gguf_workspace_bytes(l, M, nth);
-    if (l->wtype == H3_DT_NVFP4) return gemm_nvfp4_workspace_bytes(l, M, nth);
+    if ((l->wtype == H3_DT_GGUF || l->wtype == H3_DT_NVFP4) && l->lora) return gemm_lora_gguf_workspace_bytes(l, M, nth, epi);
+    if (l->wtype == H3_DT_GGUF || l->wtype == H3_DT_NVFP4) return gemm_panel_workspace_bytes(l, M, nth);
     int ns = needs_scratch(epi);
     if (is_int(l->wtype)) {
         size_t Mp = (size_t)H3_ALIGN_UP(M, l->kt->mr);
@@ -501,14 +500,12 @@ static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, cons
     if (rows && l->lora) return h3_fail(err, H3_EINVAL, "linear_forward: a LoRA on conv rows is not supported");
     h3_status st = h3_isa_check(l->isa, err);
     if (st) return st;
-    if (l->wtype == H3_DT_GGUF) {
-        if (rows) return h3_fail(err, H3_EINVAL, "linear_forward: a GGUF linear does not take conv rows");
+    if (l->wtype == H3_DT_GGUF || l->wtype == H3_DT_NVFP4) {
+        if (rows)
+            return h3_fail(err, H3_EINVAL, "linear_forward: a%s linear does not take conv rows",
+                           l->wtype == H3_DT_GGUF ? " GGUF" : "n NVFP4");
         if (l->lora) return gemm_lora_gguf_forward(l, pool, x, M, y, epi, ws, ws_bytes, err);
-        return gemm_gguf_forward(l, pool, x, M, y, epi, ws, ws_bytes, err);
-    }
-    if (l->wtype == H3_DT_NVFP4) {
-        if (rows) return h3_fail(err, H3_EINVAL, "linear_forward: an NVFP4 linear does not take conv rows");
-        return gemm_nvfp4_forward(l, pool, x, M, y, epi, ws, ws_bytes, err);
+        return gemm_panel_forward(l, pool, x, M, y, epi, ws, ws_bytes, err);
     }
     const int nth = h3_pool_threads(pool);
     size_t need = rows ? h3_linear_rows_workspace_bytes(l, M, nth, epi) : h3_linear_workspace_bytes(l, M, nth, epi);

@@ -28,17 +28,11 @@ _Static_assert(GGUF_NR == PN_NR && GGUF_KB == PN_KB && GGUF_ACT == PN_ACT, "the 
 h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int nparts, int64_t N,
                                 int64_t K, const float *bias, int pair, h3_isa isa,
                                 h3_linear **out, h3_err *err) {
-    if (!parts || !types || !out) return h3_fail(err, H3_EINVAL, "linear_attach_gguf: NULL argument");
-    h3_status st = h3_isa_check(isa, err);
+    static const char who[] = "linear_attach_gguf";
+    if (!parts || !types || !out) return h3_fail(err, H3_EINVAL, "%s: NULL argument", who);
+    h3_linear *l;
+    h3_status st = pn_attach_begin(who, nparts, N, K, pair, isa, &l, err);
     if (st) return st;
-    if (nparts < 1 || nparts > H3_LINEAR_MAX_PARTS)
-        return h3_fail(err, H3_EINVAL, "linear_attach_gguf: %d parts (1..%d)", nparts, H3_LINEAR_MAX_PARTS);
-    if (N < 1 || K < 1 || N % nparts || (pair && (N % 2 || nparts > 2)))
-        return h3_fail(err, H3_EINVAL, "linear_attach_gguf: [%lld, %lld] does not split into %d%s parts",
-                       (long long)N, (long long)K, nparts, pair ? " pair" : "");
-    if (K % GGUF_ACT) return h3_fail(err, H3_EINVAL, "linear_attach_gguf: K = %lld is not a multiple of 32", (long long)K);
-    h3_linear *l = calloc(1, sizeof *l);
-    if (!l) return h3_fail(err, H3_ENOMEM, "linear_attach_gguf: out of memory");
     size_t wb = 0;
     for (int i = 0; i < nparts; i++) {
         int blk, bytes;
@@ -62,22 +56,7 @@ h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int 
         l->grow_bytes[i] = K / blk * bytes;
         wb += (size_t)(N / nparts) * (size_t)l->grow_bytes[i];
     }
-    if (!st && bias) {
-        l->bias = h3_alloc((size_t)N * sizeof(float));
-        if (!l->bias) st = h3_fail(err, H3_ENOMEM, "linear_attach_gguf: out of memory");
-        else memcpy(l->bias, bias, (size_t)N * sizeof(float));
-    }
-    if (st) { h3_linear_free(l); return st; }
-    l->N = N; l->K = K; l->Kp = K; l->wtype = H3_DT_GGUF; l->pair = pair ? 1 : 0; l->isa = isa;
-    l->H = pair ? N / 2 : N;
-    l->kt = gemm_kernels_for(isa);
-    l->nparts = nparts;
-    l->part_rows = N / nparts;
-    l->w = (void *)parts[0];
-    l->owns_w = 0;
-    l->wbytes = wb;
-    *out = l;
-    return H3_OK;
+    return pn_attach_end(who, st, l, H3_DT_GGUF, N, K, bias, pair, isa, parts[0], wb, out, err);
 }
 
 /* the stored blocks of logical row r and their type */
@@ -113,21 +92,10 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
                           t->has_min ? mn : NULL, cb);
 }
 
-static pn_fmt fmt_of(const h3_linear *l) {
+pn_fmt gguf_panel_fmt(const h3_linear *l) {
     pn_fmt f = {1, 3, (size_t)GGUF_KB * GGUF_NR + 2 * (size_t)(GGUF_KB / GGUF_SUB) * GGUF_NR * 4, quant, slot_of,
                 kblock, (const void *)gguf_ukr_for(l->isa), (const void *)gguf_decode_for(l->isa)};
     return f;
-}
-
-size_t gemm_gguf_workspace_bytes(const h3_linear *l, int64_t M, int nth) {
-    const pn_fmt f = fmt_of(l);
-    return pn_workspace_bytes(&f, l, M, nth);
-}
-
-h3_status gemm_gguf_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
-                            const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err) {
-    const pn_fmt f = fmt_of(l);
-    return pn_forward(&f, l, pool, x, M, y, epi, ws, ws_bytes, err);
 }
 
 h3_status gemm_gguf_dequant(const h3_linear *l, float *out, h3_err *err) {

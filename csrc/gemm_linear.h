@@ -85,10 +85,13 @@ void gemm_lora_add(const h3_lora *lo, const float *u, float *target, int64_t ld,
 void gemm_lora_add_ref(const h3_lora *lo, const float *u, float *target, int64_t ld, int64_t m0, int64_t m1,
                        int64_t c0, int64_t w, float *scratch);
 
-/* The GGUF linear (gemm_gguf.c), routed to from gemm.c and gemm_weights.c */
-size_t gemm_gguf_workspace_bytes(const h3_linear *l, int64_t M, int nth);
-h3_status gemm_gguf_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
-                            const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err);
+/* The block-format linears (wtype H3_DT_GGUF or H3_DT_NVFP4) on the panel driver
+ * (gemm_panel.c, the format from gemm_gguf.c / gemm_nvfp4.c), routed to from gemm.c */
+size_t gemm_panel_workspace_bytes(const h3_linear *l, int64_t M, int nth);
+h3_status gemm_panel_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
+                             const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err);
+
+/* The GGUF linear (gemm_gguf.c), routed to from gemm_weights.c */
 h3_status gemm_gguf_dequant(const h3_linear *l, float *out, h3_err *err);
 /* A GGUF linear with a LoRA (gemm_lora.c): the GGUF product without epilogue, then the
  * up product, then the epilogue */
@@ -107,10 +110,7 @@ typedef struct nvfp4_part {
     int slot;              /* the activation variant this part multiplies */
 } nvfp4_part;
 
-/* The NVFP4 linear (gemm_nvfp4.c), routed to from gemm.c and gemm_weights.c */
-size_t gemm_nvfp4_workspace_bytes(const h3_linear *l, int64_t M, int nth);
-h3_status gemm_nvfp4_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
-                             const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err);
+/* The NVFP4 linear (gemm_nvfp4.c), routed to from gemm_weights.c */
 h3_status gemm_nvfp4_dequant(const h3_linear *l, float *out, h3_err *err);
 void gemm_nvfp4_free(h3_linear *l);
 

@@ -399,7 +399,7 @@ static size_t gguf_t_bytes(const h3_linear *l, int64_t M, const h3_epilogue *epi
 }
 
 size_t gemm_lora_gguf_workspace_bytes(const h3_linear *l, int64_t M, int nth, const h3_epilogue *epi) {
-    return gemm_lora_workspace_bytes(l, M, nth) + gguf_t_bytes(l, M, epi) + gemm_gguf_workspace_bytes(l, M, nth);
+    return gemm_lora_workspace_bytes(l, M, nth) + gguf_t_bytes(l, M, epi) + gemm_panel_workspace_bytes(l, M, nth);
 }
 
 typedef struct {
@@ -451,7 +451,7 @@ h3_status gemm_lora_gguf_forward(const h3_linear *l, h3_pool *pool, const float 
     float *u = (float *)ws;
     st = gemm_lora_u(l, pool, x, M, u, ws, err);
     float *t = tb ? (float *)((char *)ws + lb) : y;
-    if (!st) st = gemm_gguf_forward(l, pool, x, M, t, NULL, (char *)ws + lb + tb, ws_bytes - lb - tb, err);
+    if (!st) st = gemm_panel_forward(l, pool, x, M, t, NULL, (char *)ws + lb + tb, ws_bytes - lb - tb, err);
     if (!st) {
         gguf_up_ctx c = {l, u, t, y, epi, M, ws};
         h3_pool_run(pool, gguf_up_task, &c);

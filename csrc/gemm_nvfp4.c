@@ -31,20 +31,13 @@ void gemm_nvfp4_free(h3_linear *l) {
 
 h3_status h3_linear_attach_nvfp4(const h3_nvfp4_part *parts, int nparts, int64_t N, int64_t K, const float *bias,
                                  int pair, h3_isa isa, h3_linear **out, h3_err *err) {
-    if (!parts || !out) return h3_fail(err, H3_EINVAL, "linear_attach_nvfp4: NULL argument");
-    h3_status st = h3_isa_check(isa, err);
+    static const char who[] = "linear_attach_nvfp4";
+    if (!parts || !out) return h3_fail(err, H3_EINVAL, "%s: NULL argument", who);
+    h3_linear *l;
+    h3_status st = pn_attach_begin(who, nparts, N, K, pair, isa, &l, err);
     if (st) return st;
-    if (nparts < 1 || nparts > H3_LINEAR_MAX_PARTS)
-        return h3_fail(err, H3_EINVAL, "linear_attach_nvfp4: %d parts (1..%d)", nparts, H3_LINEAR_MAX_PARTS);
-    if (N < 1 || K < 1 || N % nparts || (pair && (N % 2 || nparts > 2)))
-        return h3_fail(err, H3_EINVAL, "linear_attach_nvfp4: [%lld, %lld] does not split into %d%s parts",
-                       (long long)N, (long long)K, nparts, pair ? " pair" : "");
-    if (K % NV_ACT) return h3_fail(err, H3_EINVAL, "linear_attach_nvfp4: K = %lld is not a multiple of 32", (long long)K);
     const int64_t rows = N / nparts;
-    h3_linear *l = calloc(1, sizeof *l);
-    if (!l) return h3_fail(err, H3_ENOMEM, "linear_attach_nvfp4: out of memory");
     l->nv = calloc((size_t)nparts, sizeof *l->nv);
-    l->nparts = nparts;
     if (!l->nv) st = h3_fail(err, H3_ENOMEM, "linear_attach_nvfp4: out of memory");
     size_t wb = 0;
     for (int i = 0; i < nparts && !st; i++) {
@@ -93,21 +86,7 @@ h3_status h3_linear_attach_nvfp4(const h3_nvfp4_part *parts, int nparts, int64_t
         l->part[i] = p->codes;
         wb += (size_t)rows * (size_t)(K / 2 + K / NV_SEG);
     }
-    if (!st && bias) {
-        l->bias = h3_alloc((size_t)N * sizeof(float));
-        if (!l->bias) st = h3_fail(err, H3_ENOMEM, "linear_attach_nvfp4: out of memory");
-        else memcpy(l->bias, bias, (size_t)N * sizeof(float));
-    }
-    if (st) { h3_linear_free(l); return st; }
-    l->N = N; l->K = K; l->Kp = K; l->wtype = H3_DT_NVFP4; l->pair = pair ? 1 : 0; l->isa = isa;
-    l->H = pair ? N / 2 : N;
-    l->kt = gemm_kernels_for(isa);
-    l->part_rows = rows;
-    l->w = (void *)parts[0].codes;
-    l->owns_w = 0;
-    l->wbytes = wb;
-    *out = l;
-    return H3_OK;
+    return pn_attach_end(who, st, l, H3_DT_NVFP4, N, K, bias, pair, isa, parts[0].codes, wb, out, err);
 }
 
 /* the source of logical row r */
@@ -145,21 +124,10 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
     ((nvfp4_ukr_fn)f->ukr)(mc, nseg, act->a + k0, act->lda, act->d + k0 / NV_ACT, act->ldd, q, sw, corr, cb);
 }
 
-static pn_fmt fmt_of(const h3_linear *l) {
+pn_fmt nvfp4_panel_fmt(const h3_linear *l) {
     pn_fmt f = {l->nv_slots, 0, (size_t)NV_KB * NV_NR + 2 * (size_t)(NV_KB / NV_SEG) * NV_NR * 4,
                 quant, slot_of, kblock, (const void *)nvfp4_ukr_for(l->isa), (const void *)nvfp4_decode_for(l->isa)};
     return f;
-}
-
-size_t gemm_nvfp4_workspace_bytes(const h3_linear *l, int64_t M, int nth) {
-    const pn_fmt f = fmt_of(l);
-    return pn_workspace_bytes(&f, l, M, nth);
-}
-
-h3_status gemm_nvfp4_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
-                             const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err) {
-    const pn_fmt f = fmt_of(l);
-    return pn_forward(&f, l, pool, x, M, y, epi, ws, ws_bytes, err);
 }
 
 h3_status gemm_nvfp4_dequant(const h3_linear *l, float *out, h3_err *err) {

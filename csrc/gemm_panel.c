@@ -125,3 +125,56 @@ h3_status pn_forward(const pn_fmt *f, const h3_linear *l, h3_pool *pool, const f
     h3_free(own);
     return H3_OK;
 }
+
+static pn_fmt fmt_of(const h3_linear *l) {
+    return l->wtype == H3_DT_NVFP4 ? nvfp4_panel_fmt(l) : gguf_panel_fmt(l);
+}
+
+size_t gemm_panel_workspace_bytes(const h3_linear *l, int64_t M, int nth) {
+    const pn_fmt f = fmt_of(l);
+    return pn_workspace_bytes(&f, l, M, nth);
+}
+
+h3_status gemm_panel_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
+                             const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err) {
+    const pn_fmt f = fmt_of(l);
+    return pn_forward(&f, l, pool, x, M, y, epi, ws, ws_bytes, err);
+}
+
+/* ---- attaching a block-format linear (the parts' own checks are the format's) ---------- */
+
+h3_status pn_attach_begin(const char *who, int nparts, int64_t N, int64_t K, int pair, h3_isa isa,
+                          h3_linear **l, h3_err *err) {
+    h3_status st = h3_isa_check(isa, err);
+    if (st) return st;
+    if (nparts < 1 || nparts > H3_LINEAR_MAX_PARTS)
+        return h3_fail(err, H3_EINVAL, "%s: %d parts (1..%d)", who, nparts, H3_LINEAR_MAX_PARTS);
+    if (N < 1 || K < 1 || N % nparts || (pair && (N % 2 || nparts > 2)))
+        return h3_fail(err, H3_EINVAL, "%s: [%lld, %lld] does not split into %d%s parts", who, (long long)N,
+                       (long long)K, nparts, pair ? " pair" : "");
+    if (K % PN_ACT) return h3_fail(err, H3_EINVAL, "%s: K = %lld is not a multiple of 32", who, (long long)K);
+    *l = calloc(1, sizeof **l);
+    if (!*l) return h3_fail(err, H3_ENOMEM, "%s: out of memory", who);
+    (*l)->nparts = nparts;
+    return H3_OK;
+}
+
+h3_status pn_attach_end(const char *who, h3_status st, h3_linear *l, int wtype, int64_t N, int64_t K,
+                        const float *bias, int pair, h3_isa isa, const void *w, size_t wbytes,
+                        h3_linear **out, h3_err *err) {
+    if (!st && bias) {
+        l->bias = h3_alloc((size_t)N * sizeof(float));
+        if (!l->bias) st = h3_fail(err, H3_ENOMEM, "%s: out of memory", who);
+        else memcpy(l->bias, bias, (size_t)N * sizeof(float));
+    }
+    if (st) { h3_linear_free(l); return st; }
+    l->N = N; l->K = K; l->Kp = K; l->wtype = wtype; l->pair = pair ? 1 : 0; l->isa = isa;
+    l->H = pair ? N / 2 : N;
+    l->kt = gemm_kernels_for(isa);
+    l->part_rows = N / l->nparts;
+    l->w = (void *)w;
+    l->owns_w = 0;
+    l->wbytes = wbytes;
+    *out = l;
+    return H3_OK;
+}

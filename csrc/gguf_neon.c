@@ -24,28 +24,38 @@ static inline void fold(float32x4_t f[4], const int32x4_t dot[4], int32_t sum, i
 
 static inline int8x16_t weights(const uint8_t *p, uint8x16_t flip) { return vreinterpretq_s8_u8(veorq_u8(vld1q_u8(p), flip)); }
 
-static void rows_smull(int mr, int seg, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
-                       const int32_t *as, int64_t ldas, int off, uint8x16_t flip, const uint8_t *u, const float *sc,
-                       const float *mn, float *cb) {
+/* One segment's 16 column dots, base ARMv8-A: vmull_s8 and pairwise-add-accumulate. */
+static inline void seg_smull(const uint8_t *us, const int8_t *ar, int seg, uint8x16_t flip, int32x4_t dot[4]) {
+    int32x4_t lo[4], hi[4];
+    for (int r = 0; r < 4; r++) lo[r] = hi[r] = vdupq_n_s32(0);
+    for (int j = 0; j < seg / 4; j++) {
+        uint32_t v;
+        memcpy(&v, ar + j * 4, 4);
+        const int8x16_t av = vreinterpretq_s8_u32(vdupq_n_u32(v));
+        for (int r = 0; r < 4; r++) {
+            const int8x16_t w = weights(us + j * 64 + r * 16, flip);
+            lo[r] = vpadalq_s16(lo[r], vmull_s8(vget_low_s8(w), vget_low_s8(av)));
+            hi[r] = vpadalq_s16(hi[r], vmull_high_s8(w, av));
+        }
+    }
+    /* lo: columns 4r, 4r+1 (two pair sums each), hi: 4r+2, 4r+3 */
+    for (int r = 0; r < 4; r++) dot[r] = vpaddq_s32(lo[r], hi[r]);
+}
+
+typedef void (*seg_dot_fn)(const uint8_t *us, const int8_t *ar, int seg, uint8x16_t flip, int32x4_t dot[4]);
+
+/* The rows of the micro-kernel around a segment dot (written once; inlined into each
+ * variant below, so that the SDOT one is compiled with the dot-product target). */
+static inline __attribute__((always_inline)) void rows(seg_dot_fn seg_dot, int mr, int seg, int nseg, const int8_t *a,
+                                                       int64_t lda, const float *d, int64_t ldd, const int32_t *as,
+                                                       int64_t ldas, int off, uint8x16_t flip, const uint8_t *u,
+                                                       const float *sc, const float *mn, float *cb) {
     for (int i = 0; i < mr; i++) {
         float32x4_t f[4];
         for (int r = 0; r < 4; r++) f[r] = vld1q_f32(cb + i * GGUF_NR + 4 * r);
         for (int s = 0; s < nseg; s++) {
-            const uint8_t *us = u + (int64_t)s * seg * GGUF_NR;
-            int32x4_t lo[4], hi[4], dot[4];
-            for (int r = 0; r < 4; r++) lo[r] = hi[r] = vdupq_n_s32(0);
-            for (int j = 0; j < seg / 4; j++) {
-                uint32_t v;
-                memcpy(&v, a + i * lda + s * seg + j * 4, 4);
-                const int8x16_t av = vreinterpretq_s8_u32(vdupq_n_u32(v));
-                for (int r = 0; r < 4; r++) {
-                    const int8x16_t w = weights(us + j * 64 + r * 16, flip);
-                    lo[r] = vpadalq_s16(lo[r], vmull_s8(vget_low_s8(w), vget_low_s8(av)));
-                    hi[r] = vpadalq_s16(hi[r], vmull_high_s8(w, av));
-                }
-            }
-            /* lo: columns 4r, 4r+1 (two pair sums each), hi: 4r+2, 4r+3 */
-            for (int r = 0; r < 4; r++) dot[r] = vpaddq_s32(lo[r], hi[r]);
+            int32x4_t dot[4];
+            seg_dot(u + (int64_t)s * seg * GGUF_NR, a + i * lda + s * seg, seg, flip, dot);
             fold(f, dot, as[i * ldas + s], off, d[i * ldd + s * seg / GGUF_ACT],
                  sc + s * GGUF_NR, mn ? mn + s * GGUF_NR : NULL);
         }
@@ -53,29 +63,30 @@ static void rows_smull(int mr, int seg, int nseg, const int8_t *a, int64_t lda, 
     }
 }
 
+static void rows_smull(int mr, int seg, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
+                       const int32_t *as, int64_t ldas, int off, uint8x16_t flip, const uint8_t *u, const float *sc,
+                       const float *mn, float *cb) {
+    rows(seg_smull, mr, seg, nseg, a, lda, d, ldd, as, ldas, off, flip, u, sc, mn, cb);
+}
+
 #if defined(__linux__)
+/* the same with SDOT: each column's four products added into int32 */
+__attribute__((target("arch=armv8.2-a+dotprod")))
+static inline void seg_sdot(const uint8_t *us, const int8_t *ar, int seg, uint8x16_t flip, int32x4_t dot[4]) {
+    for (int r = 0; r < 4; r++) dot[r] = vdupq_n_s32(0);
+    for (int j = 0; j < seg / 4; j++) {
+        uint32_t v;
+        memcpy(&v, ar + j * 4, 4);
+        const int8x16_t av = vreinterpretq_s8_u32(vdupq_n_u32(v));
+        for (int r = 0; r < 4; r++) dot[r] = vdotq_s32(dot[r], weights(us + j * 64 + r * 16, flip), av);
+    }
+}
+
 __attribute__((target("arch=armv8.2-a+dotprod")))
 static void rows_sdot(int mr, int seg, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
                       const int32_t *as, int64_t ldas, int off, uint8x16_t flip, const uint8_t *u, const float *sc,
                       const float *mn, float *cb) {
-    for (int i = 0; i < mr; i++) {
-        float32x4_t f[4];
-        for (int r = 0; r < 4; r++) f[r] = vld1q_f32(cb + i * GGUF_NR + 4 * r);
-        for (int s = 0; s < nseg; s++) {
-            const uint8_t *us = u + (int64_t)s * seg * GGUF_NR;
-            int32x4_t dot[4];
-            for (int r = 0; r < 4; r++) dot[r] = vdupq_n_s32(0);
-            for (int j = 0; j < seg / 4; j++) {
-                uint32_t v;
-                memcpy(&v, a + i * lda + s * seg + j * 4, 4);
-                const int8x16_t av = vreinterpretq_s8_u32(vdupq_n_u32(v));
-                for (int r = 0; r < 4; r++) dot[r] = vdotq_s32(dot[r], weights(us + j * 64 + r * 16, flip), av);
-            }
-            fold(f, dot, as[i * ldas + s], off, d[i * ldd + s * seg / GGUF_ACT],
-                 sc + s * GGUF_NR, mn ? mn + s * GGUF_NR : NULL);
-        }
-        for (int r = 0; r < 4; r++) vst1q_f32(cb + i * GGUF_NR + 4 * r, f[r]);
-    }
+    rows(seg_sdot, mr, seg, nseg, a, lda, d, ldd, as, ldas, off, flip, u, sc, mn, cb);
 }
 #endif
 

@@ -51,6 +51,18 @@ struct pn_fmt {
 };
 
 size_t pn_workspace_bytes(const pn_fmt *f, const h3_linear *l, int64_t M, int nth);
+/* Attaching a block-format linear: begin checks what every format needs (the path, the
+ * parts' split of N, K a multiple of 32) and allocates *l (nparts set); the format then
+ * checks and records its parts, and end (whatever st says) copies the bias, sets the
+ * fields every linear has and returns it in *out, or frees it and returns st. */
+h3_status pn_attach_begin(const char *who, int nparts, int64_t N, int64_t K, int pair, h3_isa isa,
+                          h3_linear **l, h3_err *err);
+h3_status pn_attach_end(const char *who, h3_status st, h3_linear *l, int wtype, int64_t N, int64_t K,
+                        const float *bias, int pair, h3_isa isa, const void *w, size_t wbytes,
+                        h3_linear **out, h3_err *err);
+/* the formats (gemm_gguf.c, gemm_nvfp4.c): their descriptor for a linear's parts and path */
+pn_fmt gguf_panel_fmt(const h3_linear *l);
+pn_fmt nvfp4_panel_fmt(const h3_linear *l);
 h3_status pn_forward(const pn_fmt *f, const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
                      const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err);
 
