@@ -7,7 +7,7 @@ import struct
 import numpy as np
 import pytest
 
-from h3cy import _kernels, ops
+from h3cy import _kernels
 from h3cy.errors import CheckpointError
 from h3cy.weights.files import TensorFiles
 from h3cy.weights.gguf import GGUFFile, GGUFWeight
