@@ -25,6 +25,27 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from text_layer_ab import best_of  # noqa: E402
 
 
+def add_timing_args(ap):
+    """The arguments every GEMM table here takes: threads, alternated rounds, calls per round."""
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--calls", type=int, default=3)
+
+
+def add_shape_args(ap, shapes):
+    """--m (rows, comma-separated), --shapes (of ``shapes``), --no-torch."""
+    ap.add_argument("--m", type=lambda s: [int(v) for v in s.split(",")], default=[2048, 128])
+    ap.add_argument("--shapes", default=",".join(shapes), help="of " + ",".join(shapes))
+    ap.add_argument("--no-torch", action="store_true")
+
+
+def machine_line(args, unit="median ms"):
+    """The table's first line: threads, h3cy's path and this CPU's features that decide it."""
+    feats = [f for f in h3cy.ops.cpu_features() if f.startswith("avx") or f in ("asimddp", "amx_int8")]
+    return (f"# {args.threads} threads, isa {h3cy.ops.active_isa()} ({' '.join(feats)}), best of {args.calls} "
+            f"calls per round, {args.rounds} alternated rounds; {unit}")
+
+
 def alternated_ms(runs, rounds, calls, clock=time.perf_counter):
     """{name: median ms}: every run once per round (best of `calls` after a warm-up), in
     `rounds` alternated rounds, so a machine whose speed drifts still gives fair ratios
@@ -76,9 +97,7 @@ def torch_runs(w, x, threads):
 
 def speed(args):
     rng = np.random.default_rng(0)
-    feats = [f for f in h3cy.ops.cpu_features() if f.startswith("avx") or f in ("asimddp", "amx_int8")]
-    print(f"# {args.threads} threads, isa {h3cy.ops.active_isa()} ({' '.join(feats)}), best of {args.calls} "
-          f"calls per round, {args.rounds} alternated rounds; median ms")
+    print(machine_line(args))
     print("| shape | M | h3cy int8 | convrot int8 | torch fp32 | torch int8dyn | convrot / int8 speed | "
           "convrot / torch fp32 | convrot / torch int8dyn |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -143,12 +162,8 @@ def error(args):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--calls", type=int, default=3)
-    ap.add_argument("--m", type=lambda s: [int(v) for v in s.split(",")], default=[2048, 128])
-    ap.add_argument("--shapes", default=",".join(SHAPES), help="of " + ",".join(SHAPES))
-    ap.add_argument("--no-torch", action="store_true")
+    add_timing_args(ap)
+    add_shape_args(ap, SHAPES)
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--error", action="store_true")
     ap.add_argument("--error-cases", type=int, default=3)

@@ -33,7 +33,7 @@ from h3cy import _kernels
 from h3cy.weights.gguf import GGML_TYPES, TYPE_IDS
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from convrot_gemm import alternated_ms  # noqa: E402
+from convrot_gemm import add_timing_args, alternated_ms, machine_line  # noqa: E402
 from nvfp4_gemm import SHAPES  # noqa: E402
 
 DIT = ("qkv", "out", "up", "down")
@@ -69,9 +69,7 @@ def gguf_linear(type_name, N, K, pool, rng):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--calls", type=int, default=3)
+    add_timing_args(ap)
     ap.add_argument("--m", type=int, default=None, help="rows for every shape (default 2048 DiT, 128 TE)")
     ap.add_argument("--types", default=",".join(TYPES))
     ap.add_argument("--shapes", default="qkv,out,up,down,te_q,te_kv,te_o,te_up,te_down", help="of " + ",".join(SHAPES))
@@ -81,10 +79,7 @@ def main():
     warnings.simplefilter("ignore", RuntimeWarning)
     rng = np.random.default_rng(0)
     types = args.types.split(",")
-    feats = [f for f in h3cy.ops.cpu_features() if f.startswith("avx") or f in ("asimddp", "amx_int8")]
-    print(f"# {args.threads} threads, isa {h3cy.ops.active_isa()} ({' '.join(feats)}), best of {args.calls} "
-          f"calls per round, {args.rounds} alternated rounds; GFLOP/s of medians"
-          + (" (GFLOP per CPU-second)" if args.cpu_time else ""))
+    print(machine_line(args, "GFLOP/s of medians" + (" (GFLOP per CPU-second)" if args.cpu_time else "")))
     print("| shape | M | " + " | ".join(types) + " | h3cy int8 | h3cy int4 | " +
           " | ".join(f"{t} / int8" for t in types) + " | " + " | ".join(f"{t} / int4" for t in types) + " |")
     print("|---" * (4 + 3 * len(types)) + "|")
@@ -123,7 +118,7 @@ def main():
         del lins, w
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cpu_features": feats, "rows": rows}, f, indent=1)
+            json.dump({"cpu_features": h3cy.ops.cpu_features(), "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ import h3cy
 from h3cy import _kernels
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from convrot_gemm import SHAPES as DIT_SHAPES, alternated_ms, torch_runs  # noqa: E402
+from convrot_gemm import (SHAPES as DIT_SHAPES, add_shape_args, add_timing_args, alternated_ms,  # noqa: E402
+                          machine_line, torch_runs)
 
 # (N, K): the text encoder's (released config: text_config of the FL2VA text encoder) and the DiT's
 SHAPES = {"te_q": (64 * 128, 5120), "te_kv": (8 * 128, 5120), "te_o": (5120, 64 * 128),
@@ -57,18 +58,12 @@ def linears(N, K, threads, rng):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--calls", type=int, default=3)
-    ap.add_argument("--m", type=lambda s: [int(v) for v in s.split(",")], default=[2048, 128])
-    ap.add_argument("--shapes", default=",".join(SHAPES), help="of " + ",".join(SHAPES))
-    ap.add_argument("--no-torch", action="store_true")
+    add_timing_args(ap)
+    add_shape_args(ap, SHAPES)
     args = ap.parse_args()
     warnings.simplefilter("ignore", RuntimeWarning)
     rng = np.random.default_rng(0)
-    feats = [f for f in h3cy.ops.cpu_features() if f.startswith("avx") or f in ("asimddp", "amx_int8")]
-    print(f"# {args.threads} threads, isa {h3cy.ops.active_isa()} ({' '.join(feats)}), best of {args.calls} "
-          f"calls per round, {args.rounds} alternated rounds; median ms")
+    print(machine_line(args))
     print("| shape | M | h3cy nvfp4 | h3cy int4 | h3cy int8 | torch fp32 | torch int8dyn | nvfp4 / int4 speed | "
           "nvfp4 / int8 | nvfp4 / torch fp32 |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -18,7 +18,7 @@ from _gguf_files import TYPES, oracle_dequant
 BIN = os.environ.get("H3CY_GGML_BIN", "")
 GGML_MM = next((p for p in (os.path.join(BIN, "sdcpp", "ggml_mm"), os.path.join(BIN, "ggml_mm"))
                 if BIN and os.access(p, os.X_OK)), None)
-pytestmark = pytest.mark.skipif(GGML_MM is None, reason="no ggml build (set H3CY_GGML_BIN to build.sh's OUTDIR)")
+pytestmark = pytest.mark.skipif(GGML_MM is None, reason="needs a ggml build, an optional tool not on PyPI (bench/ggml_gemm/build.sh GGML_SRC OUTDIR, then H3CY_GGML_BIN=OUTDIR)")
 
 # the published files' types first, then the rarer ones h3cy runs
 PARITY_TYPES = ["Q8_0", "Q6_K", "Q5_K", "Q4_K", "Q3_K", "Q2_K", "Q5_0", "Q4_0", "Q5_1", "Q4_1"]
