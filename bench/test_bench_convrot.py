@@ -10,7 +10,6 @@ dynamic-quantised Linear.  Outputs are checked for agreement before timing.
     python bench/report.py bench/results/convrot.json
 (bench/convrot_gemm.py prints the same comparison as a table, alternating the calls.)
 """
-import os
 import warnings
 
 import numpy as np
@@ -18,31 +17,23 @@ import pytest
 
 import h3cy
 from convrot_gemm import GROUP, SHAPES, convrot_weights
+from gemm_cases import last_case, row_error, selected
 
-MS = [int(m) for m in os.environ.get("H3CY_BENCH_CONVROT_M", "2048,128").split(",")]
-only = os.environ.get("H3CY_BENCH_SHAPES")
-if only:
-    SHAPES = {k: v for k, v in SHAPES.items() if k in only.split(",")}
-
-_cache = {}
+SHAPES, MS = selected(SHAPES, "H3CY_BENCH_CONVROT_M", "2048,128")
 
 
 def case(name, M):
-    key = (name, M)
-    if key not in _cache:
+    def build():
         N, K = SHAPES[name]
         rng = np.random.default_rng(0)
         w = rng.standard_normal((N, K), dtype=np.float32) * 0.02
         x = rng.standard_normal((M, K), dtype=np.float32)
-        _cache.clear()
-        _cache[key] = (w, x, convrot_weights(w))
-    return _cache[key]
+        return w, x, convrot_weights(w)
+    return last_case((name, M), build)
 
 
 def _check(y, w, x):
-    rows = slice(0, 8)
-    ref = x[rows].astype(np.float64) @ w.T.astype(np.float64)
-    assert np.linalg.norm(y[rows] - ref) / np.linalg.norm(ref) < 3e-2
+    assert row_error(y, w, x) < 3e-2
 
 
 @pytest.mark.parametrize("M", MS)

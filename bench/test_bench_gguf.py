@@ -9,26 +9,23 @@ target: >= 0.85 x int4).  Outputs are checked for agreement before timing.
     pytest bench/test_bench_gguf.py --benchmark-json=bench/results/gguf.json
     python bench/report.py bench/results/gguf.json
 """
-import os
 import warnings
 
 import numpy as np
 import pytest
 
 import h3cy
+from gemm_cases import last_case, row_error, selected
 from gguf_gemm import BOUND, TYPES, gguf_linear
 
 # (N, K): a slice of the DiT's q projection and of its FFN down (K = 5376, 14336 as in the
 # released config), small enough for CI-sized runs
 SHAPES = {"dit_q_slice": (512, 5376), "dit_down_slice": (256, 14336)}
-MS = [int(m) for m in os.environ.get("H3CY_BENCH_GGUF_M", "256").split(",")]
-
-_cache = {}
+SHAPES, MS = selected(SHAPES, "H3CY_BENCH_GGUF_M", "256")
 
 
 def case(type_name, shape, M, threads):
-    key = (type_name, shape, M)
-    if key not in _cache:
+    def build():
         from h3cy import _kernels
         N, K = SHAPES[shape]
         rng = np.random.default_rng(0)
@@ -38,10 +35,8 @@ def case(type_name, shape, M, threads):
         w = core.dequantized()
         lins = {"gguf": lin, "h3cy int8": h3cy.ops.Linear(w, weights="int8", threads=pool),
                 "h3cy int4": h3cy.ops.Linear(w, weights="int4", group_size=128, threads=pool)}
-        x = rng.standard_normal((M, K), dtype=np.float32)
-        _cache.clear()
-        _cache[key] = (lins, w, x)
-    return _cache[key]
+        return lins, w, rng.standard_normal((M, K), dtype=np.float32)
+    return last_case((type_name, shape, M), build)
 
 
 @pytest.mark.parametrize("M", MS)
@@ -52,9 +47,7 @@ def test_gguf(benchmark, type_name, shape, M, impl, threads):
     lins, w, x = case(type_name, shape, M, threads)
     lin = lins[impl]
     out = np.empty((M, w.shape[0]), np.float32)
-    rows = slice(0, 8)
-    ref = x[rows].astype(np.float64) @ w.T.astype(np.float64)
-    err = np.linalg.norm(lin(x, out=out)[rows] - ref) / np.linalg.norm(ref)
+    err = row_error(lin(x, out=out), w, x)
     assert err < BOUND[impl.split()[-1]], err
     name = type_name if impl == "gguf" else impl
     benchmark.group = f"gguf[{type_name}, {shape}, M={M}]"

@@ -9,39 +9,29 @@ checked for agreement before timing.
     python bench/report.py bench/results/nvfp4.json
 (bench/nvfp4_gemm.py prints the same comparison as a table, alternating the calls.)
 """
-import os
 import warnings
 
 import numpy as np
 import pytest
 
+from gemm_cases import last_case, row_error, selected
 from nvfp4_gemm import BOUND, SHAPES, linears
 
-MS = [int(m) for m in os.environ.get("H3CY_BENCH_NVFP4_M", "2048,128").split(",")]
-only = os.environ.get("H3CY_BENCH_SHAPES")
-if only:
-    SHAPES = {k: v for k, v in SHAPES.items() if k in only.split(",")}
-
-_cache = {}
+SHAPES, MS = selected(SHAPES, "H3CY_BENCH_NVFP4_M", "2048,128")
 
 
 def case(name, M, threads):
-    key = (name, M)
-    if key not in _cache:
+    def build():
         N, K = SHAPES[name]
         rng = np.random.default_rng(0)
         warnings.simplefilter("ignore", RuntimeWarning)
         lins, w = linears(N, K, threads, rng)
-        x = rng.standard_normal((M, K), dtype=np.float32)
-        _cache.clear()
-        _cache[key] = (lins, w, x)
-    return _cache[key]
+        return lins, w, rng.standard_normal((M, K), dtype=np.float32)
+    return last_case((name, M), build)
 
 
 def _check(y, w, x, bound):
-    rows = slice(0, 8)
-    ref = x[rows].astype(np.float64) @ w.T.astype(np.float64)
-    assert np.linalg.norm(y[rows] - ref) / np.linalg.norm(ref) < bound
+    assert row_error(y, w, x) < bound
 
 
 @pytest.mark.parametrize("M", MS)
