@@ -174,3 +174,22 @@ def reference_decode(folder, latent, dtype="fp32", tiling=True):
     ps = torch.tensor([0.229, 0.224, 0.225]).view(1, -1, 1, 1, 1)
     video = (video.float() * ps + pm).clamp(0, 1)
     return video[0].permute(1, 2, 3, 0).contiguous().numpy()
+
+
+# The encodable tiny VAE: widths h3cy's encoder tests use, and GroupNorm groups that divide
+# them (the released 32 do not divide 8); test_video_encoder.py and the fl2va tests share it.
+ENC_LEVELS, ENC_GROUPS = [8, 16, 16, 24], 4
+_plain_build = build     # the fl2va tests monkeypatch build() with build_encodable
+
+
+def build_encodable(root):
+    """build() with ENC_LEVELS / ENC_GROUPS, the original layout's source config naming the
+    groups too (h3cy reads them there)."""
+    tv = _plain_build(root, block_out_channels=ENC_LEVELS, norm_num_groups=ENC_GROUPS)
+    spath = os.path.join(tv.original, "source", "config.json")
+    with open(spath) as f:
+        src = json.load(f)
+    src["norm_num_groups"] = ENC_GROUPS
+    with open(spath, "w") as f:
+        json.dump(src, f)
+    return tv

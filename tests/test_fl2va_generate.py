@@ -8,7 +8,6 @@ DEPENDS ON h3cy.prepare_keyframes / h3cy.encode_image / h3cy.VideoEncoder (branc
 encode_prompt(images=, return_tags=True) with a vision tower in the tiny text encoder
 (branch wt25).
 """
-import json
 import os
 
 import numpy as np
@@ -17,7 +16,6 @@ import pytest
 import h3cy
 
 PROMPT = "a red fox runs"
-LEVELS, GROUPS = [8, 16, 16, 24], 4      # a tiny video VAE h3cy's encoder reads (GroupNorm groups | widths)
 
 
 @pytest.fixture(scope="module")
@@ -26,17 +24,10 @@ def keyed_pipeline(tiny_dit_factory, tmp_path_factory, monkeypatch_module):
     import _tiny_pipeline
     import _tiny_text_encoder
     import _tiny_vae
-    te_build, vae_build = _tiny_text_encoder.build, _tiny_vae.build
+    te_build = _tiny_text_encoder.build
 
     def vae(root, **kw):
-        tv = vae_build(root, block_out_channels=LEVELS, norm_num_groups=GROUPS)
-        spath = os.path.join(tv.original, "source", "config.json")
-        with open(spath) as f:
-            src = json.load(f)
-        src["norm_num_groups"] = GROUPS
-        with open(spath, "w") as f:
-            json.dump(src, f)
-        return tv
+        return _tiny_vae.build_encodable(root)
     monkeypatch_module.setattr(_tiny_text_encoder, "build", lambda root, seed=0, vision=False: te_build(root, seed, vision=True))
     monkeypatch_module.setattr(_tiny_vae, "build", vae)
     return _tiny_pipeline.build(tiny_dit_factory("p"), str(tmp_path_factory.mktemp("keyed_pipeline")))

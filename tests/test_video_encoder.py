@@ -2,7 +2,6 @@
 the modular pipeline's fl2va keyframe steps (resize, encode_vae_condition), on a tiny random
 VAE (tests/_tiny_vae.py with widening levels, so the resnets' 1x1x1 shortcuts run); plus
 progress/cancel and bad input."""
-import json
 import os
 
 import numpy as np
@@ -14,8 +13,7 @@ from h3cy.models.video_encoder import normalize_pixels
 from _compare import assert_nontrivial
 from conftest import isa_params
 
-LEVELS = [8, 16, 16, 24]
-GROUPS = 4
+from _tiny_vae import ENC_GROUPS as GROUPS, ENC_LEVELS as LEVELS  # noqa: E402
 # fp32 parity: observed max |h3cy - diffusers| ~2e-6 on means of magnitude ~1-2 (im2col
 # GEMM and double GroupNorm sums against torch's conv3d / group_norm); a wrong tap, pad or
 # group moves them by >= 1e-2.
@@ -25,16 +23,7 @@ TOL = 1e-4
 @pytest.fixture(scope="module")
 def vae(tmp_path_factory):
     import _tiny_vae
-    tv = _tiny_vae.build(str(tmp_path_factory.mktemp("tiny_vae_enc")), block_out_channels=LEVELS,
-                         norm_num_groups=GROUPS)
-    # the original layout's source config names the GroupNorm groups the tiny model uses
-    spath = os.path.join(tv.original, "source", "config.json")
-    with open(spath) as f:
-        src = json.load(f)
-    src["norm_num_groups"] = GROUPS
-    with open(spath, "w") as f:
-        json.dump(src, f)
-    return tv
+    return _tiny_vae.build_encodable(str(tmp_path_factory.mktemp("tiny_vae_enc")))
 
 
 @pytest.fixture(scope="module")
