@@ -4,16 +4,6 @@
 from libc.stdint cimport uintptr_t
 
 
-cdef const float *_fptr(object a, str name, int64_t n) except? NULL:
-    """Pointer to a C-contiguous float32 array of n elements (None -> NULL)."""
-    if a is None:
-        return NULL
-    cdef cnp.ndarray arr = a
-    if arr.dtype != np.float32 or not arr.flags.c_contiguous or arr.size != n:
-        raise H3ValueError(f"{name} must be a C-contiguous float32 array of {n} values")
-    return <const float *>cnp.PyArray_DATA(arr)
-
-
 DIT_STAGE_NAMES = tuple(h3_dit_stage_names[i].decode() for i in range(H3_DIT_STAGES))
 
 

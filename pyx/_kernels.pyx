@@ -45,6 +45,16 @@ cdef inline int check(h3_status rc, h3_err *err) except -1:
 ISA_NAMES = tuple(h3_isa_name(<h3_isa>i).decode() for i in range(<int>H3_ISA_COUNT))
 
 
+cdef const float *_fptr(object a, str name, int64_t n) except? NULL:
+    """Pointer to a C-contiguous float32 array of n elements (None -> NULL)."""
+    if a is None:
+        return NULL
+    cdef cnp.ndarray arr = a
+    if arr.dtype != np.float32 or not arr.flags.c_contiguous or arr.size != n:
+        raise H3ValueError(f"{name} must be a C-contiguous float32 array of {n} values")
+    return <const float *>cnp.PyArray_DATA(arr)
+
+
 cdef h3_isa isa_id(str name) except *:
     cdef h3_isa out
     b = name.encode()
@@ -409,7 +419,6 @@ def linear_attach_gguf(parts, types, int64_t N, int64_t K, bias, int pair, str i
     cdef int tt[3]
     cdef int nparts = len(parts)
     cdef cnp.ndarray pa
-    cdef cnp.ndarray ba
     cdef const float *bp = NULL
     cdef h3_err err
     cdef int blk = 0, nb = 0
@@ -427,11 +436,7 @@ def linear_attach_gguf(parts, types, int64_t N, int64_t K, bias, int pair, str i
             raise H3ValueError(f"part {i}: expected {(N // nparts) * (K // blk) * nb} C-contiguous uint8 bytes "
                                f"for {N // nparts} rows of {K} values")
         pp[i] = cnp.PyArray_DATA(pa)
-    if bias is not None:
-        ba = bias
-        if ba.dtype != np.float32 or not ba.flags.c_contiguous or ba.size != N:
-            raise H3ValueError(f"bias must be {N} C-contiguous float32 values")
-        bp = <const float *>cnp.PyArray_DATA(ba)
+    bp = _fptr(bias, "bias", N)
     cdef LinearCore core = LinearCore(None, isa=isa, pool=pool)
     check(h3_linear_attach_gguf(pp, tt, nparts, N, K, bp, pair, isa_id(isa), &core.c, &err), &err)
     core.N = N
@@ -451,7 +456,6 @@ def linear_attach_nvfp4(parts, int64_t N, int64_t K, bias, int pair, str isa, Th
     cdef h3_nvfp4_part pp[3]
     cdef int nparts = len(parts)
     cdef cnp.ndarray ca, sa, pa
-    cdef cnp.ndarray ba
     cdef const float *bp = NULL
     cdef h3_err err
     cdef int64_t rows, ld, want
@@ -484,11 +488,7 @@ def linear_attach_nvfp4(parts, int64_t N, int64_t K, bias, int pair, str isa, Th
                 raise H3ValueError(f"part {i}: pre_scale must be {K} C-contiguous float32 values")
             pp[i].pre_scale = <const float *>cnp.PyArray_DATA(pa)
         keep += [codes, scales]
-    if bias is not None:
-        ba = bias
-        if ba.dtype != np.float32 or not ba.flags.c_contiguous or ba.size != N:
-            raise H3ValueError(f"bias must be {N} C-contiguous float32 values")
-        bp = <const float *>cnp.PyArray_DATA(ba)
+    bp = _fptr(bias, "bias", N)
     cdef LinearCore core = LinearCore(None, isa=isa, pool=pool)
     check(h3_linear_attach_nvfp4(pp, nparts, N, K, bp, pair, isa_id(isa), &core.c, &err), &err)
     core.N = N
@@ -524,7 +524,6 @@ def linear_attach(dict layout, w, scales, bias, str isa, ThreadPool pool):
     cdef h3_status rc
     cdef cnp.ndarray wa
     cdef cnp.ndarray sa
-    cdef cnp.ndarray ba
     cdef const float *sp = NULL
     cdef const float *bp = NULL
     cdef const void *parts[3]
@@ -558,11 +557,7 @@ def linear_attach(dict layout, w, scales, bias, str isa, ThreadPool pool):
         sp = <const float *>cnp.PyArray_DATA(sa)
     elif lay.s_bytes:
         raise H3ValueError("this layout needs scales")
-    if bias is not None:
-        ba = bias
-        if ba.dtype != np.float32 or not ba.flags.c_contiguous or ba.size != lay.N:
-            raise H3ValueError(f"bias must be {lay.N} C-contiguous float32 values")
-        bp = <const float *>cnp.PyArray_DATA(ba)
+    bp = _fptr(bias, "bias", lay.N)
     cdef LinearCore core = LinearCore(None, isa=isa, pool=pool)
     if nparts == 1:
         rc = h3_linear_attach(&lay, parts[0], sp, bp, isa_id(isa), &core.c, &err)
