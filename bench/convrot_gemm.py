@@ -46,6 +46,19 @@ def machine_line(args, unit="median ms"):
             f"calls per round, {args.rounds} alternated rounds; {unit}")
 
 
+def time_row(lins, x, w, args):
+    """Each linear on x (and torch's products of w, unless --no-torch), alternated; returns
+    (t, r): t(name) its median ms as text, r(a, b) the speed of a over b ('-' if absent)."""
+    out = np.empty((x.shape[0], w.shape[0]), np.float32)
+    runs = {k: (lambda lin=lin: lin(x, out=out)) for k, lin in lins.items()}
+    if not args.no_torch:
+        runs.update(torch_runs(w, x, args.threads))
+    med = alternated_ms(runs, args.rounds, args.calls)
+    t = lambda k: f"{med[k]:.1f}" if k in med else "-"  # noqa: E731
+    r = lambda a, b: f"{med[b] / med[a]:.2f}" if a in med and b in med else "-"  # noqa: E731
+    return t, r
+
+
 def alternated_ms(runs, rounds, calls, clock=time.perf_counter):
     """{name: median ms}: every run once per round (best of `calls` after a warm-up), in
     `rounds` alternated rounds, so a machine whose speed drifts still gives fair ratios
@@ -110,19 +123,13 @@ def speed(args):
                 "convrot int8": h3cy.ops.Linear.from_int8(q, s, rot_group=GROUP, threads=args.threads)}
         for M in args.m:
             x = rng.standard_normal((M, K), dtype=np.float32)
-            out = np.empty((M, N), np.float32)
-            runs = {k: (lambda lin=lin: lin(x, out=out)) for k, lin in lins.items()}
-            if not args.no_torch:
-                runs.update(torch_runs(w, x, args.threads))
             # agreement before timing (the rotation's result is the same product)
             ref = x.astype(np.float64) @ w.T.astype(np.float64) if M <= 128 else None
             if ref is not None:
                 for k, lin in lins.items():
                     e = np.linalg.norm(lin(x) - ref) / np.linalg.norm(ref)
                     assert e < 3e-2, (k, e)
-            med = alternated_ms(runs, args.rounds, args.calls)
-            t = lambda k: f"{med[k]:.1f}" if k in med else "-"  # noqa: E731
-            r = lambda a, b: f"{med[b] / med[a]:.2f}" if a in med and b in med else "-"  # noqa: E731
+            t, r = time_row(lins, x, w, args)
             print(f"| {name} {N}x{K} | {M} | {t('h3cy int8')} | {t('convrot int8')} | {t('torch fp32')} | "
                   f"{t('torch int8dyn')} | {r('convrot int8', 'h3cy int8')} | {r('convrot int8', 'torch fp32')} | "
                   f"{r('convrot int8', 'torch int8dyn')} |", flush=True)

@@ -19,8 +19,7 @@ import h3cy
 from h3cy import _kernels
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from convrot_gemm import (SHAPES as DIT_SHAPES, add_shape_args, add_timing_args, alternated_ms,  # noqa: E402
-                          machine_line, torch_runs)
+from convrot_gemm import SHAPES as DIT_SHAPES, add_shape_args, add_timing_args, machine_line, time_row  # noqa: E402
 
 # (N, K): the text encoder's (released config: text_config of the FL2VA text encoder) and the DiT's
 SHAPES = {"te_q": (64 * 128, 5120), "te_kv": (8 * 128, 5120), "te_o": (5120, 64 * 128),
@@ -72,10 +71,6 @@ def main():
         lins, w = linears(N, K, args.threads, rng)
         for M in args.m:
             x = rng.standard_normal((M, K), dtype=np.float32)
-            out = np.empty((M, N), np.float32)
-            runs = {k: (lambda lin=lin: lin(x, out=out)) for k, lin in lins.items()}
-            if not args.no_torch:
-                runs.update(torch_runs(w, x, args.threads))
             # agreement before timing: the same product, to each mode's rounding (int4 re-rounds
             # the E2M1 values to 16 levels per 128 inputs: ~0.15)
             rows = slice(0, 8)
@@ -83,9 +78,7 @@ def main():
             for k, lin in lins.items():
                 e = np.linalg.norm(lin(x)[rows] - ref) / np.linalg.norm(ref)
                 assert e < BOUND[k], (k, e)
-            med = alternated_ms(runs, args.rounds, args.calls)
-            t = lambda k: f"{med[k]:.1f}" if k in med else "-"  # noqa: E731
-            r = lambda a, b: f"{med[b] / med[a]:.2f}" if a in med and b in med else "-"  # noqa: E731
+            t, r = time_row(lins, x, w, args)
             print(f"| {name} {N}x{K} | {M} | {t('h3cy nvfp4')} | {t('h3cy int4')} | {t('h3cy int8')} | "
                   f"{t('torch fp32')} | {t('torch int8dyn')} | {r('h3cy nvfp4', 'h3cy int4')} | "
                   f"{r('h3cy nvfp4', 'h3cy int8')} | {r('h3cy nvfp4', 'torch fp32')} |", flush=True)
