@@ -121,3 +121,16 @@ def test_route_switch_and_refusals():
     dense = _kernels.LinearCore(np.ones((4, 32), np.float32), weights="fp32", isa="ref", pool=pool)
     with pytest.raises(ValueError, match="not an NVFP4"):
         _kernels.linear_nvfp4_route(dense, "bf16")
+
+
+def test_env_route_parse():
+    """H3CY_NVFP4_ROUTE's values (h3cy._config.nvfp4_route, applied by
+    h3cy.weights.linears to each NVFP4 linear); a bad one names the variable."""
+    from h3cy import _config
+    assert _config.nvfp4_route("auto") == ("auto", None)
+    assert _config.nvfp4_route("int8") == ("int8", None)
+    assert _config.nvfp4_route("bf16") == ("bf16", None)
+    assert _config.nvfp4_route("auto:256") == ("auto", 256)
+    for bad in ("vnni", "auto:x", "bf16:4", "auto:-1"):
+        with pytest.raises(H3ValueError, match="H3CY_NVFP4_ROUTE"):
+            _config.nvfp4_route(bad)
