@@ -11,7 +11,11 @@
  * quantised per 32 inputs (nvfp4_quant_act_row_ref); each panel's 16 weight rows are
  * widened a K block at a time to int8 (nvfp4_decode_*: a few KB that stay in L1 while
  * PN_MC rows of x pass) and the micro-kernel of the path (nvfp4_impl.h) accumulates the
- * float sums.  The widening costs ~1/PN_MC of the dots. */
+ * float sums.  The widening costs ~1/PN_MC of the dots.
+ *
+ * The bf16 route (h3_linear_nvfp4_route; the default on AMX) is another format of the same
+ * driver: x (* pre) rounded to bf16 in the tile layout, 32-row panels decoded per 1024
+ * inputs to e2m1 * e4m3 in bf16 (exact), the AMX bf16 micro-kernel (nvfp4_impl.h). */
 #include "nvfp4_impl.h"
 #include "panel_impl.h"
 

@@ -301,7 +301,8 @@ typedef struct {
  * quantises it per 32 inputs to int8 (d = max|x| / 127, rint, ties to even), widens 16
  * weight rows' codes at a time to int8 2 e2m1 in [-12, 12] and multiplies in integers per
  * 16 inputs, the scales applied in float32: every path (ref, AVX2, AVX-512 VNNI, NEON)
- * computes the same bits.  No LoRA (EUNSUPPORTED), no conv rows, no cache layout (EINVAL);
+ * computes the same bits.  That is the int8 route; on H3_ISA_AMX the default is the bf16
+ * route (h3_linear_nvfp4_route, below).  No LoRA (EUNSUPPORTED), no conv rows, no cache layout (EINVAL);
  * a NaN scale_2 or pre_scale, or a NaN block scale, is EINVAL. */
 h3_status h3_linear_attach_nvfp4(const h3_nvfp4_part *parts, int nparts, int64_t N, int64_t K, const float *bias,
                                  int pair, h3_isa isa, h3_linear **out, h3_err *err);
