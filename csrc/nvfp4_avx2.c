@@ -4,7 +4,7 @@
  * weights (signed, |q| <= 12): a pair sums to at most 2 * 255 * 12 = 6120, so the four
  * quads of a segment (8 products a lane) add up exactly in int16 (<= 24480 < 32767) before
  * one vpmaddwd widens them; corr removes the +128 exactly.  The float steps are the
- * reference's (cvt, * sw, fma with d): the same bits. */
+ * reference's (per activation block: cvt, * sw0, fma with sw1, fma with d): the same bits. */
 #include "nvfp4_impl.h"
 
 #include <immintrin.h>
@@ -50,38 +50,56 @@ void nvfp4_decode_avx2(const nvfp4_row *rs, int nr, int64_t s0, int nseg, int8_t
     }
 }
 
+/* e[i][h] = the exact int32 dots of segment t, rows i < RB, columns 8h .. 8h + 7 */
+static inline __attribute__((always_inline)) void dots(const int RB, int t, const uint8_t *a, int64_t lda,
+                                                       const int8_t *q, const int32_t *corr, __m256i e[2][2]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int8_t *qs = q + (int64_t)t * 4 * NV_NR * 4;
+    __m256i acc[2][2];
+    for (int i = 0; i < RB; i++) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++) {
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(qs + j * 64));
+        const __m256i w1 = _mm256_loadu_si256((const __m256i *)(qs + j * 64 + 32));
+        for (int i = 0; i < RB; i++) {
+            const __m256i av = bcast4(a + i * lda + t * NV_SEG + j * 4);
+            acc[i][0] = _mm256_add_epi16(acc[i][0], _mm256_maddubs_epi16(av, w0));
+            acc[i][1] = _mm256_add_epi16(acc[i][1], _mm256_maddubs_epi16(av, w1));
+        }
+    }
+    const __m256i c0 = _mm256_loadu_si256((const __m256i *)(corr + t * NV_NR));
+    const __m256i c1 = _mm256_loadu_si256((const __m256i *)(corr + t * NV_NR + 8));
+    for (int i = 0; i < RB; i++) {
+        e[i][0] = _mm256_sub_epi32(_mm256_madd_epi16(acc[i][0], ones), c0);
+        e[i][1] = _mm256_sub_epi32(_mm256_madd_epi16(acc[i][1], ones), c1);
+    }
+}
+
 /* RB (1 or 2) rows */
 static inline __attribute__((always_inline)) void rows(const int RB, int nseg, const uint8_t *a, int64_t lda,
                                                        const float *d, int64_t ldd, const int8_t *q,
                                                        const float *sw, const int32_t *corr, float *cb) {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 f[2][2];
     for (int i = 0; i < RB; i++) {
         f[i][0] = _mm256_loadu_ps(cb + i * NV_NR);
         f[i][1] = _mm256_loadu_ps(cb + i * NV_NR + 8);
     }
-    for (int s = 0; s < nseg; s++) {
-        const int8_t *qs = q + (int64_t)s * 4 * NV_NR * 4;
-        __m256i acc[2][2];
-        for (int i = 0; i < RB; i++) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(qs + j * 64));
-            const __m256i w1 = _mm256_loadu_si256((const __m256i *)(qs + j * 64 + 32));
-            for (int i = 0; i < RB; i++) {
-                const __m256i av = bcast4(a + i * lda + s * NV_SEG + j * 4);
-                acc[i][0] = _mm256_add_epi16(acc[i][0], _mm256_maddubs_epi16(av, w0));
-                acc[i][1] = _mm256_add_epi16(acc[i][1], _mm256_maddubs_epi16(av, w1));
-            }
+    for (int s = 0; s < nseg; s += 2) { /* an activation block: two segments, one d */
+        __m256i e[2][2];
+        __m256 g[2][2];
+        dots(RB, s, a, lda, q, corr, e);
+        const __m256 s00 = _mm256_loadu_ps(sw + s * NV_NR), s01 = _mm256_loadu_ps(sw + s * NV_NR + 8);
+        for (int i = 0; i < RB; i++) {
+            g[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(e[i][0]), s00);
+            g[i][1] = _mm256_mul_ps(_mm256_cvtepi32_ps(e[i][1]), s01);
         }
-        const __m256i c0 = _mm256_loadu_si256((const __m256i *)(corr + s * NV_NR));
-        const __m256i c1 = _mm256_loadu_si256((const __m256i *)(corr + s * NV_NR + 8));
-        const __m256 s0 = _mm256_loadu_ps(sw + s * NV_NR), s1 = _mm256_loadu_ps(sw + s * NV_NR + 8);
+        dots(RB, s + 1, a, lda, q, corr, e);
+        const __m256 s10 = _mm256_loadu_ps(sw + (s + 1) * NV_NR), s11 = _mm256_loadu_ps(sw + (s + 1) * NV_NR + 8);
         for (int i = 0; i < RB; i++) {
             const __m256 dv = _mm256_set1_ps(d[i * ldd + s / 2]);
-            const __m256i d0 = _mm256_sub_epi32(_mm256_madd_epi16(acc[i][0], ones), c0);
-            const __m256i d1 = _mm256_sub_epi32(_mm256_madd_epi16(acc[i][1], ones), c1);
-            f[i][0] = _mm256_fmadd_ps(dv, _mm256_mul_ps(_mm256_cvtepi32_ps(d0), s0), f[i][0]);
-            f[i][1] = _mm256_fmadd_ps(dv, _mm256_mul_ps(_mm256_cvtepi32_ps(d1), s1), f[i][1]);
+            g[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(e[i][0]), s10, g[i][0]);
+            g[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(e[i][1]), s11, g[i][1]);
+            f[i][0] = _mm256_fmadd_ps(dv, g[i][0], f[i][0]);
+            f[i][1] = _mm256_fmadd_ps(dv, g[i][1], f[i][1]);
         }
     }
     for (int i = 0; i < RB; i++) {

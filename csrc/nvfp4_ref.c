@@ -64,12 +64,16 @@ void nvfp4_ukr_ref(int mr, int nseg, const uint8_t *a, int64_t lda, const float 
     for (int i = 0; i < mr; i++)
         for (int c = 0; c < NV_NR; c++) {
             float f = cb[i * NV_NR + c];
-            for (int s = 0; s < nseg; s++) {
-                int32_t dot = 0;
-                for (int k = 0; k < NV_SEG; k++)
-                    dot += (int32_t)q[((s * 4 + k / 4) * NV_NR + c) * 4 + k % 4] * (int32_t)a[i * lda + s * NV_SEG + k];
-                dot -= corr[s * NV_NR + c];
-                f = fmaf(d[i * ldd + s / 2], (float)dot * sw[s * NV_NR + c], f);
+            for (int s = 0; s < nseg; s += 2) { /* the two segments of an activation block */
+                float g = 0.0f;
+                for (int t = s; t < s + 2; t++) {
+                    int32_t dot = 0;
+                    for (int k = 0; k < NV_SEG; k++)
+                        dot += (int32_t)q[((t * 4 + k / 4) * NV_NR + c) * 4 + k % 4] * (int32_t)a[i * lda + t * NV_SEG + k];
+                    dot -= corr[t * NV_NR + c];
+                    g = t == s ? (float)dot * sw[t * NV_NR + c] : fmaf((float)dot, sw[t * NV_NR + c], g);
+                }
+                f = fmaf(d[i * ldd + s / 2], g, f);
             }
             cb[i * NV_NR + c] = f;
         }
