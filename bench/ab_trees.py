@@ -110,11 +110,19 @@ def main():
     ap.add_argument("--stat", choices=("median", "min"), default="median",
                     help="each process's figure of its --reps calls: the median, or the minimum (steadier "
                     "on a shared VM, where a neighbour only ever adds time)")
+    ap.add_argument("--first", choices=("old", "new"), default="old",
+                    help="which tree's process starts (allocates its weights) first: a run with each "
+                    "shows whether the start order, not the code, favours one side")
     ap.add_argument("--what", default="block,gemm", help="block, gemm, attention, comma-separated "
                     "(building a full-size block's random weights takes minutes on 2 cores)")
     a = ap.parse_args()
     ratios = {}
-    po, pn = start(a.old, a), start(a.new, a)
+    if a.first == "old":
+        po = start(a.old, a)
+        pn = start(a.new, a)
+    else:
+        pn = start(a.new, a)
+        po = start(a.old, a)
     for p in range(a.pairs):
         if p % 2 == 0:
             old, new = ask(po), ask(pn)
