@@ -10,7 +10,7 @@
  *      already AMX's VNNI B layout ([quad][16 columns][4], 64-byte rows);
  *   C  tmm0..3: 2 row tiles (rows 0-15, 16-31) x 2 segments (s, s + 1) of 16x16 int32.
  * TDPBSSD (signed x signed): the panel's u = q + off are turned back into the signed q
- * once per call (vpsubb, 1/256 of the work at PN_MC rows), so a dot is sum q a, which is
+ * once per call (vpsubb: ~1% of the fold's instructions at PN_MC rows), so a dot is sum q a, which is
  * exactly the reference's sum u a - off * asum (|q a| summed over 32 inputs < 2^20) and
  * the fold needs no offset step.  The types with a min have off = 0 and u <= 31: read as
  * signed they are the same bytes.
