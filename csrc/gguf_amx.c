@@ -10,9 +10,9 @@
  *      already AMX's VNNI B layout ([quad][16 columns][4], 64-byte rows);
  *   C  tmm0..3: 2 row tiles (rows 0-15, 16-31) x 2 segments (s, s + 1) of 16x16 int32.
  * TDPBSSD (signed x signed): the panel's u = q + off are turned back into the signed q
- * once per call (vpsubb: ~1% of the fold's instructions at PN_MC rows), so a dot is sum q a, which is
- * exactly the reference's sum u a - off * asum (|q a| summed over 32 inputs < 2^20) and
- * the fold needs no offset step.  The types with a min have off = 0 and u <= 31: read as
+ * once per call (vpsubb: ~1% of the fold's instructions at PN_MC rows), so a dot is
+ * sum q a, which is exactly the reference's sum u a - off * asum (|q a| summed over 32
+ * inputs < 2^20) and the fold needs no offset step.  The types with a min have off = 0 and u <= 31: read as
  * signed they are the same bytes.
  *
  * Software pipeline: each step issues the 4 tile products of one (32 rows, 2 segments)
@@ -22,7 +22,10 @@
  * Fold per row and segment (16 columns, one zmm): vcvtdq2ps (load folded), vmulps by the
  * scales, [vfmadd of the min by the float asum: types with a min], vfmadd by the
  * activation scale (a broadcast load) -- 3 or 4 vector instructions for 16 x SEG
- * multiply-adds; docs/gguf.md turns that into the bound on what any such kernel reaches.
+ * multiply-adds (the float asums are converted once per 32-row group, 1/nseg of that);
+ * docs/gguf.md turns that into the bound on what any such kernel reaches.  LDTILECFG runs
+ * once per call (a panel's K block: ~2-4 M multiply-adds), as the segment may differ
+ * between calls and other AMX kernels load their own configuration between linears.
  *
  * Rows past the last multiple of 16 go to the AVX-512 VNNI kernel (the same bits). */
 #include "gguf_impl.h"
