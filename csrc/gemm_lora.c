@@ -16,6 +16,18 @@
  *         panels, each holding only the ranks nonzero on its columns (a to_q LoRA on the
  *         fused QKV fills a third of the ranks of each panel, not all of them).
  *
+ *   fused: where the base is int8/int4 on a table with ukr_int_lora (AMX; the reference
+ *         table too when asked, h3_lora_set_fused), the up product runs inside the int
+ *         micro-kernel instead: as it stores a tile's last K block it adds that tile's
+ *         u . B^T (gemm.c int_block, gemm_lora_tile_at), so the output is written once,
+ *         not read and written again by a second pass (on AMX that pass cost about as
+ *         much per 32x32 output tile as its tile arithmetic: the LoRA's cost followed N,
+ *         not the rank).  AMX: the dots on tiles 0-3 once the int block is stored, u packed
+ *         to bf16 rows once per call (down_task), B the same panels; the same tile sums
+ *         added in the same order as the second pass, so the same values.  Where the
+ *         LoRA's NR-column panels do not line up with the int ones (the SwiGLU value half
+ *         at an H that is no multiple of NR) that part keeps the second pass.
+ *
  * AMX (lo->bf16): both products on bf16 tiles, as the AMX table's float path runs them (x,
  * A, u and B rounded to bf16, float32 sums): beside an int8 base on AMX, float32 FMA at
  * ~1/16 of the int8 tile rate made a rank-64 LoRA cost +55% of a block.  Not bit-equal to
