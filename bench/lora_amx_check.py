@@ -9,8 +9,9 @@ Checks, per shape (asserted, so a wrong kernel stops the run):
     bound of the AMX LoRA, bf16 tiles: ~2^-8 relative of the LoRA's part);
   - fused and second pass: the same values (np.array_equal; the same tile sums added in
     the same order).
-Times: base, base + LoRA by the second pass (old), base + LoRA fused (new), alternated
-rounds, median; the ratios are what to read.
+Times: base, base + LoRA by the second pass (old), base + LoRA fused (new), and base +
+the down product alone (a LoRA whose B is all zero: u = x.A^T is computed, no column has a
+rank, so nothing is added), alternated rounds, median; the ratios are what to read.
 
     PYTHONPATH=$PWD python bench/lora_amx_check.py                      # 16-core AMX: both shapes
     PYTHONPATH=$PWD python bench/lora_amx_check.py --isa ref --M 100 --K 1100 --N 200 --threads 2
@@ -19,7 +20,7 @@ On another path than amx, "fused" asks for the path's fused kernel (the referenc
 has one, as the AMX kernel's spec; AVX2/AVX-512 have none: the same code as the old way).
 """
 import argparse
-import platform
+import os
 import sys
 import time
 
@@ -47,7 +48,8 @@ def check_and_time(M, K, N, R, isa, threads, repeat, rounds, seed=0):
     x = rng.standard_normal((M, K), dtype=np.float32)
     lin = Linear(W, weights="int8", isa=isa, threads=threads)
     cores = {"old": _kernels.LoraCore(A, B, scale, isa=isa, fused=False),
-             "new": _kernels.LoraCore(A, B, scale, isa=isa, fused=True)}
+             "new": _kernels.LoraCore(A, B, scale, isa=isa, fused=True),
+             "down": _kernels.LoraCore(A, np.zeros_like(B), scale, isa=isa, fused=True)}
     base = lin(x)
     ref = (x.astype(np.float64) @ A.T.astype(np.float64)) * scale @ B.T.astype(np.float64)
     out = {}
@@ -55,6 +57,7 @@ def check_and_time(M, K, N, R, isa, threads, repeat, rounds, seed=0):
         lin.core.set_lora(core)
         out[name] = lin(x)
     lin.core.set_lora(None)
+    assert np.array_equal(out.pop("down"), base), "a LoRA with B = 0 changed the output"
     assert np.array_equal(lin(x), base), "detaching the LoRA did not give the base bits back"
     denom = np.abs(ref).max()
     errs = {name: float(np.abs((y - base) - ref).max() / denom) for name, y in out.items()}
@@ -65,14 +68,15 @@ def check_and_time(M, K, N, R, isa, threads, repeat, rounds, seed=0):
           + (f" (max |diff| {np.abs(out['new'] - out['old']).max():.3g})" if ndiff else ""))
     assert errs["new"] <= 1e-2, f"fused LoRA off the reference by {errs['new']:.3g}"
     assert ndiff == 0, "the fused LoRA does not give the second pass's values"
-    ts = {"base": [], "old": [], "new": []}
+    ts = {"base": [], "old": [], "new": [], "down": []}
     for _ in range(rounds):                  # alternated: base, old, new, base, ...
         for name in ts:
             lin.core.set_lora(cores.get(name))
             ts[name].append(median_time(lambda: lin(x), repeat))
     lin.core.set_lora(None)
     tb = float(np.median(ts["base"]))
-    for name, label in (("base", "base"), ("old", "+LoRA old (2nd pass)"), ("new", "+LoRA new (fused)")):
+    for name, label in (("base", "base"), ("old", "+LoRA old (2nd pass)"), ("new", "+LoRA new (fused)"),
+                        ("down", "+down product only")):
         t = float(np.median(ts[name]))
         print(f"  {label:22s} {t * 1e3:8.1f} ms  ratio {t / tb:.3f}  (+{(t - tb) * 1e3:.1f} ms)")
     return errs, ts
@@ -89,8 +93,9 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=5, help="timed calls per measurement (median)")
     p.add_argument("--rounds", type=int, default=3, help="alternated rounds (median of their medians)")
     a = p.parse_args(argv)
-    from h3cy import ops
-    print(f"CPU: {platform.processor() or platform.machine()} ({' '.join(ops.cpu_features())})")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from lora_overhead import cpu_name
+    print(f"CPU: {cpu_name()}")
     for N in a.N:
         check_and_time(a.M, a.K, N, a.R, a.isa, a.threads, a.repeat, a.rounds)
     return 0
