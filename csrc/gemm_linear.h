@@ -39,6 +39,8 @@ struct h3_linear {
      * variants (parts with the same AWQ pre-scale, or none, share one) */
     struct nvfp4_part *nv;
     int nv_slots;
+    int nv_route;          /* H3_NVFP4_ROUTE_* (h3_linear_nvfp4_route; attach: AUTO) */
+    int64_t nv_min_rows;   /* AUTO: the bf16 route on AMX for calls of at least this many rows */
     /* h3_linear_set_lora: a low-rank addend, borrowed (the caller keeps it alive and
      * detaches it before freeing it); NULL: the plain linear, bit for bit */
     const h3_lora *lora;
@@ -129,6 +131,7 @@ typedef struct nvfp4_part {
     const uint8_t *scales; /* blocked e4m3, ncb column blocks of 4 */
     int64_t ncb;
     float lut[256];        /* e4m3 byte -> e4m3 * scale_2 * 0.5 (the scale of q = 2 e2m1) */
+    float scale_2;         /* the per-tensor scale (the bf16 route applies it per K block) */
     float *pre;            /* [K] AWQ pre-scale (owned copy) or NULL */
     int slot;              /* the activation variant this part multiplies */
 } nvfp4_part;

@@ -23,6 +23,12 @@ H3CY_NEON_EXT  which of the 'neon' path's ARMv8.6 extensions its GEMMs may use w
 H3CY_GGUF_TILES=0 on the 'amx' path, run GGUF-stored layers on the AVX-512 VNNI micro-kernel
               instead of the AMX tiles (same bits; for A/B: the int8/int4 layers stay on AMX).
               Read at each GGUF linear h3cy.weights makes (h3cy.weights.linears.gguf_isa).
+H3CY_NVFP4_ROUTE  the product NVFP4 linears (ComfyUI text encoder files) compute: auto
+              (default: on the amx path the bf16 route, AMX bf16 tiles on bf16-rounded
+              activations; elsewhere int8) | int8 (activations int8 per 32: on amx the
+              AVX-512 VNNI kernels, for A/B) | bf16.  auto:N takes the bf16 route on amx only
+              for calls of at least N rows.  Passed to each NVFP4 linear made
+              (h3_linear_nvfp4_route; h3cy._kernels.linear_nvfp4_route).
 H3CY_HUGEPAGES=0 keep converted weights and large GEMM workspaces in ordinary 4 KB pages
               instead of transparent huge pages (same bits; for A/B).  Passed to the C
               library with each linear it makes (h3_linear_opts.small_pages).
@@ -45,6 +51,8 @@ _ENV_ATTENTION = os.environ.get("H3CY_ATTENTION", "").strip().lower() or None
 _ENV_GGUF_TILES = os.environ.get("H3CY_GGUF_TILES", "").strip() != "0"
 
 _ENV_HUGEPAGES = os.environ.get("H3CY_HUGEPAGES", "") != "0"
+
+_ENV_NVFP4_ROUTE = os.environ.get("H3CY_NVFP4_ROUTE", "").strip().lower() or None
 
 _ENV_NEON_EXT = os.environ.get("H3CY_NEON_EXT", "").strip().lower() or None
 NEON_EXTENSIONS = ("i8mm", "bf16")
@@ -93,6 +101,18 @@ def neon_extensions():
         raise H3ValueError(f"H3CY_NEON_EXT={v!r}: expected all, none or a comma list of "
                            f"{', '.join(NEON_EXTENSIONS)}")
     return tuple(n for n in NEON_EXTENSIONS if n in names)
+
+
+def nvfp4_route(value=None):
+    """(route, min_rows) for NVFP4 linears from H3CY_NVFP4_ROUTE (or ``value``): "auto",
+    "int8", "bf16" or "auto:N" (N rows at least for the bf16 route on amx; plain "auto"
+    leaves the library's default, min_rows None)."""
+    v = (value if value is not None else _ENV_NVFP4_ROUTE) or "auto"
+    route, _, rows = v.partition(":")
+    if route not in ("auto", "int8", "bf16") or (rows and (route != "auto" or not rows.isdigit())):
+        from .errors import H3ValueError
+        raise H3ValueError(f"H3CY_NVFP4_ROUTE={v!r}: expected auto, auto:N (rows), int8 or bf16")
+    return route, int(rows) if rows else None
 
 
 def dit_python_blocks():

@@ -502,6 +502,20 @@ def linear_attach_nvfp4(parts, int64_t N, int64_t K, bias, int pair, str isa, Th
     return core
 
 
+NVFP4_ROUTES = {"auto": 0, "int8": 1, "bf16": 2}
+
+
+def linear_nvfp4_route(LinearCore core, str route, int64_t min_rows=0):
+    """Set the product an NVFP4 core's forward computes (h3.h h3_linear_nvfp4_route):
+    "int8" (activations int8 per 32; every path the same bits), "bf16" (activations rounded
+    to bf16, float32 sums: AMX tiles on isa "amx", else the scalar reference) or "auto"
+    (bf16 on AMX for calls of at least min_rows rows, else int8)."""
+    cdef h3_err err
+    if route not in NVFP4_ROUTES:
+        raise H3ValueError(f"NVFP4 route {route!r}: expected one of {sorted(NVFP4_ROUTES)}")
+    check(h3_linear_nvfp4_route(core.c, NVFP4_ROUTES[route], min_rows, &err), &err)
+
+
 def hadamard(float[:, ::1] x, int group, str isa, ThreadPool pool):
     """Rotate every run of `group` values of x (rows, n) in place by the normalised
     regular Hadamard H_group (h3_hadamard); returns the ISA that ran."""

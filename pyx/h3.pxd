@@ -231,6 +231,7 @@ cdef extern from "h3.h" nogil:
     h3_status h3_linear_attach_nvfp4(const h3_nvfp4_part *parts, int nparts, int64_t N, int64_t K,
                                      const float *bias, int pair, h3_isa isa, h3_linear **out,
                                      h3_err *err)
+    h3_status h3_linear_nvfp4_route(h3_linear *l, int route, int64_t min_rows, h3_err *err)
 
 cdef extern from "h3.h" nogil:
     h3_status h3_qwen_rmsnorm_bf16(const float *x, const float *w, float *out, int64_t rows,

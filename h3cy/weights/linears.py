@@ -73,6 +73,9 @@ def _nvfp4_linear(w, mode, isa, pool, pair, bias):
         return None
     N, K = parts[0].shape[0] * len(parts), parts[0].shape[1]
     core = _kernels.linear_attach_nvfp4([p.c_part() for p in parts], N, K, bias, int(pair), isa, pool)
+    route, min_rows = _config.nvfp4_route()       # H3CY_NVFP4_ROUTE: int8 on amx for A/B
+    if route != "auto" or min_rows is not None:
+        _kernels.linear_nvfp4_route(core, route, min_rows or 0)
     return ops.Linear.from_core(core, mode, pool)
 
 
