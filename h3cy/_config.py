@@ -20,8 +20,10 @@ H3CY_NEON_EXT  which of the 'neon' path's ARMv8.6 extensions its GEMMs may use w
               int8/int4 kernels (same bits as without); bf16: BFMMLA for bf16 weights with
               bf16-valued inputs.  For A/B on ARM; passed to the C library with each linear
               it makes (h3_linear_opts.ext_off); Linear.extensions says what one uses.
-H3CY_GGUF_TILES=0 on the 'amx' path, run GGUF-stored layers on the AVX-512 VNNI micro-kernel
-              instead of the AMX tiles (same bits; for A/B: the int8/int4 layers stay on AMX).
+H3CY_GGUF_TILES=1 on the 'amx' path, run GGUF-stored layers on the AMX tile kernel
+              (csrc/gguf_amx.c) instead of the AVX-512 VNNI one (same bits).  Off by default:
+              on the 16-core SPR the tiles ran 0.83-1.04x the VNNI kernel (session 22);
+              for A/B.  The int8/int4 layers are on AMX either way.
               Read at each GGUF linear h3cy.weights makes (h3cy.weights.linears.gguf_isa).
 H3CY_NVFP4_ROUTE  the product NVFP4 linears (ComfyUI text encoder files) compute: auto
               (default: on the amx path the bf16 route, AMX bf16 tiles on bf16-rounded
@@ -48,7 +50,7 @@ _ENV_CONV_IM2COL = os.environ.get("H3CY_CONV_IM2COL", "").strip() == "1"
 
 _ENV_ATTENTION = os.environ.get("H3CY_ATTENTION", "").strip().lower() or None
 
-_ENV_GGUF_TILES = os.environ.get("H3CY_GGUF_TILES", "").strip() != "0"
+_ENV_GGUF_TILES = os.environ.get("H3CY_GGUF_TILES", "").strip() == "1"
 
 _ENV_HUGEPAGES = os.environ.get("H3CY_HUGEPAGES", "") != "0"
 
@@ -79,8 +81,8 @@ def huge_pages():
 
 
 def gguf_tiles():
-    """False with H3CY_GGUF_TILES=0: on the 'amx' path, GGUF layers run the AVX-512 VNNI
-    kernel instead of the AMX tiles (A/B; the same bits).  Read at each GGUF linear made,
+    """True with H3CY_GGUF_TILES=1: on the 'amx' path, GGUF layers run the AMX tile kernel
+    instead of the AVX-512 VNNI one (A/B; the same bits; not faster where measured).  Read at each GGUF linear made,
     from this module's variable (tests patch it)."""
     return _ENV_GGUF_TILES
 
