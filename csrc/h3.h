@@ -211,6 +211,15 @@ h3_status h3_lora_create(const float *a, const float *b, const float *scale, int
                          int64_t K, h3_isa isa, h3_lora **out, h3_err *err);
 void h3_lora_free(h3_lora *lora);                       /* NULL is a no-op */
 h3_status h3_lora_set_scale(h3_lora *lora, const float *scale, h3_err *err);   /* [R] */
+/* on != 0: on an int8/int4 linear of the LoRA's own isa, add the up product as the GEMM's
+ * micro-kernel stores each output tile of its last K block (one write of the output)
+ * instead of in a second pass over it; where the isa has no such kernel nothing changes.
+ * Default: on for H3_ISA_AMX, off elsewhere (H3_ISA_REF has the kernel as the AMX one's
+ * executable spec).  Either way the values of the second pass: the same sums added in the
+ * same order, but for the sign of zero results and, with a non-finite u (x . A^T), NaN
+ * where the fused sum meets it times a zero of B.  Not while the LoRA is attached to a
+ * running linear (the workspace size follows it). */
+h3_status h3_lora_set_fused(h3_lora *lora, int on, h3_err *err);
 /* Attach (borrowed: keep it alive and unchanged while attached; NULL detaches) to a linear
  * of the same N and K.  Not for conv rows (h3_linear_forward_rows refuses).  The
  * linear's workspace_bytes grow by the addend's (u and per thread its GEMM's workspace). */

@@ -20,6 +20,11 @@ H3CY_NEON_EXT  which of the 'neon' path's ARMv8.6 extensions its GEMMs may use w
               int8/int4 kernels (same bits as without); bf16: BFMMLA for bf16 weights with
               bf16-valued inputs.  For A/B on ARM; passed to the C library with each linear
               it makes (h3_linear_opts.ext_off); Linear.extensions says what one uses.
+H3CY_GGUF_TILES=1 on the 'amx' path, run GGUF-stored layers on the AMX tile kernel
+              (csrc/gguf_amx.c) instead of the AVX-512 VNNI one (same bits).  Off by default:
+              on the 16-core SPR the tiles ran 0.83-1.04x the VNNI kernel (session 22);
+              for A/B.  The int8/int4 layers are on AMX either way.
+              Read at each GGUF linear h3cy.weights makes (h3cy.weights.linears.gguf_isa).
 H3CY_NVFP4_ROUTE  the product NVFP4 linears (ComfyUI text encoder files) compute: auto
               (default: on the amx path the bf16 route, AMX bf16 tiles on bf16-rounded
               activations; elsewhere int8) | int8 (activations int8 per 32: on amx the
@@ -44,6 +49,8 @@ _ENV_LOOP_PYTHON = os.environ.get("H3CY_LOOP_PYTHON", "").strip() == "1"
 _ENV_CONV_IM2COL = os.environ.get("H3CY_CONV_IM2COL", "").strip() == "1"
 
 _ENV_ATTENTION = os.environ.get("H3CY_ATTENTION", "").strip().lower() or None
+
+_ENV_GGUF_TILES = os.environ.get("H3CY_GGUF_TILES", "").strip() == "1"
 
 _ENV_HUGEPAGES = os.environ.get("H3CY_HUGEPAGES", "") != "0"
 
@@ -71,6 +78,13 @@ def huge_pages():
     workspaces in 4 KB pages (A/B of transparent huge pages; same bits).  Read by
     h3cy._kernels at each linear it makes, from this module's variable."""
     return _ENV_HUGEPAGES
+
+
+def gguf_tiles():
+    """True with H3CY_GGUF_TILES=1: on the 'amx' path, GGUF layers run the AMX tile kernel
+    instead of the AVX-512 VNNI one (A/B; the same bits; not faster where measured).  Read at each GGUF linear made,
+    from this module's variable (tests patch it)."""
+    return _ENV_GGUF_TILES
 
 
 def neon_extensions():

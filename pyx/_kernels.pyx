@@ -302,12 +302,14 @@ cdef class LinearCore:
 
 cdef class LoraCore:
     """Owns an h3_lora: y += ((x . A^T) * scale) . B^T, run inside the linear's GEMM.
-    a (R, K), b (N, R), scale (R,) float32 (copied)."""
+    a (R, K), b (N, R), scale (R,) float32 (copied).  fused: the up product inside an
+    int8/int4 base's micro-kernel store (True) or in a second pass over the output (False);
+    None: the isa's default (fused on AMX only; h3.h h3_lora_set_fused)."""
     cdef h3_lora *c
     cdef readonly int64_t R, N, K
 
     def __cinit__(self, const float[:, ::1] a, const float[:, ::1] b, const float[::1] scale,
-                  str isa="ref"):
+                  str isa="ref", fused=None):
         cdef h3_err err
         cdef h3_status rc
         if b.shape[1] != a.shape[0] or scale.shape[0] != a.shape[0]:
@@ -319,6 +321,8 @@ cdef class LoraCore:
             rc = h3_lora_create(&a[0, 0], &b[0, 0], &scale[0], self.R, self.N, self.K, path,
                                 &self.c, &err)
         check(rc, &err)
+        if fused is not None:
+            check(h3_lora_set_fused(self.c, 1 if fused else 0, &err), &err)
 
     def __dealloc__(self):
         h3_lora_free(self.c)
