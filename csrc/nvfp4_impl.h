@@ -93,7 +93,9 @@ nvfp4_ukr_fn nvfp4_ukr_for(h3_isa isa);
  * the panel's float rows. */
 #define NV_BNR 32   /* weight rows per bf16 panel (two B tiles of 16 columns) */
 #define NV_BKB 1024 /* inputs per decoded K block: 64 KB of bf16 pairs */
-#define NV_BMC 256  /* rows of x per block (8 tile groups of 32) */
+#define NV_BMC 512  /* rows of x per block (16 tile groups of 32): each decoded panel serves
+                       512 rows (half the decode per row of the 256 the int8 route uses; session
+                       22 measured 256 on the 16-core SPR: bench/results/nvfp4_amx_spr16_s22.md) */
 
 /* Decode inputs [k0, k0 + nk) (k0 % 64 == 0, nk % 32 == 0) of rows rs[0..nr) (nr <= 32)
  * to b[(k / 2) * 64 + c * 2 + k % 2] = bf16(e2m1 * e4m3) (columns >= nr: 0). */

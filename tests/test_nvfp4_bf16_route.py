@@ -37,14 +37,15 @@ def _bf16_core(parts, N, K, bias, pair, isa, pool):
 
 
 @pytest.mark.parametrize("isa", _isas())
-@pytest.mark.parametrize("N,K,M,awq", [(37, 288, 5, False), (70, 2112, 33, True), (33, 1056, 67, True)])
+@pytest.mark.parametrize("N,K,M,awq", [(37, 288, 5, False), (70, 2112, 33, True), (33, 1056, 67, True),
+                                        (40, 96, 545, False)])
 def test_bf16_route_matches_float64_on_bf16_activations(isa, N, K, M, awq):
     """Every element within float32 summation's bound of float64 bf16(x [* pre]) @
     (e2m1 e4m3 scale_2)^T, and rel L2 <= 1e-6 (observed 2e-7..4e-7); with the activations quantised to int8
     instead (the int8 route's) or unrounded the error is ~1e-3..1e-2, a swapped pair or
     column in the B layout ~1.  N past one or two 32-column panels (columns past N zero),
     K over one and two K blocks of 1024 (and a 64-input tail), M past one 32-row tile group
-    (the rows past M in the last group zero)."""
+    (the rows past M in the last group zero) and past one block of 512 rows."""
     rng = np.random.default_rng(N * K + M)
     part = random_part(N, K, rng, awq, pad_rows=3)
     W = decode(part, N, K)
