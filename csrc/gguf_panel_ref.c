@@ -102,6 +102,10 @@ gguf_quant_fn gguf_quant_for(h3_isa isa) {
 }
 
 gguf_decode_fn gguf_decode_for(h3_isa isa) {
+#if H3_X86
+    const h3_isa v = h3_isa_vector(isa);
+    if (v == H3_ISA_AVX2 || v == H3_ISA_AVX512) return gguf_decode_panel_avx2;
+#endif
     (void)isa;
     return gguf_decode_panel_ref;
 }
