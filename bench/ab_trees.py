@@ -9,7 +9,8 @@ around them).
     python3 bench/ab_trees.py --old /path/to/old/tree --new . [--pairs 5] [--threads 2]
         [--what block,gemm,attention]
 
-Each process times --reps calls after one warm-up and reports the median (seconds).
+Each process times --reps calls after one warm-up and reports their median (or, --stat min,
+their minimum), in seconds.
 """
 import argparse
 import json
@@ -30,6 +31,7 @@ except ImportError:
     from h3cy._synthetic import SyntheticSource
 threads, reps, S, M = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 what = sys.argv[6].split(",")
+stat = sys.argv[7]
 assert os.path.dirname(h3cy.__file__).startswith(os.path.abspath(tree)), h3cy.__file__
 jobs = {}
 def med(f):
@@ -37,7 +39,7 @@ def med(f):
     ts = []
     for _ in range(reps):
         t = time.perf_counter(); f(); ts.append(time.perf_counter() - t)
-    return sorted(ts)[len(ts) // 2]
+    return sorted(ts)[len(ts) // 2 if stat == "median" else 0]
 def block_inputs(cfg):
     rng = np.random.default_rng(0)
     L, Na = 16, 64
@@ -80,7 +82,7 @@ for line in sys.stdin:                      # one line from the parent: time eve
 def start(tree, a):
     """The tree's child process, once it has built its models."""
     p = subprocess.Popen([sys.executable, "-c", CHILD, os.path.abspath(tree), str(a.threads), str(a.reps),
-                          str(a.S), str(a.M), a.what], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                          str(a.S), str(a.M), a.what, a.stat], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     p.tree = tree
     if p.stdout.readline().strip() != "READY":
         raise SystemExit(f"{tree}: failed to start (exit {p.wait()})")
@@ -105,11 +107,22 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--S", type=int, default=1024, help="packed rows of the block forward")
     ap.add_argument("--M", type=int, default=256, help="rows of the GEMM (K=5376, N=14336)")
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="each process's figure of its --reps calls: the median, or the minimum (steadier "
+                    "on a shared VM, where a neighbour only ever adds time)")
+    ap.add_argument("--first", choices=("old", "new"), default="old",
+                    help="which tree's process starts (allocates its weights) first: a run with each "
+                    "shows whether the start order, not the code, favours one side")
     ap.add_argument("--what", default="block,gemm", help="block, gemm, attention, comma-separated "
                     "(building a full-size block's random weights takes minutes on 2 cores)")
     a = ap.parse_args()
     ratios = {}
-    po, pn = start(a.old, a), start(a.new, a)
+    if a.first == "old":
+        po = start(a.old, a)
+        pn = start(a.new, a)
+    else:
+        pn = start(a.new, a)
+        po = start(a.old, a)
     for p in range(a.pairs):
         if p % 2 == 0:
             old, new = ask(po), ask(pn)
@@ -122,7 +135,7 @@ def main():
     for c in (po, pn):
         c.stdin.close()
         c.wait()
-    print(f"median new/old over {a.pairs} alternated pairs ({a.threads} threads):")
+    print(f"median new/old over {a.pairs} alternated pairs ({a.threads} threads, {a.stat} of {a.reps} calls):")
     for k, v in ratios.items():
         print(f"  {k:16s} {statistics.median(v):.3f}  (range {min(v):.3f} .. {max(v):.3f})")
 

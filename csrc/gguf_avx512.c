@@ -4,7 +4,7 @@
  * 4 * 255 * 127 a step), every type alike; the sums start at -off * asum (the offset
  * removed exactly).  Eight rows at a time; the float steps are the reference's (the same
  * bits).  Compiled for every x86 build, run only where the CPU has AVX512-VNNI
- * (gguf_ukr_for; the amx path runs it too: see docs/gguf.md for why not the tiles). */
+ * (gguf_ukr_for); the amx path runs gguf_amx.c, which hands it the rows past the last 16. */
 #include "gguf_impl.h"
 
 #include <immintrin.h>

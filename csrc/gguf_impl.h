@@ -1,7 +1,7 @@
 /* gguf_impl.h — GGUF block formats shared by the reference pieces (gguf_ref.c: formats and
  * dequantisation; gguf_panel_ref.c: the GEMM's panel decoder, quantiser and scalar
  * micro-kernel), the SIMD micro-kernels (gguf_avx2.c, gguf_avxvnni.c, gguf_avx512.c,
- * gguf_neon.c) and the GGUF linear's driver (gemm_gguf.c on gemm_panel.c).  Internal.
+ * gguf_amx.c, gguf_neon.c) and the GGUF linear's driver (gemm_gguf.c on gemm_panel.c).  Internal.
  *
  * Every quantised type, decoded, is small integers q with a float scale and offset per
  * sub-block of 16 or 32 values: w[k] = sc * q[k] + mn (mn = 0 for Q8_0, Q4_0, Q5_0, Q3_K,
@@ -83,6 +83,9 @@ void gguf_ukr_avxvnni(int mr, const gguf_kind *t, int nseg, const int8_t *a, int
 void gguf_ukr_avx512(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
                      int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
                      const float *mn, float *cb);
+/* AMX tiles (gguf_amx.c; needs AVX512-VNNI too: rows past the last 16 run gguf_ukr_avx512) */
+void gguf_ukr_amx(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
+                  const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc, const float *mn, float *cb);
 #endif
 #if H3_ARM64
 void gguf_ukr_neon(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,

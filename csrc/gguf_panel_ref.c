@@ -113,6 +113,7 @@ gguf_decode_fn gguf_decode_for(h3_isa isa) {
 gguf_ukr_fn gguf_ukr_for(h3_isa isa) {
 #if H3_X86
     const h3_isa v = h3_isa_vector(isa);
+    if (isa == H3_ISA_AMX && h3_cpu_has_avx512_vnni()) return gguf_ukr_amx;
     if (v == H3_ISA_AVX512 && h3_cpu_has_avx512_vnni()) return gguf_ukr_avx512;
     if (isa == H3_ISA_AVXVNNI) return gguf_ukr_avxvnni;
     if (v == H3_ISA_AVX2 || v == H3_ISA_AVX512) return gguf_ukr_avx2; /* every x86 SIMD path has AVX2 */

@@ -20,6 +20,9 @@ H3CY_NEON_EXT  which of the 'neon' path's ARMv8.6 extensions its GEMMs may use w
               int8/int4 kernels (same bits as without); bf16: BFMMLA for bf16 weights with
               bf16-valued inputs.  For A/B on ARM; passed to the C library with each linear
               it makes (h3_linear_opts.ext_off); Linear.extensions says what one uses.
+H3CY_GGUF_TILES=0 on the 'amx' path, run GGUF-stored layers on the AVX-512 VNNI micro-kernel
+              instead of the AMX tiles (same bits; for A/B: the int8/int4 layers stay on AMX).
+              Read at each GGUF linear h3cy.weights makes (h3cy.weights.linears.gguf_isa).
 H3CY_HUGEPAGES=0 keep converted weights and large GEMM workspaces in ordinary 4 KB pages
               instead of transparent huge pages (same bits; for A/B).  Passed to the C
               library with each linear it makes (h3_linear_opts.small_pages).
@@ -38,6 +41,8 @@ _ENV_LOOP_PYTHON = os.environ.get("H3CY_LOOP_PYTHON", "").strip() == "1"
 _ENV_CONV_IM2COL = os.environ.get("H3CY_CONV_IM2COL", "").strip() == "1"
 
 _ENV_ATTENTION = os.environ.get("H3CY_ATTENTION", "").strip().lower() or None
+
+_ENV_GGUF_TILES = os.environ.get("H3CY_GGUF_TILES", "").strip() != "0"
 
 _ENV_HUGEPAGES = os.environ.get("H3CY_HUGEPAGES", "") != "0"
 
@@ -63,6 +68,13 @@ def huge_pages():
     workspaces in 4 KB pages (A/B of transparent huge pages; same bits).  Read by
     h3cy._kernels at each linear it makes, from this module's variable."""
     return _ENV_HUGEPAGES
+
+
+def gguf_tiles():
+    """False with H3CY_GGUF_TILES=0: on the 'amx' path, GGUF layers run the AVX-512 VNNI
+    kernel instead of the AMX tiles (A/B; the same bits).  Read at each GGUF linear made,
+    from this module's variable (tests patch it)."""
+    return _ENV_GGUF_TILES
 
 
 def neon_extensions():

@@ -196,3 +196,16 @@ def test_env_neon_ext_unknown_is_a_clear_error(value):
     r = run_py("import numpy as np, h3cy; h3cy.ops.Linear(np.ones((4, 8), np.float32), weights='int8')",
                H3CY_NEON_EXT=value)
     assert r.returncode != 0 and "H3CY_NEON_EXT" in r.stderr and "i8mm" in r.stderr
+
+
+@pytest.mark.parametrize("value, tiles", [("", True), ("1", True), ("0", False), (" 0 ", False)])
+def test_env_gguf_tiles_picks_the_gguf_layers_path(value, tiles):
+    """H3CY_GGUF_TILES=0 is read by h3cy._config and moves only the GGUF layers of the 'amx'
+    path to the AVX-512 VNNI kernel (A/B of the AMX tile kernel, csrc/gguf_amx.c; the same
+    bits); every other path, and every path without the variable, is kept."""
+    code = ("from h3cy import _config; from h3cy.weights.linears import gguf_isa;"
+            "print(_config.gguf_tiles(), *(gguf_isa(i) for i in ('amx', 'avx512', 'avx2', 'ref', 'neon')))")
+    r = run_py(code, H3CY_GGUF_TILES=value)
+    assert r.returncode == 0, r.stderr
+    want = [str(tiles), "amx" if tiles else "avx512", "avx512", "avx2", "ref", "neon"]
+    assert r.stdout.split() == want

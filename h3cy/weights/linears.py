@@ -25,12 +25,19 @@ import logging
 
 import numpy as np
 
-from .. import _kernels
+from .. import _config, _kernels
 from .. import ops
 from ..ops.bf16 import bf16_bits_to_f32
 from . import pages
 from .comfy_quant import Int8Weight, Nvfp4Weight
 from .gguf import GGUFWeight
+
+
+def gguf_isa(isa):
+    """The path a GGUF linear runs on: ``isa``, except "amx" with H3CY_GGUF_TILES=0, which
+    runs the blocks on the AVX-512 VNNI kernel instead of the AMX tiles (A/B of the two; the
+    same bits)."""
+    return "avx512" if isa == "amx" and not _config.gguf_tiles() else isa
 
 
 def _gguf_linear(w, mode, isa, pool, pair, bias):
@@ -46,7 +53,7 @@ def _gguf_linear(w, mode, isa, pool, pair, bias):
         return None
     N, K = parts[0].shape[0] * len(parts), parts[0].shape[1]
     core = _kernels.linear_attach_gguf([np.ascontiguousarray(p.blocks) for p in parts],
-                                       [p.type_id for p in parts], N, K, bias, int(pair), isa, pool)
+                                       [p.type_id for p in parts], N, K, bias, int(pair), gguf_isa(isa), pool)
     return ops.Linear.from_core(core, mode, pool)
 
 

@@ -1,0 +1,124 @@
+/* tests/c/amx_emul/immintrin.h — a plain-C stand-in for the few AVX-512 and AMX intrinsics
+ * csrc/gguf_amx.c uses, so that its bookkeeping (tile configuration, tile addressing in the
+ * activations and the panel, the two-buffer pipeline, the fold's float order, partial row
+ * groups and odd segment counts) can be checked on any machine against the scalar definition
+ * (tests/c/test_gguf_amx_emul.c, run by tests/test_gguf_amx_emulated.py).  Put first on the
+ * include path instead of the compiler's immintrin.h.
+ *
+ * The tile operations follow Intel's pseudo-code (SDM, "Intel AMX instruction set
+ * reference"): TILELOADD reads rows x colsb bytes at the stride and zeroes the rest of the
+ * tile; TDPBSSD checks the shapes (A rows = C rows, A colsb = 4 * B rows, B colsb = C colsb)
+ * and adds the int32 dot of each signed A quad with the signed B column quad; TILESTORED
+ * writes rows x colsb bytes.  A shape mismatch or an unconfigured tile aborts (the hardware
+ * raises #UD).  The vector operations are lane loops with C's single-rounding float ops
+ * (fmaf for the FMA), which is what the instructions compute in the default MXCSR. */
+#ifndef AMX_EMUL_IMMINTRIN_H
+#define AMX_EMUL_IMMINTRIN_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { float f[16]; } __m512;
+typedef union { int32_t i[16]; int8_t b[64]; } __m512i;
+typedef uint16_t __mmask16;
+
+static inline __m512 _mm512_loadu_ps(const void *p) { __m512 v; memcpy(&v, p, 64); return v; }
+static inline void _mm512_storeu_ps(void *p, __m512 v) { memcpy(p, &v, 64); }
+static inline void _mm512_store_ps(void *p, __m512 v) {
+    if ((uintptr_t)p % 64) { fprintf(stderr, "emul: unaligned _mm512_store_ps\n"); abort(); }
+    memcpy(p, &v, 64);
+}
+static inline __m512i _mm512_loadu_si512(const void *p) { __m512i v; memcpy(&v, p, 64); return v; }
+static inline __m512i _mm512_load_si512(const void *p) {
+    if ((uintptr_t)p % 64) { fprintf(stderr, "emul: unaligned _mm512_load_si512\n"); abort(); }
+    return _mm512_loadu_si512(p);
+}
+static inline void _mm512_store_si512(void *p, __m512i v) {
+    if ((uintptr_t)p % 64) { fprintf(stderr, "emul: unaligned _mm512_store_si512\n"); abort(); }
+    memcpy(p, &v, 64);
+}
+static inline __m512i _mm512_maskz_loadu_epi32(__mmask16 k, const void *p) {
+    __m512i v;
+    for (int l = 0; l < 16; l++) {
+        v.i[l] = 0;
+        if (k >> l & 1) memcpy(&v.i[l], (const char *)p + 4 * l, 4); /* masked lanes are not read */
+    }
+    return v;
+}
+static inline __m512 _mm512_set1_ps(float x) { __m512 v; for (int l = 0; l < 16; l++) v.f[l] = x; return v; }
+static inline __m512i _mm512_set1_epi8(char x) { __m512i v; memset(&v, x, 64); return v; }
+static inline __m512i _mm512_sub_epi8(__m512i a, __m512i b) {
+    for (int l = 0; l < 64; l++) a.b[l] = (int8_t)(uint8_t)((uint8_t)a.b[l] - (uint8_t)b.b[l]);
+    return a;
+}
+static inline __m512 _mm512_cvtepi32_ps(__m512i a) { __m512 v; for (int l = 0; l < 16; l++) v.f[l] = (float)a.i[l]; return v; }
+static inline __m512 _mm512_mul_ps(__m512 a, __m512 b) { for (int l = 0; l < 16; l++) a.f[l] *= b.f[l]; return a; }
+static inline __m512 _mm512_fmadd_ps(__m512 a, __m512 b, __m512 c) {
+    for (int l = 0; l < 16; l++) c.f[l] = fmaf(a.f[l], b.f[l], c.f[l]);
+    return c;
+}
+
+/* ---- AMX ---------------------------------------------------------------------------- */
+
+typedef struct { int rows, colsb; uint8_t data[16][64]; } emul_tile;
+static emul_tile emul_tmm[8];
+static int emul_configured;
+
+static inline void _tile_loadconfig(const void *cfg) {
+    const uint8_t *c = (const uint8_t *)cfg;
+    if (c[0] != 1) { fprintf(stderr, "emul: palette %d\n", c[0]); abort(); }
+    for (int t = 0; t < 8; t++) {
+        uint16_t colsb;
+        memcpy(&colsb, c + 16 + 2 * t, 2);
+        const int rows = c[48 + t];
+        if (rows > 16 || colsb > 64 || colsb % 4) { fprintf(stderr, "emul: tile %d is %dx%d\n", t, rows, colsb); abort(); }
+        emul_tmm[t].rows = rows;
+        emul_tmm[t].colsb = colsb;
+        memset(emul_tmm[t].data, 0, sizeof emul_tmm[t].data);
+    }
+    emul_configured = 1;
+}
+static inline emul_tile *emul_get(int t) {
+    if (!emul_configured || t < 0 || t > 7 || !emul_tmm[t].rows || !emul_tmm[t].colsb) {
+        fprintf(stderr, "emul: tile %d used unconfigured\n", t);
+        abort();
+    }
+    return &emul_tmm[t];
+}
+static inline void emul_tile_zero(int t) { memset(emul_get(t)->data, 0, sizeof emul_tmm[t].data); }
+static inline void emul_tile_loadd(int t, const void *base, long stride) {
+    emul_tile *x = emul_get(t);
+    memset(x->data, 0, sizeof x->data);
+    for (int r = 0; r < x->rows; r++) memcpy(x->data[r], (const char *)base + (long)r * stride, (size_t)x->colsb);
+}
+static inline void emul_tile_stored(int t, void *base, long stride) {
+    emul_tile *x = emul_get(t);
+    for (int r = 0; r < x->rows; r++) memcpy((char *)base + (long)r * stride, x->data[r], (size_t)x->colsb);
+}
+static inline void emul_tile_dpbssd(int dst, int a, int b) {
+    emul_tile *c = emul_get(dst), *ta = emul_get(a), *tb = emul_get(b);
+    if (ta->rows != c->rows || ta->colsb != 4 * tb->rows || tb->colsb != c->colsb) {
+        fprintf(stderr, "emul: tdpbssd shapes C %dx%d A %dx%d B %dx%d\n", c->rows, c->colsb, ta->rows, ta->colsb,
+                tb->rows, tb->colsb);
+        abort();
+    }
+    for (int m = 0; m < c->rows; m++)
+        for (int n = 0; n < c->colsb / 4; n++) {
+            int32_t acc;
+            memcpy(&acc, &c->data[m][4 * n], 4);
+            for (int k = 0; k < ta->colsb / 4; k++)
+                for (int e = 0; e < 4; e++)
+                    acc += (int32_t)(int8_t)ta->data[m][4 * k + e] * (int32_t)(int8_t)tb->data[k][4 * n + e];
+            memcpy(&c->data[m][4 * n], &acc, 4);
+        }
+}
+#define _tile_zero(t) emul_tile_zero(t)
+#define _tile_loadd(t, base, stride) emul_tile_loadd((t), (base), (long)(stride))
+#define _tile_stored(t, base, stride) emul_tile_stored((t), (base), (long)(stride))
+#define _tile_dpbssd(c, a, b) emul_tile_dpbssd((c), (a), (b))
+#define _tile_release() (emul_configured = 0)
+
+#endif

@@ -1,0 +1,113 @@
+/* tests/c/test_gguf_amx_emul.c — csrc/gguf_amx.c (the GGUF micro-kernel on AMX tiles) against
+ * the scalar definition, gguf_ukr_ref (csrc/gguf_panel_ref.c), bit for bit, with the AVX-512
+ * and AMX intrinsics replaced by the plain-C emulation in tests/c/amx_emul/immintrin.h.  This
+ * checks the kernel's own logic on any machine (tile shapes and addresses, the two-buffer
+ * pipeline, the fold's float order, 16-row groups, odd segment counts, the rows past the last
+ * 16, K blocks inside a longer row); the hardware run is bench/gguf_amx_check.py.
+ *
+ * Built and run by tests/test_gguf_amx_emulated.py:
+ *   gcc -Itests/c/amx_emul -Icsrc tests/c/test_gguf_amx_emul.c csrc/gguf_panel_ref.c -lm
+ * Prints "ok: N checks" and exits 0, or names the first mismatch and exits 1. */
+#include "gguf_amx.c"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- what gguf_panel_ref.c links against, outside this test's scope ----------------- */
+void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *mn) { abort(); }
+int h3_gguf_type_size(int type, int *blk, int *bytes) { abort(); }
+h3_isa h3_isa_vector(h3_isa isa) { return isa; }
+int h3_cpu_has_avx512_vnni(void) { return 1; }
+void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) { abort(); }
+void gguf_ukr_avx2(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
+                   const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc, const float *mn, float *cb) {
+    abort();
+}
+void gguf_ukr_avxvnni(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
+                      int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
+                      const float *mn, float *cb) {
+    abort();
+}
+/* the rows past the last 16: on the hardware the AVX-512 kernel, equal to ref by the driver
+ * tests; here ref itself, counted so that the test knows the tail was taken */
+static int tail_calls;
+void gguf_ukr_avx512(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
+                     int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
+                     const float *mn, float *cb) {
+    tail_calls++;
+    gguf_ukr_ref(mr, t, nseg, a, lda, d, ldd, as, ldas, u, sc, mn, cb);
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+static float rndf(void) { return ((float)(rnd() % 2000001) - 1000000.0f) / 1000000.0f; } /* [-1, 1] */
+
+int main(void) {
+    static const struct { int id; const char *name; } types[] = {
+        {H3_GGUF_Q8_0, "Q8_0"}, {H3_GGUF_Q4_0, "Q4_0"}, {H3_GGUF_Q4_1, "Q4_1"}, {H3_GGUF_Q5_0, "Q5_0"},
+        {H3_GGUF_Q5_1, "Q5_1"}, {H3_GGUF_Q2_K, "Q2_K"}, {H3_GGUF_Q3_K, "Q3_K"}, {H3_GGUF_Q4_K, "Q4_K"},
+        {H3_GGUF_Q5_K, "Q5_K"}, {H3_GGUF_Q6_K, "Q6_K"}};
+    static const int mrs[] = {1, 15, 16, 17, 31, 32, 33, 48, 80, 130};
+    static const int nks[] = {32, 96, 256, 512}; /* K block lengths (multiples of every type's block) */
+    const int64_t K = 1024, MMAX = 130;
+    int checks = 0, tails = 0;
+    float *x = malloc(sizeof(float) * MMAX * K), *d = malloc(sizeof(float) * MMAX * (K / 32));
+    int8_t *a = malloc((size_t)(MMAX * K));
+    int32_t *as = malloc(sizeof(int32_t) * MMAX * (K / 16 + K / 32));
+    float *cb0 = malloc(sizeof(float) * MMAX * 16), *cb1 = malloc(sizeof(float) * MMAX * 16);
+    uint8_t u[512 * 16] __attribute__((aligned(64)));
+    float sc[32 * 16], mn[32 * 16];
+    for (int64_t m = 0; m < MMAX; m++) {
+        for (int64_t k = 0; k < K; k++) x[m * K + k] = rndf() * (float)(1 + m % 7);
+        gguf_quant_act_row_ref(x + m * K, K, a + m * K, d + m * (K / 32), as + m * (K / 16 + K / 32));
+    }
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const gguf_kind *t = gguf_kind_of(types[ti].id);
+        if (!t) { printf("FAIL %s: no kind\n", types[ti].name); return 1; }
+        for (size_t ni = 0; ni < sizeof nks / sizeof nks[0]; ni++) {
+            const int nk = nks[ni];
+            if (nk % t->seg) continue;
+            const int nseg = nk / t->seg, nr = 9 + (int)(rnd() % 8); /* 9..16 columns, the rest zero */
+            const int64_t k0 = 512 - nk + (nk <= 256 ? 256 : 0); /* a K block inside the row */
+            for (int c = 0; c < 16; c++) {
+                for (int k = 0; k < nk; k++)
+                    u[((k / 4) * 16 + c) * 4 + k % 4] = c < nr ? (uint8_t)(rnd() % (unsigned)(t->umax + 1)) : 0;
+                for (int s = 0; s < nseg; s++) {
+                    sc[s * 16 + c] = c < nr ? rndf() * 0.01f : 0.0f;
+                    mn[s * 16 + c] = c < nr ? rndf() * 0.02f : 0.0f;
+                }
+            }
+            for (size_t mi = 0; mi < sizeof mrs / sizeof mrs[0]; mi++) {
+                const int mr = mrs[mi];
+                for (int e = 0; e < mr * 16; e++) cb0[e] = cb1[e] = rndf();
+                const int64_t ldas = K / 16 + K / 32;
+                const int32_t *asp = as + (t->seg == 16 ? k0 / 16 : K / 16 + k0 / 32);
+                const float *mnp = t->has_min ? mn : NULL;
+                gguf_ukr_ref(mr, t, nseg, a + k0, K, d + k0 / 32, K / 32, asp, ldas, u, sc, mnp, cb0);
+                const int before = tail_calls;
+                gguf_ukr_amx(mr, t, nseg, a + k0, K, d + k0 / 32, K / 32, asp, ldas, u, sc, mnp, cb1);
+                tails += tail_calls > before;
+                if ((tail_calls > before) != (mr % 16 != 0)) {
+                    printf("FAIL %s mr %d: the AVX-512 tail %s\n", types[ti].name, mr,
+                           tail_calls > before ? "ran" : "did not run");
+                    return 1;
+                }
+                for (int e = 0; e < mr * 16; e++) {
+                    if (memcmp(&cb0[e], &cb1[e], 4)) {
+                        printf("FAIL %s nk %d mr %d row %d col %d: ref %.9g amx %.9g\n", types[ti].name, nk, mr,
+                               e / 16, e % 16, cb0[e], cb1[e]);
+                        return 1;
+                    }
+                }
+                checks++;
+            }
+        }
+    }
+    printf("tail runs: %d\n", tails);
+    printf("ok: %d checks\n", checks);
+    free(x); free(d); free(a); free(as); free(cb0); free(cb1);
+    return 0;
+}
