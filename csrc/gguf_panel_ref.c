@@ -1,7 +1,7 @@
 /* gguf_panel_ref.c — the GGUF GEMM's reference pieces (gguf_impl.h has the arithmetic every
  * path shares): how each type runs (segment, offset), the activation quantiser, the panel
- * decoder (run by every path: once per 16 weight rows, K block and PN_MC rows of x, it costs
- * about 1/64 of the dots) and the scalar micro-kernel, the definition the SIMD ones equal
+ * decoder (once per 16 weight rows, K block and PN_MC rows of x; run by the paths without a
+ * SIMD one: gguf_decode_avx2.c has x86's for the main types, byte for byte this one's) and the scalar micro-kernel, the definition the SIMD ones equal
  * bit for bit. */
 #include "gguf_impl.h"
 
