@@ -56,7 +56,10 @@ static uint8_t *make_rows(const type_info *ti, int64_t K, int extreme, size_t *r
     for (size_t i = 0; i < 16 * *rb; i++) w[i] = extreme ? ((i / *rb) % 2 ? 0xff : 0) : (uint8_t)rand();
     for (size_t b = 0; b < 16 * *rb / (size_t)bytes; b++)
         for (int j = 0; j < 2; j++)
-            if (ti->f16[j] >= 0) { w[b * bytes + ti->f16[j]] = 0x1f; w[b * bytes + ti->f16[j] + 1] = (uint8_t)(0x20 + b % 7); }
+            if (ti->f16[j] >= 0) {
+                w[b * bytes + ti->f16[j]] = 0x1f;
+                w[b * bytes + ti->f16[j] + 1] = (uint8_t)(0x20 + b % 7);
+            }
     return w;
 }
 
