@@ -47,13 +47,15 @@ def machine_line(args, unit="median ms"):
 
 
 def time_row(lins, x, w, args):
-    """Each linear on x (and torch's products of w, unless --no-torch), alternated; returns
+    """Each linear on x (and torch's products of w, unless --no-torch), alternated (CPU
+    seconds of the process where args has cpu_time set, else wall time); returns
     (t, r): t(name) its median ms as text, r(a, b) the speed of a over b ('-' if absent)."""
     out = np.empty((x.shape[0], w.shape[0]), np.float32)
     runs = {k: (lambda lin=lin: lin(x, out=out)) for k, lin in lins.items()}
     if not args.no_torch:
         runs.update(torch_runs(w, x, args.threads))
-    med = alternated_ms(runs, args.rounds, args.calls)
+    clock = time.process_time if getattr(args, "cpu_time", False) else time.perf_counter
+    med = alternated_ms(runs, args.rounds, args.calls, clock=clock)
     t = lambda k: f"{med[k]:.1f}" if k in med else "-"  # noqa: E731
     r = lambda a, b: f"{med[b] / med[a]:.2f}" if a in med and b in med else "-"  # noqa: E731
     return t, r

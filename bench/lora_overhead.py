@@ -105,9 +105,11 @@ class Block:
         return h
 
 
-def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, workdir=None):
+def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, workdir=None, unfused=False):
     """(isa, [(label, median seconds, ratio to base, C pairs bytes, numpy bytes, u bytes)]),
-    base first, after checking that each LoRA changes the output and unloading restores it."""
+    base first, after checking that each LoRA changes the output and unloading restores it.
+    unfused: also each rank with ``DiT.lora_fused = False`` (the up product in a second pass
+    over the output, as before the fused AMX store; checked to give the fused bits)."""
     blk = Block(S, weights, threads)
     workdir = workdir or tempfile.mkdtemp(prefix="h3cy-lora-bench-")
     files = {r: write_lora(os.path.join(workdir, f"r{r}.safetensors"), r, seed=r) for r in ranks}
@@ -119,6 +121,12 @@ def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, wor
         numpy_bytes[r] = sum(m.a.nbytes + m.b.nbytes for m in blk.dit._loras[f"r{r}"]["modules"])
         assert np.all(np.isfinite(out)) and not np.array_equal(out, base_out), "the LoRA changed nothing"
         blk.dit.unload_lora(f"r{r}")
+        if unfused:                      # the second pass gives the same values
+            blk.dit.lora_fused = False
+            blk.dit.load_lora(files[r], name=f"r{r}")
+            assert np.array_equal(blk.run(), out), "the unfused LoRA gives other values than the fused one"
+            blk.dit.unload_lora(f"r{r}")
+            del blk.dit.lora_fused
     assert np.array_equal(blk.run(), base_out), "unload did not give the base bits back"
     blk.dit._merge_cache_dir = workdir
     merged_bytes = {}
@@ -129,22 +137,30 @@ def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, wor
         assert np.all(np.isfinite(out)) and not np.array_equal(out, base_out), "the merge changed nothing"
         blk.dit.unload_lora(f"r{r}")
     assert np.array_equal(blk.run(), base_out), "unloading the merge did not give the base bits back"
-    cols = [(None, False), *[(r, False) for r in ranks], *[(r, True) for r in ranks]]
+    cols = [(None, False), *[(r, False) for r in ranks], *[(r, "unfused") for r in ranks if unfused],
+            *[(r, True) for r in ranks]]
     times = {c: [] for c in cols}
-    for _ in range(repeat):              # alternate: base, r64, r128, r64 merged, r128 merged, base, ...
+    for _ in range(repeat):              # alternate: base, r64, r128, (unfused,) r64 merged, r128 merged, base, ...
         for r, merge in cols:
+            if merge == "unfused":
+                blk.dit.lora_fused = False
             if r is not None:
-                blk.dit.load_lora(files[r], name=f"r{r}", merge=merge)
+                blk.dit.load_lora(files[r], name=f"r{r}", merge=merge is True)
             t0 = time.perf_counter()
             blk.run()
             times[(r, merge)].append(time.perf_counter() - t0)
             if r is not None:
                 blk.dit.unload_lora(f"r{r}")
+            if merge == "unfused":
+                del blk.dit.lora_fused
     base = float(np.median(times[(None, False)]))
     rows = [("base", base, 1.0, 0, 0, 0)]
     for r in ranks:
         t = float(np.median(times[(r, False)]))
         rows.append((f"rank {r}", t, t / base, pairs_bytes(r), numpy_bytes[r], S * 3 * r * 4))
+    for r in ranks if unfused else ():
+        t = float(np.median(times[(r, "unfused")]))
+        rows.append((f"r{r} unfused", t, t / base, pairs_bytes(r), numpy_bytes[r], S * 3 * r * 4))
     for r in ranks:
         t = float(np.median(times[(r, True)]))
         rows.append((f"r{r} merged", t, t / base, merged_bytes[r], numpy_bytes[r], 0))
@@ -183,6 +199,9 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="also write the table here")
     p.add_argument("--lora-on-avx512", action="store_true",
                    help="on AMX: the LoRA products in float32 on AVX-512 instead of bf16 tiles (A/B)")
+    p.add_argument("--unfused", action="store_true",
+                   help="also each rank with the up product in a second pass over the output "
+                        "(DiT.lora_fused = False: before the fused AMX store; A/B)")
     p.add_argument("--note", default=None, help="a line for the table's header (the machine, its load)")
     a = p.parse_args(argv)
     import h3cy
@@ -190,7 +209,8 @@ def main(argv=None):
         h3cy.DiT.lora_amx_tiles = False
         a.note = ((a.note + "; ") if a.note else "") + "LoRA products on AVX-512 float32 (--lora-on-avx512)"
     threads = a.threads or h3cy.get_num_threads()
-    isa, rows = measure(a.S, a.weights, tuple(int(r) for r in a.ranks.split(",")), threads, a.repeat)
+    isa, rows = measure(a.S, a.weights, tuple(int(r) for r in a.ranks.split(",")), threads, a.repeat,
+                        unfused=a.unfused)
     lines = [f"LoRA overhead on one full-size block: S={a.S}, weights {a.weights}, {threads} threads, "
              f"ISA {isa}, CPU {cpu_name()}, median of {a.repeat} alternated runs",
              "LoRA: PEFT, random, on to_q/to_k/to_v/to_out.0/ff.net.0.proj/ff.net.2 (alpha = rank)",

@@ -7,6 +7,7 @@ rounds, ms and ratios of medians (the issue's target: NVFP4 >= 0.8 x h3cy int4).
 
     python3 bench/nvfp4_gemm.py [--threads 2] [--rounds 3] [--calls 3] [--m 2048,128]
                                 [--shapes te_q,te_kv,te_o,te_up,te_down,qkv,out,up,down] [--no-torch]
+                                [--cpu-time]
 """
 import argparse
 import os
@@ -59,10 +60,12 @@ def main():
     ap = argparse.ArgumentParser()
     add_timing_args(ap)
     add_shape_args(ap, SHAPES)
+    ap.add_argument("--cpu-time", action="store_true", help="CPU seconds of the process instead of wall time "
+                    "(steadier on a shared machine)")
     args = ap.parse_args()
     warnings.simplefilter("ignore", RuntimeWarning)
     rng = np.random.default_rng(0)
-    print(machine_line(args))
+    print(machine_line(args, "median CPU ms" if args.cpu_time else "median ms"))
     print("| shape | M | h3cy nvfp4 | h3cy int4 | h3cy int8 | torch fp32 | torch int8dyn | nvfp4 / int4 speed | "
           "nvfp4 / int8 | nvfp4 / torch fp32 |")
     print("|---|---|---|---|---|---|---|---|---|---|")

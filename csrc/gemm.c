@@ -54,6 +54,10 @@ typedef struct {
      * tile right after the base product; NULL without one */
     const float *lora_u;
     void *lora_ws;          /* the workspace's LoRA part (gemm_lora_workspace_bytes) */
+    /* gemm_lora_fuses: the int kernel adds u . B^T as it stores the last K block, from
+     * this operand (gemm_lora_u_operand) of row stride lora_ldu; else NULL */
+    const void *lora_uop;
+    int64_t lora_ldu;
 } run_ctx;
 
 static size_t float_thread_bytes(const gemm_kernels *kt, int64_t M, int need_scratch) {
@@ -262,9 +266,11 @@ void gemm_widen_i4(const uint8_t *src, int64_t kq, int nr, uint8_t *dst) {
 
 /* Rows [m0,m1) (m0 a multiple of MR) times packed rows [pr0, pr0+w) (panel aligned)
  * into C (ldc).  A panels come packed from phase 1; per K block, each MR-row A panel (L1)
- * meets every B panel of the column block (L2). */
+ * meets every B panel of the column block (L2).  lc0 >= 0 (a multiple of NR): the logical
+ * column of C's first, whose LoRA (c->lora_uop) the kernel adds as it stores the last K
+ * block (the fused up product); -1: none. */
 static void int_block(run_ctx *c, char *tw, int64_t m0, int64_t m1, int64_t pr0, int64_t w, float *C,
-                      int64_t ldc) {
+                      int64_t ldc, int64_t lc0) {
     const h3_linear *l = c->l;
     const gemm_kernels *kt = c->kt;
     const int MR = kt->mr, NR = kt->nr;
@@ -278,6 +284,7 @@ static void int_block(run_ctx *c, char *tw, int64_t m0, int64_t m1, int64_t pr0,
      * (M/MR times per panel); the widening costs ~1% of the block's arithmetic */
     const int widen = widens_i4(l, M);
     if (widen) ukr = kt->ukr_i4w;
+    const int kind = i4 ? (widen ? 2 : 1) : 0;   /* ukr, for ukr_int_lora */
     if (kt->begin) kt->begin();
     /* Small M is weight-bound: walk the weights 8 panels at a time over all of K.  Large
      * M: each A panel (L1) meets every B panel of the block (L2).  Either way every output
@@ -291,6 +298,7 @@ static void int_block(run_ctx *c, char *tw, int64_t m0, int64_t m1, int64_t pr0,
             /* Kp is a multiple of segeff, and of kci when seg > kci (choose_kci) */
             const int64_t kb = H3_MIN(kci, Kp - pc);
             const int nseg = (int)(kb / segeff);
+            const int fuse = lc0 >= 0 && pc + kb >= Kp;   /* the last K block: add the LoRA */
             if (widen)
                 for (int64_t jr = j0; jr < H3_MIN(w, j0 + jstep); jr += NR) {
                     const int64_t p = (pr0 + jr) / NR;
@@ -324,8 +332,13 @@ static void int_block(run_ctx *c, char *tw, int64_t m0, int64_t m1, int64_t pr0,
                         sw = l->wscale + p * NR;
                         sws = 0;
                     }
-                    ukr(MR, NR, nseg, (int)(segeff / 4), ap, b, sab, asb, sw, sws, C + ir * ldc + jr, ldc, mr,
-                        nr, pc > 0);
+                    gemm_lora_tile lt;
+                    if (fuse && gemm_lora_tile_at(l->lora, c->lora_uop, c->lora_ldu, ir, lc0 + jr, &lt))
+                        kt->ukr_int_lora(kind, MR, NR, nseg, (int)(segeff / 4), ap, b, sab, asb, sw, sws,
+                                         C + ir * ldc + jr, ldc, mr, nr, pc > 0, &lt);
+                    else
+                        ukr(MR, NR, nseg, (int)(segeff / 4), ap, b, sab, asb, sw, sws, C + ir * ldc + jr, ldc, mr,
+                            nr, pc > 0);
                 }
             }
         }
@@ -342,11 +355,15 @@ static void run_block(run_ctx *c, char *tw, char *scratch, float *lora_scratch, 
     float *S = (float *)scratch;
     const int64_t lds = c->kt->nc;
     const int intm = is_int(l->wtype);
+    /* the LoRA inside the int kernel (c->lora_uop) where its NR-column panels line up with
+     * the int ones (the SwiGLU value half at an H that is no multiple of NR does not: there
+     * gemm_lora_add's second pass, which handles any column offset) */
 #define MUL(rowstart, target, ld)                                                                                   \
     do {                                                                                                            \
-        if (intm) int_block(c, tw, m0, m1, prow_of(l, rowstart), w, target, ld);                                    \
+        const int fused = c->lora_uop && (rowstart) % c->kt->nr == 0;                                              \
+        if (intm) int_block(c, tw, m0, m1, prow_of(l, rowstart), w, target, ld, fused ? (rowstart) : -1);          \
         else float_block(c, tw, m0, m1, rowstart, w, target, ld);                                                   \
-        if (c->lora_u) gemm_lora_add(l->lora, c->lora_u, target, ld, m0, m1, rowstart, w, lora_scratch);          \
+        if (c->lora_u && !fused) gemm_lora_add(l->lora, c->lora_u, target, ld, m0, m1, rowstart, w, lora_scratch); \
     } while (0)
     if (kind == H3_EPI_NONE) {
         MUL(r0, c->y + o0, ldy);
@@ -528,6 +545,7 @@ static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, cons
         if (st) { h3_free(own); return st; }
         c.lora_u = u;
         c.lora_ws = ws;
+        if (gemm_lora_fuses(l)) c.lora_uop = gemm_lora_u_operand(l, ws, M, &c.lora_ldu);
         ws = (char *)ws + lb;
         ws_bytes -= lb;
     }

@@ -30,6 +30,8 @@
 #define MR 32
 #define NR 32
 
+#include "gemm_bf16_pack.inc"  /* unpack_bf16 (W -> pairs), kc32 */
+
 /* acc[32][32] (+)= scales applied to the int32 block blk (minus off*asum). */
 static inline void apply_segment(float *acc, const int32_t *blk, int32_t off,
                                  const int32_t *asum, const float *sa, const float *sw) {
@@ -47,11 +49,32 @@ static inline void apply_segment(float *acc, const int32_t *blk, int32_t off,
     }
 }
 
+/* store_row, then (lora not NULL) + the row's LoRA sum: c = (v (+) c) + lora, the value
+ * the unfused driver's second pass (store_block of the LoRA tile onto C) leaves, in one
+ * write of C. */
+static inline void store_row_lora(float *c, __m512 v0, __m512 v1, const float *lora, int nr, int accumulate) {
+    if (!lora) {
+        store_row(c, v0, v1, nr, accumulate);
+        return;
+    }
+    __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1u);
+    __mmask16 m1 = nr >= 32 ? 0xffff : (nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1u));
+    if (accumulate) {
+        v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, c));
+        v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, c + 16));
+    }
+    _mm512_mask_storeu_ps(c, m0, _mm512_add_ps(_mm512_loadu_ps(lora), v0));
+    _mm512_mask_storeu_ps(c + 16, m1, _mm512_add_ps(_mm512_loadu_ps(lora + 16), v1));
+}
+
 /* The one-segment case of apply_segment + store_block, without the acc round trip:
- * C (+)= fma(dot, sa * sw, +0) for rows < mr (the same operations, so the same bits). */
-static inline void apply_store_single(const int32_t *blk, int32_t off, const int32_t *asum,
-                                      const float *sa, const float *sw, float *c, int64_t ldc,
-                                      int mr, int nr, int accumulate) {
+ * C (+)= fma(dot, sa * sw, +0) for rows < mr (the same operations, so the same bits);
+ * lora (a 32x32 float block, or NULL) then added row by row (store_row_lora). */
+static inline __attribute__((always_inline)) void apply_store_single(const int32_t *blk, int32_t off,
+                                                                     const int32_t *asum, const float *sa,
+                                                                     const float *sw, float *c, int64_t ldc,
+                                                                     int mr, int nr, int accumulate,
+                                                                     const float *lora) {
     __m512 w0 = _mm512_loadu_ps(sw), w1 = _mm512_loadu_ps(sw + 16);
     const __m512 zero = _mm512_setzero_ps();
     for (int i = 0; i < mr; i++) {
@@ -59,16 +82,18 @@ static inline void apply_store_single(const int32_t *blk, int32_t off, const int
         __m512 s = _mm512_set1_ps(sa[i]);
         __m512i d0 = _mm512_sub_epi32(_mm512_loadu_si512(blk + i * 32), comp);
         __m512i d1 = _mm512_sub_epi32(_mm512_loadu_si512(blk + i * 32 + 16), comp);
-        store_row(c + i * ldc, _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(s, w0), zero),
-                  _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(s, w1), zero), nr, accumulate);
+        store_row_lora(c + i * ldc, _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(s, w0), zero),
+                       _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(s, w1), zero),
+                       lora ? lora + i * 32 : NULL, nr, accumulate);
     }
 }
 
-static inline void store_block(const float *acc, float *c, int64_t ldc, int mr, int nr,
-                               int accumulate) {
+static inline __attribute__((always_inline)) void store_block(const float *acc, float *c, int64_t ldc,
+                                                              int mr, int nr, int accumulate,
+                                                              const float *lora) {
     for (int i = 0; i < mr; i++)
-        store_row(c + i * ldc, _mm512_loadu_ps(acc + i * 32), _mm512_loadu_ps(acc + i * 32 + 16),
-                  nr, accumulate);
+        store_row_lora(c + i * ldc, _mm512_loadu_ps(acc + i * 32), _mm512_loadu_ps(acc + i * 32 + 16),
+                       lora ? lora + i * 32 : NULL, nr, accumulate);
 }
 
 /* C tiles 0..3 (a 32x32 block of 4-byte elements, int32 or float) -> dst, row stride NR */
@@ -81,17 +106,42 @@ static inline void store_c_tiles(void *dst) {
     MEMORY_FENCE();
 }
 
+/* A LoRA's up product for the tile (gemm_lora_tile: bf16 u rows from the panel's first
+ * rank, row stride ldu, readable to the next multiple of 32 ranks; B the bf16 pairs panel)
+ * on tiles 0-3 (free again once the int block is stored), into lacc [32][32]: the tile
+ * dots of ukr_bf16_amx over the same 32-rank chunks, so the same sums. */
+static inline void lora_tiles(const gemm_lora_tile *lt, float *lacc) {
+    const uint16_t *u = (const uint16_t *)lt->u, *b = (const uint16_t *)lt->b;
+    const int64_t kp = kc32(lt->kc), ldu = lt->ldu * 2;
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (int64_t k = 0; k < kp; k += 32) {
+        _tile_loadd(4, u + k, ldu);
+        _tile_loadd(5, u + 16 * lt->ldu + k, ldu);
+        _tile_loadd(6, b + (k / 2) * NR * 2, NR * 4);
+        _tile_loadd(7, b + (k / 2) * NR * 2 + 32, NR * 4);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    store_c_tiles(lacc);
+}
+
 /* Integer kernel.  is_i4: 0 int8 weights, 1 int4 nibbles as packed (widened here 16
  * quads at a time), 2 int4 already widened by the driver (ukr_i4w: the int8 layout with
- * values q_w + 8). */
-static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
-                        const float *sa, const int32_t *asum, const float *sw,
-                        int64_t sw_stride, float *c, int64_t ldc, int mr, int nr,
-                        int accumulate) {
+ * values q_w + 8).  lt (NULL: none): a LoRA's up product added as C is stored (the fused
+ * path; gemm_impl.h gemm_ukr_int_lora).  Inlined into each entry, so the plain kernels keep
+ * their code (lt a constant NULL there). */
+static inline __attribute__((always_inline)) void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap,
+                                                              const uint8_t *bp, const float *sa,
+                                                              const int32_t *asum, const float *sw,
+                                                              int64_t sw_stride, float *c, int64_t ldc, int mr,
+                                                              int nr, int accumulate, const gemm_lora_tile *lt) {
     const int64_t kc = (int64_t)nseg * seg_q * 4; /* the K block's length (A layout) */
     const int32_t off = is_i4 ? 8 : 128;
     float acc[MR * NR] __attribute__((aligned(64)));
     int32_t blk[MR * NR] __attribute__((aligned(64)));
+    float lacc[MR * NR] __attribute__((aligned(64)));     /* the LoRA's tile (lt) */
     uint8_t b4[16 * NR * 4] __attribute__((aligned(64))); /* 16 quads widened (int4) */
     if (nseg > 1) memset(acc, 0, sizeof acc);
     /* the tile configuration is loaded once per output block (gemm_kernels.begin) */
@@ -149,12 +199,16 @@ static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
                 }
         }
         if (nseg == 1) {
-            apply_store_single(blk, off, asum, sa, sw, c, ldc, mr, nr, accumulate);
+            /* the LoRA's tile dots go to the tile unit before the int block's AVX-512 fold,
+             * which runs while they do (only the adds of lacc wait for them) */
+            if (lt) lora_tiles(lt, lacc);
+            apply_store_single(blk, off, asum, sa, sw, c, ldc, mr, nr, accumulate, lt ? lacc : NULL);
             return;
         }
+        if (lt && s == nseg - 1) lora_tiles(lt, lacc);
         apply_segment(acc, blk, off, asum + s * MR, sa + s * MR, sw + s * sw_stride);
     }
-    store_block(acc, c, ldc, mr, nr, accumulate);
+    store_block(acc, c, ldc, mr, nr, accumulate, lt ? lacc : NULL);
 }
 
 /* The table's entries: ukr_int_amx with is_i4 = 0 (ukr_i8), 1 (ukr_i4), 2 (ukr_i4w). */
@@ -163,15 +217,24 @@ static void ukr_int_amx(int is_i4, int nseg, int seg_q, const int8_t *ap, const 
                      const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride,  \
                      float *c, int64_t ldc, int mr, int nr, int accumulate) {                   \
         (void)MR_; (void)NR_;                                                                   \
-        ukr_int_amx(is_i4, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate); \
+        ukr_int_amx(is_i4, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate, NULL); \
     }
 DEFINE_INT_AMX(ukr_i8_amx, 0)
 DEFINE_INT_AMX(ukr_i4_amx, 1)
 DEFINE_INT_AMX(ukr_i4w_amx, 2)
 
+/* The fused LoRA store (gemm_ukr_int_lora): kind 0/1/2 as is_i4 above. */
+static void ukr_int_lora_amx(int kind, int MR_, int NR_, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                             const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride, float *c,
+                             int64_t ldc, int mr, int nr, int accumulate, const gemm_lora_tile *lt) {
+    (void)MR_; (void)NR_;
+    if (kind == 0) ukr_int_amx(0, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate, lt);
+    else if (kind == 1) ukr_int_amx(1, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate, lt);
+    else ukr_int_amx(2, nseg, seg_q, ap, bp, sa, asum, sw, sw_stride, c, ldc, mr, nr, accumulate, lt);
+}
+
 /* ---- bf16 ---------------------------------------------------------------------- */
 
-#include "gemm_bf16_pack.inc"  /* unpack_bf16 (W -> pairs) */
 
 /* x rows -> bf16 in 32-k chunks [kc32/32][MR][32] (round to nearest even, zero padded), so
  * that each A tile load reads 1 KB contiguously (row-major rows kc apart put a tile's 16
@@ -215,7 +278,24 @@ static void ukr_bf16_amx(int MR_, int NR_, int64_t kc, const float *ap, const fl
         _tile_dpbf16ps(3, 5, 7);
     }
     store_c_tiles(acc);
-    store_block(acc, c, ldc, mr, nr, accumulate);
+    store_block(acc, c, ldc, mr, nr, accumulate, NULL);
+}
+
+/* u rows -> bf16 rows of ldd elements (round to nearest even, as pack_a_bf16_tiles rounds
+ * them for the unfused path: the same values), zero past R, then rows_out - rows zero rows:
+ * the fused LoRA's u operand (lora_tiles loads 16 rows x 32 ranks from any rank). */
+static void lora_pack_u_amx(const float *u, int64_t rows, int64_t R, void *dst, int64_t ldd, int64_t rows_out) {
+    uint16_t *d = (uint16_t *)dst;
+    for (int64_t i = 0; i < rows_out; i++, d += ldd) {
+        if (i >= rows) { memset(d, 0, (size_t)ldd * 2); continue; }
+        const float *src = u + i * R;
+        for (int64_t k = 0; k < ldd; k += 16) {
+            const int64_t kk = H3_MIN(16, R - k), kd = H3_MIN(16, ldd - k);
+            const __mmask16 m = kk >= 16 ? 0xffff : kk <= 0 ? 0 : (__mmask16)((1u << kk) - 1u);
+            const __mmask16 md = kd >= 16 ? 0xffff : (__mmask16)((1u << kd) - 1u);
+            _mm256_mask_storeu_epi16(d + k, md, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + k)));
+        }
+    }
 }
 
 /* The int K block stays the common 1024 (kc_int 0): a longer block would cut the per-tile
@@ -234,4 +314,6 @@ const gemm_kernels gemm_kernels_amx = {
     /* LDTILECFG once per output block, not per micro-kernel call: -22% of a single
      * thread's int8 time at M = 2048, K = 5376 (bench/results/amx_gemm_overheads.txt) */
     .begin = amx_config_tiles,
+    /* a LoRA's up product in the int kernels' final store (gemm_lora.c, "fused") */
+    .ukr_int_lora = ukr_int_lora_amx, .lora_pack_u = lora_pack_u_amx, .lora_u_elem = 2,
 };

@@ -93,8 +93,11 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
 }
 
 pn_fmt gguf_panel_fmt(const h3_linear *l) {
-    pn_fmt f = {1, 3, (size_t)GGUF_KB * GGUF_NR + 2 * (size_t)(GGUF_KB / GGUF_SUB) * GGUF_NR * 4, quant, slot_of,
-                kblock, (const void *)gguf_ukr_for(l->isa), (const void *)gguf_decode_for(l->isa)};
+    pn_fmt f = {.nslots = 1, .sums = 3,
+                .buf_bytes = (size_t)GGUF_KB * GGUF_NR + 2 * (size_t)(GGUF_KB / GGUF_SUB) * GGUF_NR * 4,
+                .nr = GGUF_NR, .mc = PN_MC, .kb = GGUF_KB, .a_esize = 1, .a_tile32 = 0,
+                .quant = quant, .slot_of = slot_of, .kblock = kblock,
+                .ukr = (const void *)gguf_ukr_for(l->isa), .decode = (const void *)gguf_decode_for(l->isa)};
     return f;
 }
 

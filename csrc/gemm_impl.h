@@ -49,6 +49,27 @@ typedef void gemm_ukr_int(int MR, int NR, int nseg, int seg_q, const int8_t *ap,
                           float *c, int64_t ldc, int mr, int nr, int accumulate);
 typedef gemm_ukr_int *gemm_ukr_int_fn;
 
+/* A LoRA's up product for one output tile, fused into an int micro-kernel's final store
+ * (gemm_lora.c, "fused"): rows i < MR of u from its first rank (u + i*ldu), times the LoRA's
+ * packed B panel of the tile's NR columns over kc ranks (the layouts of the table's own
+ * float path: f32 u and [kc][NR] f32 B for the reference; bf16 u rows and bf16 pairs
+ * [kc32/2][NR][2] for AMX, u's rows readable to a multiple of 32 ranks). */
+typedef struct {
+    const void *u;
+    int64_t ldu;
+    const float *b;
+    int64_t kc;
+} gemm_lora_tile;
+
+/* The int micro-kernel of `kind` (0: ukr_i8, 1: ukr_i4, 2: ukr_i4w) whose store also adds
+ * lt's product: C = (C (+) the kernel's K block) + lt's sum, the operations of the kernel
+ * followed by the table's float kernel on the LoRA, added to C once (lt NULL: the plain
+ * kernel).  Optional: a table without one runs the LoRA in a second pass (gemm_lora_add). */
+typedef void gemm_ukr_int_lora(int kind, int MR, int NR, int nseg, int seg_q, const int8_t *ap,
+                               const uint8_t *bp, const float *sa, const int32_t *asum, const float *sw,
+                               int64_t sw_stride, float *c, int64_t ldc, int mr, int nr, int accumulate,
+                               const gemm_lora_tile *lt);
+
 /* Row quantiser: x[K] -> q[Kp] int8 (zero past K), one scale per group of ag channels:
  * scale = amax/127 (0 -> all zeros, scale 0); q = round-half-even(x/scale) in [-127,127]. */
 typedef void (*gemm_quant_row_fn)(const float *x, int64_t K, int64_t Kp, int64_t ag,
@@ -84,6 +105,13 @@ typedef struct {
     gemm_ukr_int_fn ukr_i4w;
     void (*begin)(void);    /* NULL, or called on the running thread before a block's micro-kernel
                                calls (AMX: load the tile configuration once, not per call) */
+    /* NULL, or the fused LoRA kernel (above) and, when its u is not the f32 u itself, the
+     * packing of u's rows for it: rows rows of R floats (row stride R) -> dst rows of ldd
+     * elements, zero past R, and rows_out - rows zero rows after them.  Neither is
+     * filled from the reference table (gemm_kernels_for): a table opts in. */
+    gemm_ukr_int_lora *ukr_int_lora;
+    void (*lora_pack_u)(const float *u, int64_t rows, int64_t R, void *dst, int64_t ldd, int64_t rows_out);
+    int lora_u_elem;        /* bytes per element of the packed u (lora_pack_u) */
 } gemm_kernels;
 
 /* The per-ISA tables (NULL members fall back to ref).  Packed int layouts depend on nr,
@@ -114,6 +142,7 @@ void gemm_unpack_ref(int wtype, const void *w, int64_t ldw, int64_t n0, int64_t 
 void gemm_gemv_ref(int wtype, int64_t M, int64_t K, const float *x, int64_t ldx,
                    const void *w, int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy);
 gemm_ukr_int gemm_ukr_i8_ref, gemm_ukr_i4_ref; /* (the int micro-kernel type above) */
+gemm_ukr_int_lora gemm_ukr_int_lora_ref;
 void gemm_quant_row_ref(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_t *q,
                         float *scales);
 void gemm_swiglu_row_ref(float *g, const float *v, int64_t n, const float *bg, const float *bv);

@@ -39,6 +39,8 @@ struct h3_linear {
      * variants (parts with the same AWQ pre-scale, or none, share one) */
     struct nvfp4_part *nv;
     int nv_slots;
+    int nv_route;          /* H3_NVFP4_ROUTE_* (h3_linear_nvfp4_route; attach: AUTO) */
+    int64_t nv_min_rows;   /* AUTO: the bf16 route on AMX for calls of at least this many rows */
     /* h3_linear_set_lora: a low-rank addend, borrowed (the caller keeps it alive and
      * detaches it before freeing it); NULL: the plain linear, bit for bit */
     const h3_lora *lora;
@@ -55,6 +57,9 @@ struct h3_lora {
     const gemm_kernels *kt; /* the table whose micro-kernel runs the up product */
     int bf16;              /* AMX: both products on bf16 tiles (u, x, A, B rounded to bf16,
                               float32 sums); elsewhere 0: float32 FMA */
+    int fused;             /* the up product in an int base's final store where the table has
+                              ukr_int_lora (gemm_lora_fuses); default on for AMX only
+                              (h3_lora_set_fused) */
     int32_t *col_lo, *col_hi; /* [N]: the ranks nonzero on column n lie in [col_lo, col_hi) */
     /* B in NR-column panels (NR = kt->nr): panel p covers the ranks [pan_lo, pan_hi), the
      * union of its columns' ranges, as [pan_hi - pan_lo][NR] floats at bp + pan_off[p]
@@ -73,6 +78,26 @@ size_t gemm_lora_workspace_bytes(const h3_linear *l, int64_t M, int nth);
 /* u[M, R] = (x . A^T) * scale into ws (which holds gemm_lora_workspace_bytes), all threads. */
 h3_status gemm_lora_u(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *u,
                       void *ws, h3_err *err);
+/* The fused up product (gemm_lora.c): 1 when l's int micro-kernel adds its LoRA as it
+ * stores each tile of the last K block (gemm_ukr_int_lora) instead of gemm_lora_add's
+ * second pass over the output. */
+int gemm_lora_fuses(const h3_linear *l);
+/* Its u operand in the workspace after gemm_lora_u (the table's packed rows, or u itself)
+ * and that operand's row stride in elements. */
+const void *gemm_lora_u_operand(const h3_linear *l, void *ws, int64_t M, int64_t *ldu);
+/* The operands of the output tile at rows ir.. (ir a multiple of MR) and logical column n0 (a
+ * multiple of NR); 0 when no rank touches its columns (nothing to add). */
+static inline int gemm_lora_tile_at(const h3_lora *lo, const void *uop, int64_t ldu, int64_t ir, int64_t n0,
+                                    gemm_lora_tile *t) {
+    const int64_t p = n0 / lo->kt->nr, a = lo->pan_lo[p], z = lo->pan_hi[p];
+    if (a >= z) return 0;
+    const int64_t elem = lo->kt->lora_pack_u ? lo->kt->lora_u_elem : 4;
+    t->u = (const char *)uop + (ir * ldu + a) * elem;
+    t->ldu = ldu;
+    t->b = lo->bp + lo->pan_off[p];
+    t->kc = z - a;
+    return 1;
+}
 /* Floats of scratch one gemm_lora_add call needs (64-byte aligned). */
 size_t gemm_lora_scratch_floats(const h3_lora *lo);
 /* Thread ith's up-product scratch inside that workspace. */
@@ -106,6 +131,7 @@ typedef struct nvfp4_part {
     const uint8_t *scales; /* blocked e4m3, ncb column blocks of 4 */
     int64_t ncb;
     float lut[256];        /* e4m3 byte -> e4m3 * scale_2 * 0.5 (the scale of q = 2 e2m1) */
+    float scale_2;         /* the per-tensor scale (the bf16 route applies it per K block) */
     float *pre;            /* [K] AWQ pre-scale (owned copy) or NULL */
     int slot;              /* the activation variant this part multiplies */
 } nvfp4_part;

@@ -16,6 +16,18 @@
  *         panels, each holding only the ranks nonzero on its columns (a to_q LoRA on the
  *         fused QKV fills a third of the ranks of each panel, not all of them).
  *
+ *   fused: where the base is int8/int4 on a table with ukr_int_lora (AMX; the reference
+ *         table too when asked, h3_lora_set_fused), the up product runs inside the int
+ *         micro-kernel instead: as it stores a tile's last K block it adds that tile's
+ *         u . B^T (gemm.c int_block, gemm_lora_tile_at), so the output is written once,
+ *         not read and written again by a second pass (on AMX that pass cost about as
+ *         much per 32x32 output tile as its tile arithmetic: the LoRA's cost followed N,
+ *         not the rank).  AMX: the dots on tiles 0-3 once the int block is stored, u packed
+ *         to bf16 rows once per call (down_task), B the same panels; the same tile sums
+ *         added in the same order as the second pass, so the same values.  Where the
+ *         LoRA's NR-column panels do not line up with the int ones (the SwiGLU value half
+ *         at an H that is no multiple of NR) that part keeps the second pass.
+ *
  * AMX (lo->bf16): both products on bf16 tiles, as the AMX table's float path runs them (x,
  * A, u and B rounded to bf16, float32 sums): beside an int8 base on AMX, float32 FMA at
  * ~1/16 of the int8 tile rate made a rank-64 LoRA cost +55% of a block.  Not bit-equal to
@@ -179,6 +191,7 @@ h3_status h3_lora_create(const float *a, const float *b, const float *scale, int
     lo->kt = up_kernels(isa);
 #if H3_X86
     lo->bf16 = isa == H3_ISA_AMX;
+    lo->fused = isa == H3_ISA_AMX;
 #endif
     lo->perm = h3_alloc((size_t)R * 8);
     lo->scale = h3_alloc((size_t)R * 4);
@@ -217,6 +230,12 @@ h3_status h3_lora_set_scale(h3_lora *lo, const float *scale, h3_err *err) {
     return H3_OK;
 }
 
+h3_status h3_lora_set_fused(h3_lora *lo, int on, h3_err *err) {
+    if (!lo) return h3_fail(err, H3_EINVAL, "lora_set_fused: NULL argument");
+    lo->fused = on != 0;
+    return H3_OK;
+}
+
 h3_status h3_linear_set_lora(h3_linear *lin, const h3_lora *lo, h3_err *err) {
     if (!lin) return h3_fail(err, H3_EINVAL, "linear_set_lora: NULL linear");
     if (lo && lin->wtype == H3_DT_NVFP4)
@@ -234,6 +253,34 @@ h3_status h3_linear_set_lora(h3_linear *lin, const h3_lora *lo, h3_err *err) {
 #define ERR_BYTES H3_ALIGN_UP(sizeof(h3_err), 64)
 
 static size_t u_bytes(const h3_lora *lo, int64_t M) { return H3_ALIGN_UP((size_t)M * (size_t)lo->R * 4, 64); }
+
+int gemm_lora_fuses(const h3_linear *l) {
+    const h3_lora *lo = l->lora;
+    return lo && lo->fused && is_int(l->wtype) && l->kt == lo->kt && l->kt->ukr_int_lora;
+}
+
+/* The fused path's packed u (tables with lora_pack_u): [Mp][ldu] rows, Mp = M rounded up to
+ * MR (zero rows past M), ldu = R rounded up to 32 plus 32 (a tile reads 32 ranks from any
+ * panel's first rank; zero past R). */
+static int64_t packed_ldu(const h3_lora *lo) { return H3_ALIGN_UP(lo->R, 32) + 32; }
+static size_t packed_u_bytes(const h3_linear *l, int64_t M) {
+    const h3_lora *lo = l->lora;
+    if (!gemm_lora_fuses(l) || !lo->kt->lora_pack_u) return 0;
+    const size_t Mp = (size_t)H3_ALIGN_UP(M, lo->kt->mr);
+    return H3_ALIGN_UP(Mp * (size_t)packed_ldu(lo) * (size_t)lo->kt->lora_u_elem, 64);
+}
+/* u, then the packed u, then the thread areas */
+static size_t shared_bytes(const h3_linear *l, int64_t M) { return u_bytes(l->lora, M) + packed_u_bytes(l, M); }
+
+const void *gemm_lora_u_operand(const h3_linear *l, void *ws, int64_t M, int64_t *ldu) {
+    const h3_lora *lo = l->lora;
+    if (packed_u_bytes(l, M)) {
+        *ldu = packed_ldu(lo);
+        return (char *)ws + u_bytes(lo, M);
+    }
+    *ldu = lo->R;
+    return ws;
+}
 
 /* The up product's scratch: the packed rows of u (MR x max_kc, room for AMX's bf16 tiles
  * over max_kc rounded up to 32), then one MR x NR tile at tmp_offset. */
@@ -256,12 +303,12 @@ static size_t thread_bytes(const h3_lora *lo, int64_t M) {
 size_t gemm_lora_workspace_bytes(const h3_linear *l, int64_t M, int nth) {
     const h3_lora *lo = l->lora;
     if (!lo) return 0;
-    return u_bytes(lo, M) + (size_t)nth * thread_bytes(lo, M);
+    return shared_bytes(l, M) + (size_t)nth * thread_bytes(lo, M);
 }
 
 float *gemm_lora_scratch(const h3_linear *l, void *ws, int64_t M, int ith) {
     const h3_lora *lo = l->lora;
-    return (float *)((char *)ws + u_bytes(lo, M) + (size_t)ith * thread_bytes(lo, M));
+    return (float *)((char *)ws + shared_bytes(l, M) + (size_t)ith * thread_bytes(lo, M));
 }
 
 typedef struct {
@@ -269,6 +316,7 @@ typedef struct {
     const float *x;
     int64_t M;
     float *u;
+    void *up;            /* the fused path's packed u (packed_u_bytes), or NULL */
     void *ws;
     size_t each;         /* thread_bytes */
     int failed;          /* a failing thread + 1, else 0 */
@@ -293,12 +341,19 @@ static void down_task(void *p, int ith, int nth) {
         }
         for (int64_t m = 0; m < mc; m++)
             for (int64_t r = 0; r < R; r++) u[m * R + r] *= lo->scale[r];
+        if (c->up) {   /* the chunk's rows packed once for every column block (the last
+                          chunk's up to a multiple of MR, zero) */
+            const int64_t ldu = packed_ldu(lo), Mp = H3_ALIGN_UP(c->M, lo->kt->mr);
+            const int64_t rows_out = m0 + H3_LORA_CHUNK >= c->M ? Mp - m0 : mc;
+            lo->kt->lora_pack_u(u, mc, R, (char *)c->up + m0 * ldu * lo->kt->lora_u_elem, ldu, rows_out);
+        }
     }
 }
 
 h3_status gemm_lora_u(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *u,
                       void *ws, h3_err *err) {
-    down_ctx c = {l->lora, x, M, u, (char *)ws + u_bytes(l->lora, M), thread_bytes(l->lora, M), 0, 0};
+    void *up = packed_u_bytes(l, M) ? (char *)ws + u_bytes(l->lora, M) : NULL;
+    down_ctx c = {l->lora, x, M, u, up, (char *)ws + shared_bytes(l, M), thread_bytes(l->lora, M), 0, 0};
     h3_pool_run(pool, down_task, &c);
     if (c.failed) {
         const h3_err *e = (const h3_err *)((char *)c.ws + (size_t)c.failed * c.each - ERR_BYTES);

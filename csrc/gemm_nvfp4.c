@@ -11,7 +11,11 @@
  * quantised per 32 inputs (nvfp4_quant_act_row_ref); each panel's 16 weight rows are
  * widened a K block at a time to int8 (nvfp4_decode_*: a few KB that stay in L1 while
  * PN_MC rows of x pass) and the micro-kernel of the path (nvfp4_impl.h) accumulates the
- * float sums.  The widening costs ~1/PN_MC of the dots. */
+ * float sums.  The widening costs ~1/PN_MC of the dots.
+ *
+ * The bf16 route (h3_linear_nvfp4_route; the default on AMX) is another format of the same
+ * driver: x (* pre) rounded to bf16 in the tile layout, 32-row panels decoded per 1024
+ * inputs to e2m1 * e4m3 in bf16 (exact), the AMX bf16 micro-kernel (nvfp4_impl.h). */
 #include "nvfp4_impl.h"
 #include "panel_impl.h"
 
@@ -55,6 +59,7 @@ h3_status h3_linear_attach_nvfp4(const h3_nvfp4_part *parts, int nparts, int64_t
         v->scales = p->scales;
         v->ncb = ((2 * p->ld / NV_SEG) + 3) / 4;
         for (int b = 0; b < 256; b++) v->lut[b] = nvfp4_e4m3((uint8_t)b) * p->scale_2 * 0.5f;
+        v->scale_2 = p->scale_2;
         for (int64_t r = 0; r < rows && !st; r++)
             for (int64_t b = 0; b < K / NV_SEG; b++)
                 if ((p->scales[nvfp4_scale_offset(r, b, v->ncb)] & 0x7f) == 0x7f) {
@@ -86,7 +91,17 @@ h3_status h3_linear_attach_nvfp4(const h3_nvfp4_part *parts, int nparts, int64_t
         l->part[i] = p->codes;
         wb += (size_t)rows * (size_t)(K / 2 + K / NV_SEG);
     }
+    if (!st) { l->nv_route = H3_NVFP4_ROUTE_AUTO; l->nv_min_rows = H3_NVFP4_AMX_MIN_ROWS; }
     return pn_attach_end(who, st, l, H3_DT_NVFP4, N, K, bias, pair, isa, parts[0].codes, wb, out, err);
+}
+
+h3_status h3_linear_nvfp4_route(h3_linear *l, int route, int64_t min_rows, h3_err *err) {
+    if (!l || l->wtype != H3_DT_NVFP4) return h3_fail(err, H3_EINVAL, "linear_nvfp4_route: not an NVFP4 linear");
+    if (route < H3_NVFP4_ROUTE_AUTO || route > H3_NVFP4_ROUTE_BF16 || min_rows < 0)
+        return h3_fail(err, H3_EINVAL, "linear_nvfp4_route: route %d, min_rows %lld", route, (long long)min_rows);
+    l->nv_route = route;
+    l->nv_min_rows = min_rows;
+    return H3_OK;
 }
 
 /* the source of logical row r */
@@ -124,9 +139,49 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
     ((nvfp4_ukr_fn)f->ukr)(mc, nseg, act->a + k0, act->lda, act->d + k0 / NV_ACT, act->ldd, q, sw, corr, cb);
 }
 
-pn_fmt nvfp4_panel_fmt(const h3_linear *l) {
-    pn_fmt f = {l->nv_slots, 0, (size_t)NV_KB * NV_NR + 2 * (size_t)(NV_KB / NV_SEG) * NV_NR * 4,
-                quant, slot_of, kblock, (const void *)nvfp4_ukr_for(l->isa), (const void *)nvfp4_decode_for(l->isa)};
+/* ---- the bf16 route (nvfp4_impl.h): x (* pre) rounded to bf16 in the tile layout, the
+ * panel's 32 rows decoded to bf16 pairs a K block at a time, float sums times scale_2 ---- */
+
+static void quant_bf16(const pn_fmt *f, const h3_linear *l, int s, const float *x, uint8_t *a, float *d,
+                       int32_t *as) {
+    (void)f; (void)d; (void)as;
+    const float *pre = NULL;
+    for (int i = 0; i < l->nparts; i++)
+        if (l->nv[i].slot == s) { pre = l->nv[i].pre; break; }
+    nvfp4_bquant_for(l->isa)(x, pre, l->K, (uint16_t *)a);
+}
+
+static void kblock_bf16(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, int mc,
+                        const pn_act *act, char *buf, float *cb) {
+    nvfp4_row rs[NV_BNR];
+    int slot = 0;
+    for (int j = 0; j < nr; j++) rs[j] = row_at(l, r0 + j, &slot);
+    uint16_t *b = (uint16_t *)buf;
+    ((nvfp4_bdecode_fn)f->decode)(rs, nr, k0, nk, b);
+    /* the group's chunk of input k0 (k0 * 32 values on); groups 32 rows of K values apart */
+    const uint16_t *a = (const uint16_t *)act->a + k0 * PN_TILE;
+    ((nvfp4_bukr_fn)f->ukr)(mc, nk, a, (act->lda / 2) * PN_TILE, b, l->nv[r0 / l->part_rows].scale_2, cb);
+}
+
+/* the route a call of M rows takes */
+static int bf16_route(const h3_linear *l, int64_t M) {
+    if (l->nv_route == H3_NVFP4_ROUTE_AUTO) return l->isa == H3_ISA_AMX && M >= l->nv_min_rows;
+    return l->nv_route == H3_NVFP4_ROUTE_BF16;
+}
+
+pn_fmt nvfp4_panel_fmt(const h3_linear *l, int64_t M) {
+    if (bf16_route(l, M)) {
+        pn_fmt f = {.nslots = l->nv_slots, .sums = 0, .buf_bytes = (size_t)NV_BKB * NV_BNR * 2,
+                    .nr = NV_BNR, .mc = NV_BMC, .kb = NV_BKB, .a_esize = 2, .a_tile32 = 1,
+                    .quant = quant_bf16, .slot_of = slot_of, .kblock = kblock_bf16,
+                    .ukr = (const void *)nvfp4_bukr_for(l->isa), .decode = (const void *)nvfp4_bdecode_for(l->isa)};
+        return f;
+    }
+    pn_fmt f = {.nslots = l->nv_slots, .sums = 0,
+                .buf_bytes = (size_t)NV_KB * NV_NR + 2 * (size_t)(NV_KB / NV_SEG) * NV_NR * 4,
+                .nr = NV_NR, .mc = PN_MC, .kb = NV_KB, .a_esize = 1, .a_tile32 = 0,
+                .quant = quant, .slot_of = slot_of, .kblock = kblock,
+                .ukr = (const void *)nvfp4_ukr_for(l->isa), .decode = (const void *)nvfp4_decode_for(l->isa)};
     return f;
 }
 

@@ -7,18 +7,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* per thread: the format's decoded K block and two float panels of PN_MC rows */
+/* per thread: the format's decoded K block and two float panels of f->mc rows */
 static size_t thread_bytes(const pn_fmt *f) {
-    return H3_ALIGN_UP(f->buf_bytes, 64) + 2 * (size_t)PN_MC * PN_NR * 4;
+    return H3_ALIGN_UP(f->buf_bytes, 64) + 2 * (size_t)f->mc * (size_t)f->nr * 4;
 }
-static size_t a_bytes(int64_t M, int64_t K) { return H3_ALIGN_UP((size_t)M * (size_t)K, 64); }
+/* rows of the activation layout: M, or M rounded up to whole tile groups */
+static int64_t a_rows(const pn_fmt *f, int64_t M) { return f->a_tile32 ? H3_ALIGN_UP(M, PN_TILE) : M; }
+static size_t a_bytes(const pn_fmt *f, int64_t M, int64_t K) {
+    return H3_ALIGN_UP((size_t)a_rows(f, M) * (size_t)K * (size_t)f->a_esize, 64);
+}
+/* where row m of the activations starts */
+static uint8_t *a_row(const pn_fmt *f, uint8_t *a, int64_t m, int64_t K) {
+    const size_t e = (size_t)f->a_esize;
+    if (!f->a_tile32) return a + (size_t)m * (size_t)K * e;
+    return a + (size_t)(m / PN_TILE) * PN_TILE * (size_t)K * e + (size_t)(m % PN_TILE) * PN_TILE * e;
+}
 static size_t d_bytes(int64_t M, int64_t K) { return H3_ALIGN_UP((size_t)M * (size_t)(K / PN_ACT) * 4, 64); }
 static size_t s_bytes(const pn_fmt *f, int64_t M, int64_t K) {
     return H3_ALIGN_UP((size_t)M * (size_t)(K / PN_ACT * f->sums) * 4, 64);
 }
 
 size_t pn_workspace_bytes(const pn_fmt *f, const h3_linear *l, int64_t M, int nth) {
-    return (size_t)f->nslots * (a_bytes(M, l->K) + d_bytes(M, l->K) + s_bytes(f, M, l->K)) +
+    return (size_t)f->nslots * (a_bytes(f, M, l->K) + d_bytes(M, l->K) + s_bytes(f, M, l->K)) +
            (size_t)nth * thread_bytes(f);
 }
 
@@ -29,7 +39,7 @@ typedef struct {
     int64_t M;
     float *y;
     const h3_epilogue *epi;
-    uint8_t *a[H3_LINEAR_MAX_PARTS]; /* per slot: [M][K] */
+    uint8_t *a[H3_LINEAR_MAX_PARTS]; /* per slot: [M][K] values (a_row) */
     float *d[H3_LINEAR_MAX_PARTS];   /* per slot: [M][K/32] */
     int32_t *s[H3_LINEAR_MAX_PARTS]; /* per slot: [M][K/16] or NULL */
     char *tws;
@@ -37,11 +47,12 @@ typedef struct {
 
 static void quant_task(void *p, int ith, int nth) {
     pn_ctx *c = (pn_ctx *)p;
-    const int64_t K = c->l->K;
+    const int64_t K = c->l->K, rows = a_rows(c->f, c->M); /* the rows past M: zero (a_tile32) */
     for (int s = 0; s < c->f->nslots; s++)
-        for (int64_t m = c->M * ith / nth; m < c->M * (ith + 1) / nth; m++)
-            c->f->quant(c->f, c->l, s, c->x + m * K, c->a[s] + m * K, c->d[s] + m * (K / PN_ACT),
-                        c->s[s] ? c->s[s] + m * (K / PN_ACT * c->f->sums) : NULL);
+        for (int64_t m = rows * ith / nth; m < rows * (ith + 1) / nth; m++)
+            c->f->quant(c->f, c->l, s, m < c->M ? c->x + m * K : NULL, a_row(c->f, c->a[s], m, K),
+                        m < c->M ? c->d[s] + m * (K / PN_ACT) : NULL,
+                        c->s[s] && m < c->M ? c->s[s] + m * (K / PN_ACT * c->f->sums) : NULL);
 }
 
 /* the float sums of rows [m0, m0 + mc) by logical weight rows [r0, r0 + nr) into cb */
@@ -49,11 +60,12 @@ static void panel(const pn_ctx *c, int64_t m0, int64_t mc, int64_t r0, int nr, c
     const h3_linear *l = c->l;
     const int64_t K = l->K;
     const int slot = c->f->slot_of(l, r0); /* a panel never spans two parts */
-    const pn_act act = {c->a[slot] + m0 * K, K, c->d[slot] + m0 * (K / PN_ACT), K / PN_ACT,
+    const int64_t ea = c->f->a_esize;
+    const pn_act act = {a_row(c->f, c->a[slot], m0, K), K * ea, c->d[slot] + m0 * (K / PN_ACT), K / PN_ACT,
                         c->s[slot] ? c->s[slot] + m0 * (K / PN_ACT * c->f->sums) : NULL, K / PN_ACT * c->f->sums};
-    memset(cb, 0, (size_t)mc * PN_NR * sizeof(float));
-    for (int64_t k0 = 0; k0 < K; k0 += PN_KB)
-        c->f->kblock(c->f, l, r0, nr, k0, (int)H3_MIN(PN_KB, K - k0), (int)mc, &act, buf, cb);
+    memset(cb, 0, (size_t)mc * (size_t)c->f->nr * sizeof(float));
+    for (int64_t k0 = 0; k0 < K; k0 += c->f->kb)
+        c->f->kblock(c->f, l, r0, nr, k0, (int)H3_MIN(c->f->kb, K - k0), (int)mc, &act, buf, cb);
 }
 
 static void mul_task(void *p, int ith, int nth) {
@@ -62,24 +74,25 @@ static void mul_task(void *p, int ith, int nth) {
     const int kind = c->epi ? c->epi->kind : H3_EPI_NONE;
     const int swiglu = kind == H3_EPI_SWIGLU;
     const int64_t ncol = swiglu ? l->H : l->N;
-    /* panels: SwiGLU, 16 columns of the half (rows n and H + n); else 16 rows of one part */
-    const int64_t rows = swiglu ? l->H : l->part_rows, per = (rows + PN_NR - 1) / PN_NR;
+    /* panels: SwiGLU, NR columns of the half (rows n and H + n); else NR rows of one part */
+    const int NR = c->f->nr, MC = c->f->mc;
+    const int64_t rows = swiglu ? l->H : l->part_rows, per = (rows + NR - 1) / NR;
     const int64_t npan = swiglu ? per : per * l->nparts;
     char *buf = c->tws + (size_t)ith * thread_bytes(c->f);
     float *cbg = (float *)(buf + H3_ALIGN_UP(c->f->buf_bytes, 64));
-    float *cbv = cbg + PN_MC * PN_NR;
+    float *cbv = cbg + MC * NR;
     const int64_t p0 = npan * ith / nth, p1 = npan * (ith + 1) / nth;
-    for (int64_t m0 = 0; m0 < c->M; m0 += PN_MC) {
-        const int64_t mc = H3_MIN(PN_MC, c->M - m0);
+    for (int64_t m0 = 0; m0 < c->M; m0 += MC) {
+        const int64_t mc = H3_MIN(MC, c->M - m0);
         for (int64_t pi = p0; pi < p1; pi++) {
-            const int64_t lc = (pi % per) * PN_NR, n0 = (pi / per) * rows + lc;
-            const int nr = (int)H3_MIN(PN_NR, rows - lc);
+            const int64_t lc = (pi % per) * NR, n0 = (pi / per) * rows + lc;
+            const int nr = (int)H3_MIN(NR, rows - lc);
             panel(c, m0, mc, n0, nr, buf, cbg);
             if (swiglu) {
                 panel(c, m0, mc, l->H + n0, nr, buf, cbv);
                 for (int64_t i = 0; i < mc; i++) {
-                    float *g = cbg + i * PN_NR;
-                    gemm_swiglu_row_ref(g, cbv + i * PN_NR, nr, l->bias ? l->bias + n0 : NULL,
+                    float *g = cbg + i * NR;
+                    gemm_swiglu_row_ref(g, cbv + i * NR, nr, l->bias ? l->bias + n0 : NULL,
                                         l->bias ? l->bias + l->H + n0 : NULL);
                     memcpy(c->y + (m0 + i) * ncol + n0, g, (size_t)nr * sizeof(float));
                 }
@@ -89,7 +102,7 @@ static void mul_task(void *p, int ith, int nth) {
                 const int64_t m = m0 + i;
                 for (int j = 0; j < nr; j++) {
                     const int64_t n = n0 + j;
-                    float acc = cbg[i * PN_NR + j];
+                    float acc = cbg[i * NR + j];
                     if (l->bias) acc += l->bias[n];
                     if (kind == H3_EPI_RESID) {
                         const h3_epilogue *e = c->epi;
@@ -115,7 +128,7 @@ h3_status pn_forward(const pn_fmt *f, const h3_linear *l, h3_pool *pool, const f
     c.f = f; c.l = l; c.x = x; c.M = M; c.y = y; c.epi = epi;
     h3_arena ar = {(char *)ws, 0, ws_bytes};
     for (int s = 0; s < f->nslots; s++) {
-        c.a[s] = h3_arena_take(&ar, a_bytes(M, l->K));
+        c.a[s] = h3_arena_take(&ar, a_bytes(f, M, l->K));
         c.d[s] = h3_arena_take(&ar, d_bytes(M, l->K));
         c.s[s] = f->sums ? h3_arena_take(&ar, s_bytes(f, M, l->K)) : NULL;
     }
@@ -126,18 +139,18 @@ h3_status pn_forward(const pn_fmt *f, const h3_linear *l, h3_pool *pool, const f
     return H3_OK;
 }
 
-static pn_fmt fmt_of(const h3_linear *l) {
-    return l->wtype == H3_DT_NVFP4 ? nvfp4_panel_fmt(l) : gguf_panel_fmt(l);
+static pn_fmt fmt_of(const h3_linear *l, int64_t M) {
+    return l->wtype == H3_DT_NVFP4 ? nvfp4_panel_fmt(l, M) : gguf_panel_fmt(l);
 }
 
 size_t gemm_panel_workspace_bytes(const h3_linear *l, int64_t M, int nth) {
-    const pn_fmt f = fmt_of(l);
+    const pn_fmt f = fmt_of(l, M);
     return pn_workspace_bytes(&f, l, M, nth);
 }
 
 h3_status gemm_panel_forward(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
                              const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err) {
-    const pn_fmt f = fmt_of(l);
+    const pn_fmt f = fmt_of(l, M);
     return pn_forward(&f, l, pool, x, M, y, epi, ws, ws_bytes, err);
 }
 

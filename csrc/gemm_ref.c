@@ -85,6 +85,25 @@ void gemm_ukr_i4_ref(int MR, int NR, int nseg, int seg_q, const int8_t *ap, cons
     ukr_int_ref(1, MR, NR, nseg, seg_q, ap, bp, sa, sw, sw_stride, c, ldc, mr, nr, accumulate);
 }
 
+/* The int kernel of `kind` (0 int8, 1 int4), then the tile's LoRA sum added to C: each
+ * element one fma chain over lt's ranks from +0, as gemm_ukr_f32_ref runs it, so that C ends
+ * as (C (+) base) + up product, the sum of the unfused driver (gemm_lora_add_ref, whose
+ * narrower per-column rank range leaves out exact zero products: same values). */
+void gemm_ukr_int_lora_ref(int kind, int MR, int NR, int nseg, int seg_q, const int8_t *ap, const uint8_t *bp,
+                           const float *sa, const int32_t *asum, const float *sw, int64_t sw_stride, float *c,
+                           int64_t ldc, int mr, int nr, int accumulate, const gemm_lora_tile *lt) {
+    (void)asum;
+    ukr_int_ref(kind != 0, MR, NR, nseg, seg_q, ap, bp, sa, sw, sw_stride, c, ldc, mr, nr, accumulate);
+    if (!lt) return;
+    const float *u = (const float *)lt->u;
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < lt->kc; k++) acc = fmaf(u[i * lt->ldu + k], lt->b[k * NR + j], acc);
+            c[i * ldc + j] += acc;
+        }
+}
+
 void gemm_quant_row_ref(const float *x, int64_t K, int64_t Kp, int64_t ag, int8_t *q,
                         float *scales) {
     int64_t ng = H3_CEIL_DIV(Kp, ag);
@@ -157,4 +176,7 @@ const gemm_kernels gemm_kernels_ref = {
     .ukr_f32 = gemm_ukr_f32_ref, .unpack = gemm_unpack_ref, .gemv = gemm_gemv_ref,
     .ukr_i8 = gemm_ukr_i8_ref, .ukr_i4 = gemm_ukr_i4_ref, .quant_row = gemm_quant_row_ref,
     .swiglu_row = gemm_swiglu_row_ref,
+    /* the fused LoRA store, used only when a LoRA asks for it (h3_lora_set_fused): the
+     * executable spec of the AMX one, and the driver's fused path testable on any CPU */
+    .ukr_int_lora = gemm_ukr_int_lora_ref,
 };

@@ -211,6 +211,15 @@ h3_status h3_lora_create(const float *a, const float *b, const float *scale, int
                          int64_t K, h3_isa isa, h3_lora **out, h3_err *err);
 void h3_lora_free(h3_lora *lora);                       /* NULL is a no-op */
 h3_status h3_lora_set_scale(h3_lora *lora, const float *scale, h3_err *err);   /* [R] */
+/* on != 0: on an int8/int4 linear of the LoRA's own isa, add the up product as the GEMM's
+ * micro-kernel stores each output tile of its last K block (one write of the output)
+ * instead of in a second pass over it; where the isa has no such kernel nothing changes.
+ * Default: on for H3_ISA_AMX, off elsewhere (H3_ISA_REF has the kernel as the AMX one's
+ * executable spec).  Either way the values of the second pass: the same sums added in the
+ * same order, but for the sign of zero results and, with a non-finite u (x . A^T), NaN
+ * where the fused sum meets it times a zero of B.  Not while the LoRA is attached to a
+ * running linear (the workspace size follows it). */
+h3_status h3_lora_set_fused(h3_lora *lora, int on, h3_err *err);
 /* Attach (borrowed: keep it alive and unchanged while attached; NULL detaches) to a linear
  * of the same N and K.  Not for conv rows (h3_linear_forward_rows refuses).  The
  * linear's workspace_bytes grow by the addend's (u and per thread its GEMM's workspace). */
@@ -301,10 +310,25 @@ typedef struct {
  * quantises it per 32 inputs to int8 (d = max|x| / 127, rint, ties to even), widens 16
  * weight rows' codes at a time to int8 2 e2m1 in [-12, 12] and multiplies in integers per
  * 16 inputs, the scales applied in float32: every path (ref, AVX2, AVX-512 VNNI, NEON)
- * computes the same bits.  No LoRA (EUNSUPPORTED), no conv rows, no cache layout (EINVAL);
+ * computes the same bits.  That is the int8 route; on H3_ISA_AMX the default is the bf16
+ * route (h3_linear_nvfp4_route, below).  No LoRA (EUNSUPPORTED), no conv rows, no cache layout (EINVAL);
  * a NaN scale_2 or pre_scale, or a NaN block scale, is EINVAL. */
 h3_status h3_linear_attach_nvfp4(const h3_nvfp4_part *parts, int nparts, int64_t N, int64_t K, const float *bias,
                                  int pair, h3_isa isa, h3_linear **out, h3_err *err);
+/* The product an NVFP4 linear's forward computes (its "route"):
+ *   H3_NVFP4_ROUTE_INT8: the above (activations int8 per 32, integer dots per 16 inputs);
+ *   H3_NVFP4_ROUTE_BF16: each row of x (times pre_scale, rounded to float) rounded to bf16
+ *     (nearest even), the weights e2m1 * e4m3 (exact in bf16), float32 sums over K blocks of
+ *     1024 inputs, each block's sum times scale_2 added: y = sum_b fmaf(scale_2, s_b, y).
+ *     On H3_ISA_AMX the sums run on AMX bf16 tiles (their order is the hardware's: within
+ *     float32 summation error of the reference); on other paths on the scalar reference
+ *     (slow: for tests; H3_ISA_AVX512 decodes with AVX-512, the same bits);
+ *   H3_NVFP4_ROUTE_AUTO (what attach sets, min_rows H3_NVFP4_AMX_MIN_ROWS): BF16 on
+ *     H3_ISA_AMX for calls of M >= min_rows rows, else INT8.
+ * EINVAL for another wtype, route or a negative min_rows. */
+enum { H3_NVFP4_ROUTE_AUTO = 0, H3_NVFP4_ROUTE_INT8 = 1, H3_NVFP4_ROUTE_BF16 = 2 };
+#define H3_NVFP4_AMX_MIN_ROWS 0
+h3_status h3_linear_nvfp4_route(h3_linear *l, int route, int64_t min_rows, h3_err *err);
 
 /* ---- Block Hadamard rotation (hadamard.c) ------------------------------------ */
 /* x: [rows, n] in place: each run of `group` consecutive values of a row becomes

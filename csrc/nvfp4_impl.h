@@ -82,4 +82,44 @@ void nvfp4_ukr_neon(int mr, int nseg, const uint8_t *a, int64_t lda, const float
 /* the micro-kernel a linear on path `isa` runs */
 nvfp4_ukr_fn nvfp4_ukr_for(h3_isa isa);
 
+/* ---- the bf16 route (H3_NVFP4_ROUTE_BF16; AMX bf16 tiles: nvfp4_amx.c) -------------
+ * W[n, k] = e2m1 * e4m3 is exact in bf16 (at most 2 x 4 significant bits, exponents
+ * 2^-10 .. 2^12), so a weight panel of 32 rows is decoded, a K block of 1024 inputs at a
+ * time, to the B layout of AMX's TDPBF16PS (pairs of inputs, [nk / 2][32 columns][2]); the
+ * activations are x (* pre) rounded to bf16 in the tile layout (per 32 rows,
+ * [K / 32][32 rows][32 inputs]); the float sums of a K block are multiplied by scale_2 into
+ * the panel's float rows. */
+#define NV_BNR 32   /* weight rows per bf16 panel (two B tiles of 16 columns) */
+#define NV_BKB 1024 /* inputs per decoded K block: 64 KB of bf16 pairs */
+#define NV_BMC 256  /* rows of x per block (8 tile groups of 32) */
+
+/* Decode inputs [k0, k0 + nk) (k0 % 64 == 0, nk % 32 == 0) of rows rs[0..nr) (nr <= 32)
+ * to b[(k / 2) * 64 + c * 2 + k % 2] = bf16(e2m1 * e4m3) (columns >= nr: 0). */
+typedef void (*nvfp4_bdecode_fn)(const nvfp4_row *rs, int nr, int64_t k0, int nk, uint16_t *b);
+void nvfp4_bdecode_ref(const nvfp4_row *rs, int nr, int64_t k0, int nk, uint16_t *b);
+#if H3_X86
+void nvfp4_bdecode_avx512(const nvfp4_row *rs, int nr, int64_t k0, int nk, uint16_t *b);
+#endif
+nvfp4_bdecode_fn nvfp4_bdecode_for(h3_isa isa);
+
+/* One activation row to the tile layout: dst[(k / 32) * 1024 + k % 32] = bf16(x[k] (* pre[k]))
+ * (x NULL: zeros; dst is the row's place in its 32-row group). */
+typedef void (*nvfp4_bquant_fn)(const float *x, const float *pre, int64_t K, uint16_t *dst);
+void nvfp4_bquant_row_ref(const float *x, const float *pre, int64_t K, uint16_t *dst);
+#if H3_X86
+void nvfp4_bquant_row_amx(const float *x, const float *pre, int64_t K, uint16_t *dst);
+#endif
+nvfp4_bquant_fn nvfp4_bquant_for(h3_isa isa);
+
+/* The bf16 micro-kernel: rows i < mr of the tile-layout activations (group g = i / 32 at
+ * a + g * gs, the block's first input at each group's start), nk inputs (nk % 32 == 0):
+ *   cb[i * 32 + c] = fmaf(s2, s, cb[i * 32 + c]),  s = the float32 sum over k of
+ *   a[i][k] * b[k][c] (each product exact in float32; the reference adds in k order) */
+typedef void (*nvfp4_bukr_fn)(int mr, int nk, const uint16_t *a, int64_t gs, const uint16_t *b, float s2, float *cb);
+void nvfp4_bukr_ref(int mr, int nk, const uint16_t *a, int64_t gs, const uint16_t *b, float s2, float *cb);
+#if H3_X86
+void nvfp4_bukr_amx(int mr, int nk, const uint16_t *a, int64_t gs, const uint16_t *b, float s2, float *cb);
+#endif
+nvfp4_bukr_fn nvfp4_bukr_for(h3_isa isa);
+
 #endif

@@ -12,7 +12,12 @@
  * layout with a float scale per segment (16 or 32 inputs) -- a few KB that stay in L1
  * while the block's rows pass -- and the format's micro-kernel accumulates the block's
  * float sums; the driver's epilogue (bias, SwiGLU pairs, gated residual) writes the panel.
- * The decode costs ~1/PN_MC of the dots. */
+ * The decode costs ~1/PN_MC of the dots.
+ *
+ * A format may change the panel's geometry (pn_fmt nr, mc, kb: NVFP4's bf16 route on AMX
+ * tiles runs 32 columns, 1024-input K blocks) and hold its activations as 2-byte values in
+ * the AMX tile layout (a_esize 2, a_tile32: per 32 rows, [K / 32][32 rows][32 inputs], the
+ * rows of x past M zero), which the driver addresses; the defaults are the PN_* above. */
 #ifndef H3_PANEL_IMPL_H
 #define H3_PANEL_IMPL_H
 
@@ -21,12 +26,16 @@
 #define PN_NR 16  /* weight rows per decoded panel (output columns per micro-kernel) */
 #define PN_MC 256 /* rows of x per block: the decoded panel is reused by all of them */
 #define PN_KB 512 /* inputs per decoded K block */
+#define PN_NR_MAX 32 /* the widest panel a format may ask for */
+#define PN_TILE 32   /* rows (and inputs per chunk) of the a_tile32 activation layout */
+_Static_assert(PN_MC % PN_TILE == 0, "blocks of whole tile groups");
 #define PN_ACT 32 /* inputs per activation scale */
 
 /* the quantised activations of the block's first row (row i at a + i * lda, ...) */
 typedef struct {
-    const uint8_t *a; /* [K] bytes (the format says how to read them) */
-    int64_t lda;
+    const uint8_t *a; /* [K] values of a_esize bytes (the format says how to read them) */
+    int64_t lda;      /* bytes from one row to the next (a_tile32: from one 32-row group to the
+                         next is 32 * lda) */
     const float *d; /* [K / 32] scales */
     int64_t ldd;
     const int32_t *as; /* [K / 32 * sums] integer sums (NULL where the format needs none) */
@@ -38,12 +47,18 @@ struct pn_fmt {
     int nslots;       /* activation slots (distinct quantisations of x) */
     int sums;         /* int32 sums the quantiser writes per 32 inputs (0: none) */
     size_t buf_bytes; /* per thread: the decoded K block */
-    /* row x[K] of slot `slot` -> a [K], d [K/32], as [K/32 * sums] (as NULL unless sums) */
+    int nr, mc, kb;   /* panel width (<= PN_NR_MAX), rows of x per block (a multiple of
+                         PN_TILE), inputs per K block (a multiple of 32) */
+    int a_esize;      /* bytes a quantised input takes (1, or 2: bf16) */
+    int a_tile32;     /* 1: rows of a in the AMX tile layout (see above) */
+    /* row x[K] of slot `slot` -> a [K], d [K/32], as [K/32 * sums] (as NULL unless sums);
+     * a_tile32: a is the row's first 32 inputs (the next 32 are PN_TILE * PN_TILE values
+     * on), and x is NULL for the zero rows past M */
     void (*quant)(const pn_fmt *f, const h3_linear *l, int slot, const float *x, uint8_t *a, float *d, int32_t *as);
     /* the slot logical weight row r multiplies */
     int (*slot_of)(const h3_linear *l, int64_t r);
-    /* cb[mc][16] += the sums of inputs [k0, k0 + nk) of the block's mc rows by logical
-     * weight rows [r0, r0 + nr) (nr <= 16, one part; columns past nr come out 0) */
+    /* cb[mc][f->nr] += the sums of inputs [k0, k0 + nk) of the block's mc rows by logical
+     * weight rows [r0, r0 + nr) (nr <= f->nr, one part; columns past nr come out 0) */
     void (*kblock)(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, int mc,
                    const pn_act *act, char *buf, float *cb);
     const void *ukr; /* the format's micro-kernel for the linear's path */
@@ -62,7 +77,7 @@ h3_status pn_attach_end(const char *who, h3_status st, h3_linear *l, int wtype, 
                         h3_linear **out, h3_err *err);
 /* the formats (gemm_gguf.c, gemm_nvfp4.c): their descriptor for a linear's parts and path */
 pn_fmt gguf_panel_fmt(const h3_linear *l);
-pn_fmt nvfp4_panel_fmt(const h3_linear *l);
+pn_fmt nvfp4_panel_fmt(const h3_linear *l, int64_t M); /* M: the call's rows (picks the route) */
 h3_status pn_forward(const pn_fmt *f, const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
                      const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err);
 

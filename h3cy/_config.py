@@ -20,9 +20,17 @@ H3CY_NEON_EXT  which of the 'neon' path's ARMv8.6 extensions its GEMMs may use w
               int8/int4 kernels (same bits as without); bf16: BFMMLA for bf16 weights with
               bf16-valued inputs.  For A/B on ARM; passed to the C library with each linear
               it makes (h3_linear_opts.ext_off); Linear.extensions says what one uses.
-H3CY_GGUF_TILES=0 on the 'amx' path, run GGUF-stored layers on the AVX-512 VNNI micro-kernel
-              instead of the AMX tiles (same bits; for A/B: the int8/int4 layers stay on AMX).
+H3CY_GGUF_TILES=1 on the 'amx' path, run GGUF-stored layers on the AMX tile kernel
+              (csrc/gguf_amx.c) instead of the AVX-512 VNNI one (same bits).  Off by default:
+              on the 16-core SPR the tiles ran 0.83-1.04x the VNNI kernel (session 22);
+              for A/B.  The int8/int4 layers are on AMX either way.
               Read at each GGUF linear h3cy.weights makes (h3cy.weights.linears.gguf_isa).
+H3CY_NVFP4_ROUTE  the product NVFP4 linears (ComfyUI text encoder files) compute: auto
+              (default: on the amx path the bf16 route, AMX bf16 tiles on bf16-rounded
+              activations; elsewhere int8) | int8 (activations int8 per 32: on amx the
+              AVX-512 VNNI kernels, for A/B) | bf16.  auto:N takes the bf16 route on amx only
+              for calls of at least N rows.  Passed to each NVFP4 linear made
+              (h3_linear_nvfp4_route; h3cy._kernels.linear_nvfp4_route).
 H3CY_HUGEPAGES=0 keep converted weights and large GEMM workspaces in ordinary 4 KB pages
               instead of transparent huge pages (same bits; for A/B).  Passed to the C
               library with each linear it makes (h3_linear_opts.small_pages).
@@ -42,9 +50,11 @@ _ENV_CONV_IM2COL = os.environ.get("H3CY_CONV_IM2COL", "").strip() == "1"
 
 _ENV_ATTENTION = os.environ.get("H3CY_ATTENTION", "").strip().lower() or None
 
-_ENV_GGUF_TILES = os.environ.get("H3CY_GGUF_TILES", "").strip() != "0"
+_ENV_GGUF_TILES = os.environ.get("H3CY_GGUF_TILES", "").strip() == "1"
 
 _ENV_HUGEPAGES = os.environ.get("H3CY_HUGEPAGES", "") != "0"
+
+_ENV_NVFP4_ROUTE = os.environ.get("H3CY_NVFP4_ROUTE", "").strip().lower() or None
 
 _ENV_NEON_EXT = os.environ.get("H3CY_NEON_EXT", "").strip().lower() or None
 NEON_EXTENSIONS = ("i8mm", "bf16")
@@ -71,8 +81,8 @@ def huge_pages():
 
 
 def gguf_tiles():
-    """False with H3CY_GGUF_TILES=0: on the 'amx' path, GGUF layers run the AVX-512 VNNI
-    kernel instead of the AMX tiles (A/B; the same bits).  Read at each GGUF linear made,
+    """True with H3CY_GGUF_TILES=1: on the 'amx' path, GGUF layers run the AMX tile kernel
+    instead of the AVX-512 VNNI one (A/B; the same bits; not faster where measured).  Read at each GGUF linear made,
     from this module's variable (tests patch it)."""
     return _ENV_GGUF_TILES
 
@@ -93,6 +103,18 @@ def neon_extensions():
         raise H3ValueError(f"H3CY_NEON_EXT={v!r}: expected all, none or a comma list of "
                            f"{', '.join(NEON_EXTENSIONS)}")
     return tuple(n for n in NEON_EXTENSIONS if n in names)
+
+
+def nvfp4_route(value=None):
+    """(route, min_rows) for NVFP4 linears from H3CY_NVFP4_ROUTE (or ``value``): "auto",
+    "int8", "bf16" or "auto:N" (N rows at least for the bf16 route on amx; plain "auto"
+    leaves the library's default, min_rows None)."""
+    v = (value if value is not None else _ENV_NVFP4_ROUTE) or "auto"
+    route, _, rows = v.partition(":")
+    if route not in ("auto", "int8", "bf16") or (rows and (route != "auto" or not rows.isdigit())):
+        from .errors import H3ValueError
+        raise H3ValueError(f"H3CY_NVFP4_ROUTE={v!r}: expected auto, auto:N (rows), int8 or bf16")
+    return route, int(rows) if rows else None
 
 
 def dit_python_blocks():

@@ -302,12 +302,14 @@ cdef class LinearCore:
 
 cdef class LoraCore:
     """Owns an h3_lora: y += ((x . A^T) * scale) . B^T, run inside the linear's GEMM.
-    a (R, K), b (N, R), scale (R,) float32 (copied)."""
+    a (R, K), b (N, R), scale (R,) float32 (copied).  fused: the up product inside an
+    int8/int4 base's micro-kernel store (True) or in a second pass over the output (False);
+    None: the isa's default (fused on AMX only; h3.h h3_lora_set_fused)."""
     cdef h3_lora *c
     cdef readonly int64_t R, N, K
 
     def __cinit__(self, const float[:, ::1] a, const float[:, ::1] b, const float[::1] scale,
-                  str isa="ref"):
+                  str isa="ref", fused=None):
         cdef h3_err err
         cdef h3_status rc
         if b.shape[1] != a.shape[0] or scale.shape[0] != a.shape[0]:
@@ -319,6 +321,8 @@ cdef class LoraCore:
             rc = h3_lora_create(&a[0, 0], &b[0, 0], &scale[0], self.R, self.N, self.K, path,
                                 &self.c, &err)
         check(rc, &err)
+        if fused is not None:
+            check(h3_lora_set_fused(self.c, 1 if fused else 0, &err), &err)
 
     def __dealloc__(self):
         h3_lora_free(self.c)
@@ -496,6 +500,20 @@ def linear_attach_nvfp4(parts, int64_t N, int64_t K, bias, int pair, str isa, Th
     core.pair = pair
     core.storage = tuple(keep)
     return core
+
+
+NVFP4_ROUTES = {"auto": 0, "int8": 1, "bf16": 2}
+
+
+def linear_nvfp4_route(LinearCore core, str route, int64_t min_rows=0):
+    """Set the product an NVFP4 core's forward computes (h3.h h3_linear_nvfp4_route):
+    "int8" (activations int8 per 32; every path the same bits), "bf16" (activations rounded
+    to bf16, float32 sums: AMX tiles on isa "amx", else the scalar reference) or "auto"
+    (bf16 on AMX for calls of at least min_rows rows, else int8)."""
+    cdef h3_err err
+    if route not in NVFP4_ROUTES:
+        raise H3ValueError(f"NVFP4 route {route!r}: expected one of {sorted(NVFP4_ROUTES)}")
+    check(h3_linear_nvfp4_route(core.c, NVFP4_ROUTES[route], min_rows, &err), &err)
 
 
 def hadamard(float[:, ::1] x, int group, str isa, ThreadPool pool):

@@ -89,6 +89,7 @@ cdef extern from "h3.h" nogil:
                              int64_t N, int64_t K, h3_isa isa, h3_lora **out, h3_err *err)
     void h3_lora_free(h3_lora *lora)
     h3_status h3_lora_set_scale(h3_lora *lora, const float *scale, h3_err *err)
+    h3_status h3_lora_set_fused(h3_lora *lora, int on, h3_err *err)
     h3_status h3_linear_set_lora(h3_linear *lin, const h3_lora *lora, h3_err *err)
     enum:
         H3_EPI_NONE
@@ -230,6 +231,7 @@ cdef extern from "h3.h" nogil:
     h3_status h3_linear_attach_nvfp4(const h3_nvfp4_part *parts, int nparts, int64_t N, int64_t K,
                                      const float *bias, int pair, h3_isa isa, h3_linear **out,
                                      h3_err *err)
+    h3_status h3_linear_nvfp4_route(h3_linear *l, int route, int64_t min_rows, h3_err *err)
 
 cdef extern from "h3.h" nogil:
     h3_status h3_qwen_rmsnorm_bf16(const float *x, const float *w, float *out, int64_t rows,

@@ -59,3 +59,12 @@ def quant_act(x, pre=None):
     with np.errstate(divide="ignore", invalid="ignore"):
         q = np.where(d[..., None] > 0, np.rint(b / d[..., None]), 0.0)
     return (np.clip(q, -127, 127) * d[..., None].astype(np.float64)).reshape(M, K)
+
+
+def bf16_act(x, pre=None):
+    """x (times pre, in float32) rounded to bf16 as the NVFP4 GEMM's bf16 route rounds it
+    (nearest, ties to even) -> float64."""
+    xs = np.ascontiguousarray((x * pre).astype(np.float32) if pre is not None else x, np.float32)
+    u = xs.view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return r.astype(np.uint32).view(np.float32).astype(np.float64)

@@ -227,6 +227,11 @@ class DiT:
     # On AMX, a run-time LoRA beside an int8/int4/bf16 base multiplies on bf16 tiles (True)
     # or in float32 on AVX-512 (False): an A/B switch for bench/lora_overhead.py --lora-isa.
     lora_amx_tiles = True
+    # On AMX, the up product of a LoRA on an int8/int4 linear runs inside the int kernel's
+    # final store (True: one write of the output) or in a second pass over the output
+    # (False, as before: the same values): an A/B switch for bench/lora_overhead.py
+    # --lora-unfused and bench/lora_amx_check.py.  No effect on other paths.
+    lora_fused = True
 
     @classmethod
     def from_pretrained(cls, path, weights="auto", threads=None, streaming=False, cache_dir=None,
@@ -654,9 +659,10 @@ class DiT:
         if entry is None:
             return None
         isa = self._lora_isa(lin)
-        if isa not in entry:
-            entry[isa] = _kernels.LoraCore(*entry["parts"], isa=isa)
-        return entry[isa]
+        key = isa if self.lora_fused else (isa, "unfused")
+        if key not in entry:
+            entry[key] = _kernels.LoraCore(*entry["parts"], isa=isa, fused=None if self.lora_fused else False)
+        return entry[key]
 
     # ---- small helpers -----------------------------------------------------------------
     def _r(self, x):
