@@ -40,8 +40,9 @@ typedef struct {
 /* NULL for a type the GEMM does not run */
 const gguf_kind *gguf_kind_of(int type);
 
-/* one block -> q[blk], sc/mn[blk/16] (w = sc * q + mn) */
+/* one block -> q[blk], sc/mn[blk/16] (w = sc * q + mn); the scales alone */
 void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *mn);
+void gguf_decode_scales(int type, const uint8_t *p, float *sc, float *mn);
 
 /* row x[K] (K % 32 == 0) -> a[K] int8 (|a| <= 127), d[K/32] (d = max|x| / 127 per 32,
  * a = rint(x / d)), as[K/16 + K/32]: the sums of each 16 a, then of each 32 */
@@ -58,6 +59,11 @@ void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int
  *   sc [nk / seg][16], mn [nk / seg][16] (mn only for types with an offset) */
 typedef void (*gguf_decode_fn)(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
 void gguf_decode_panel_ref(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
+#if H3_X86
+/* the same panel (byte for byte): Q8_0 and the K-quants Q3_K..Q6_K unpacked 32 values at
+ * a time in AVX2, the other types by the reference */
+void gguf_decode_panel_avx2(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
+#endif
 
 /* The micro-kernel: cb[i][c] (i < mr, c < 16) += the nseg segments of row i of the
  * activations (a + i * lda; d + i * ldd per 32; as + i * ldas per 16) by the panel's

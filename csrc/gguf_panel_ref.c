@@ -1,7 +1,7 @@
 /* gguf_panel_ref.c — the GGUF GEMM's reference pieces (gguf_impl.h has the arithmetic every
  * path shares): how each type runs (segment, offset), the activation quantiser, the panel
- * decoder (run by every path: once per 16 weight rows, K block and PN_MC rows of x, it costs
- * about 1/64 of the dots) and the scalar micro-kernel, the definition the SIMD ones equal
+ * decoder (once per 16 weight rows, K block and PN_MC rows of x; run by the paths without a
+ * SIMD one: gguf_decode_avx2.c has x86's for the main types, byte for byte this one's) and the scalar micro-kernel, the definition the SIMD ones equal
  * bit for bit. */
 #include "gguf_impl.h"
 
@@ -102,6 +102,10 @@ gguf_quant_fn gguf_quant_for(h3_isa isa) {
 }
 
 gguf_decode_fn gguf_decode_for(h3_isa isa) {
+#if H3_X86
+    const h3_isa v = h3_isa_vector(isa);
+    if (v == H3_ISA_AVX2 || v == H3_ISA_AVX512) return gguf_decode_panel_avx2;
+#endif
     (void)isa;
     return gguf_decode_panel_ref;
 }

@@ -91,50 +91,20 @@ static int k3_scale(const uint8_t *b, int j) {
     return (lo | hi << 4) - 32;
 }
 
-/* one block -> q[blk], sc/mn[blk/16] */
-void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *mn) {
+/* one block -> q[blk], sc/mn[blk/16] (the scales: gguf_decode_scales) */
+void gguf_decode_scales(int type, const uint8_t *p, float *sc, float *mn) {
     switch (type) {
-    case H3_GGUF_Q8_0: {
-        float d = f16_at(p);
-        for (int i = 0; i < 32; i++) q[i] = (int8_t)p[2 + i];
-        sc[0] = sc[1] = d;
+    case H3_GGUF_Q8_0: case H3_GGUF_Q4_0: case H3_GGUF_Q5_0:
+        sc[0] = sc[1] = f16_at(p);
         mn[0] = mn[1] = 0.0f;
         return;
-    }
-    case H3_GGUF_Q4_0: case H3_GGUF_Q4_1: {
-        const int has_m = type == H3_GGUF_Q4_1;
-        const uint8_t *qs = p + (has_m ? 4 : 2);
-        float d = f16_at(p), m = has_m ? f16_at(p + 2) : 0.0f;
-        for (int j = 0; j < 16; j++) {
-            q[j] = (int8_t)((qs[j] & 15) - (has_m ? 0 : 8));
-            q[j + 16] = (int8_t)((qs[j] >> 4) - (has_m ? 0 : 8));
-        }
-        sc[0] = sc[1] = d;
-        mn[0] = mn[1] = m;
+    case H3_GGUF_Q4_1: case H3_GGUF_Q5_1:
+        sc[0] = sc[1] = f16_at(p);
+        mn[0] = mn[1] = f16_at(p + 2);
         return;
-    }
-    case H3_GGUF_Q5_0: case H3_GGUF_Q5_1: {
-        const int has_m = type == H3_GGUF_Q5_1;
-        const uint8_t *h = p + (has_m ? 4 : 2);
-        const uint8_t *qs = h + 4;
-        uint32_t qh = u32_at(h);
-        float d = f16_at(p), m = has_m ? f16_at(p + 2) : 0.0f;
-        for (int j = 0; j < 16; j++) {
-            int lo = (qs[j] & 15) | (int)((qh >> j) & 1) << 4;
-            int hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
-            q[j] = (int8_t)(lo - (has_m ? 0 : 16));
-            q[j + 16] = (int8_t)(hi - (has_m ? 0 : 16));
-        }
-        sc[0] = sc[1] = d;
-        mn[0] = mn[1] = m;
-        return;
-    }
     case H3_GGUF_Q2_K: {
-        const uint8_t *scales = p, *qs = p + 16;
+        const uint8_t *scales = p;
         float d = f16_at(p + 80), dmin = f16_at(p + 82);
-        for (int h = 0; h < 2; h++)
-            for (int j = 0; j < 4; j++)
-                for (int l = 0; l < 32; l++) q[128 * h + 32 * j + l] = (int8_t)((qs[32 * h + l] >> (2 * j)) & 3);
         for (int s = 0; s < 16; s++) {
             sc[s] = d * (float)(scales[s] & 15);
             mn[s] = -(dmin * (float)(scales[s] >> 4));
@@ -142,8 +112,74 @@ void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *
         return;
     }
     case H3_GGUF_Q3_K: {
-        const uint8_t *hm = p, *qs = p + 32, *scales = p + 96;
         float d = f16_at(p + 108);
+        for (int s = 0; s < 16; s++) {
+            sc[s] = d * (float)k3_scale(p + 96, s);
+            mn[s] = 0.0f;
+        }
+        return;
+    }
+    case H3_GGUF_Q4_K: case H3_GGUF_Q5_K: {
+        float d = f16_at(p), dmin = f16_at(p + 2);
+        for (int j = 0; j < 8; j++) {
+            int s, m;
+            k4_scale_min(p + 4, j, &s, &m);
+            sc[2 * j] = sc[2 * j + 1] = d * (float)s;
+            mn[2 * j] = mn[2 * j + 1] = -(dmin * (float)m);
+        }
+        return;
+    }
+    case H3_GGUF_Q6_K: {
+        const int8_t *scales = (const int8_t *)(p + 192);
+        float d = f16_at(p + 208);
+        for (int s = 0; s < 16; s++) {
+            sc[s] = d * (float)scales[s];
+            mn[s] = 0.0f;
+        }
+        return;
+    }
+    default:
+        return;
+    }
+}
+
+void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *mn) {
+    gguf_decode_scales(type, p, sc, mn);
+    switch (type) {
+    case H3_GGUF_Q8_0:
+        for (int i = 0; i < 32; i++) q[i] = (int8_t)p[2 + i];
+        return;
+    case H3_GGUF_Q4_0: case H3_GGUF_Q4_1: {
+        const int has_m = type == H3_GGUF_Q4_1;
+        const uint8_t *qs = p + (has_m ? 4 : 2);
+        for (int j = 0; j < 16; j++) {
+            q[j] = (int8_t)((qs[j] & 15) - (has_m ? 0 : 8));
+            q[j + 16] = (int8_t)((qs[j] >> 4) - (has_m ? 0 : 8));
+        }
+        return;
+    }
+    case H3_GGUF_Q5_0: case H3_GGUF_Q5_1: {
+        const int has_m = type == H3_GGUF_Q5_1;
+        const uint8_t *h = p + (has_m ? 4 : 2);
+        const uint8_t *qs = h + 4;
+        uint32_t qh = u32_at(h);
+        for (int j = 0; j < 16; j++) {
+            int lo = (qs[j] & 15) | (int)((qh >> j) & 1) << 4;
+            int hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            q[j] = (int8_t)(lo - (has_m ? 0 : 16));
+            q[j + 16] = (int8_t)(hi - (has_m ? 0 : 16));
+        }
+        return;
+    }
+    case H3_GGUF_Q2_K: {
+        const uint8_t *qs = p + 16;
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 32; l++) q[128 * h + 32 * j + l] = (int8_t)((qs[32 * h + l] >> (2 * j)) & 3);
+        return;
+    }
+    case H3_GGUF_Q3_K: {
+        const uint8_t *hm = p, *qs = p + 32;
         for (int h = 0; h < 2; h++)
             for (int j = 0; j < 4; j++)
                 for (int l = 0; l < 32; l++) {
@@ -151,16 +187,11 @@ void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *
                     int hi = (hm[l] >> (4 * h + j)) & 1;
                     q[128 * h + 32 * j + l] = (int8_t)(lo - (hi ? 0 : 4));
                 }
-        for (int s = 0; s < 16; s++) {
-            sc[s] = d * (float)k3_scale(scales, s);
-            mn[s] = 0.0f;
-        }
         return;
     }
     case H3_GGUF_Q4_K: case H3_GGUF_Q5_K: {
         const int five = type == H3_GGUF_Q5_K;
-        const uint8_t *scales = p + 4, *qh = p + 16, *qs = p + (five ? 48 : 16);
-        float d = f16_at(p), dmin = f16_at(p + 2);
+        const uint8_t *qh = p + 16, *qs = p + (five ? 48 : 16);
         for (int j = 0; j < 4; j++)
             for (int l = 0; l < 32; l++) {
                 int lo = qs[32 * j + l] & 15, hi = qs[32 * j + l] >> 4;
@@ -171,18 +202,10 @@ void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *
                 q[64 * j + l] = (int8_t)lo;
                 q[64 * j + 32 + l] = (int8_t)hi;
             }
-        for (int j = 0; j < 8; j++) {
-            int s, m;
-            k4_scale_min(scales, j, &s, &m);
-            sc[2 * j] = sc[2 * j + 1] = d * (float)s;
-            mn[2 * j] = mn[2 * j + 1] = -(dmin * (float)m);
-        }
         return;
     }
     case H3_GGUF_Q6_K: {
         const uint8_t *ql = p, *qh = p + 128;
-        const int8_t *scales = (const int8_t *)(p + 192);
-        float d = f16_at(p + 208);
         for (int h = 0; h < 2; h++)
             for (int l = 0; l < 32; l++) {
                 const uint8_t a = ql[64 * h + l], b = ql[64 * h + l + 32], c = qh[32 * h + l];
@@ -192,10 +215,6 @@ void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *
                 o[64] = (int8_t)(((a >> 4) | ((c >> 4) & 3) << 4) - 32);
                 o[96] = (int8_t)(((b >> 4) | ((c >> 6) & 3) << 4) - 32);
             }
-        for (int s = 0; s < 16; s++) {
-            sc[s] = d * (float)scales[s];
-            mn[s] = 0.0f;
-        }
         return;
     }
     default:
