@@ -34,4 +34,34 @@ static inline void amx_config_tiles(void) {
     _tile_loadconfig(&cfg);
 }
 
+/* C tiles 0..3 (a 32x32 block of 4-byte elements, int32 or float, as tiles 0 1 / 2 3) ->
+ * dst, row stride 32 elements */
+static inline void amx_store_c32(void *dst) {
+    char *d = (char *)dst;
+    _tile_stored(0, d, 32 * 4);
+    _tile_stored(1, d + 16 * 4, 32 * 4);
+    _tile_stored(2, d + 16 * 32 * 4, 32 * 4);
+    _tile_stored(3, d + (16 * 32 + 16) * 4, 32 * 4);
+    MEMORY_FENCE();
+}
+
+/* C tiles 0..3 = a 32x32 block of float32 sums of bf16 products over kp inputs (a multiple
+ * of 32), 32 at a time: A's rows 0-15 at a + k * ak and rows 16-31 at a + k * ak + a16
+ * (bf16 elements; tile rows lda bytes apart), B the bf16 pairs [kp/2][32 columns][2].  The
+ * one tile loop of the AMX bf16 GEMM, the fused LoRA's up product and NVFP4's bf16 route. */
+static inline void amx_bf16_dots32(const uint16_t *a, int64_t ak, int64_t a16, int64_t lda, const uint16_t *b,
+                                   int64_t kp) {
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (int64_t k = 0; k < kp; k += 32) {
+        _tile_loadd(4, a + k * ak, lda);
+        _tile_loadd(5, a + k * ak + a16, lda);
+        _tile_loadd(6, b + (k / 2) * 64, 32 * 4);
+        _tile_loadd(7, b + (k / 2) * 64 + 32, 32 * 4);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+}
+
 #endif

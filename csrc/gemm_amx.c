@@ -97,33 +97,15 @@ static inline __attribute__((always_inline)) void store_block(const float *acc, 
 }
 
 /* C tiles 0..3 (a 32x32 block of 4-byte elements, int32 or float) -> dst, row stride NR */
-static inline void store_c_tiles(void *dst) {
-    char *d = (char *)dst;
-    _tile_stored(0, d, NR * 4);
-    _tile_stored(1, d + 16 * 4, NR * 4);
-    _tile_stored(2, d + 16 * NR * 4, NR * 4);
-    _tile_stored(3, d + (16 * NR + 16) * 4, NR * 4);
-    MEMORY_FENCE();
-}
+static inline void store_c_tiles(void *dst) { amx_store_c32(dst); }
 
 /* A LoRA's up product for the tile (gemm_lora_tile: bf16 u rows from the panel's first
  * rank, row stride ldu, readable to the next multiple of 32 ranks; B the bf16 pairs panel)
  * on tiles 0-3 (free again once the int block is stored), into lacc [32][32]: the tile
  * dots of ukr_bf16_amx over the same 32-rank chunks, so the same sums. */
 static inline void lora_tiles(const gemm_lora_tile *lt, float *lacc) {
-    const uint16_t *u = (const uint16_t *)lt->u, *b = (const uint16_t *)lt->b;
-    const int64_t kp = kc32(lt->kc), ldu = lt->ldu * 2;
-    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-    for (int64_t k = 0; k < kp; k += 32) {
-        _tile_loadd(4, u + k, ldu);
-        _tile_loadd(5, u + 16 * lt->ldu + k, ldu);
-        _tile_loadd(6, b + (k / 2) * NR * 2, NR * 4);
-        _tile_loadd(7, b + (k / 2) * NR * 2 + 32, NR * 4);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
+    amx_bf16_dots32((const uint16_t *)lt->u, 1, 16 * lt->ldu, lt->ldu * 2, (const uint16_t *)lt->b,
+                    kc32(lt->kc));
     store_c_tiles(lacc);
 }
 
@@ -263,20 +245,8 @@ static void pack_a_bf16_tiles(const float *x, int64_t ldx, int64_t rows, int64_t
 static void ukr_bf16_amx(int MR_, int NR_, int64_t kc, const float *ap, const float *bp,
                          float *c, int64_t ldc, int mr, int nr, int accumulate) {
     (void)MR_; (void)NR_;
-    const int64_t kp = kc32(kc);
-    const uint16_t *a = (const uint16_t *)ap, *b = (const uint16_t *)bp;
     float acc[MR * NR] __attribute__((aligned(64)));
-    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-    for (int64_t k = 0; k < kp; k += 32) {
-        _tile_loadd(4, a + k * MR, 64);
-        _tile_loadd(5, a + k * MR + 16 * 32, 64);
-        _tile_loadd(6, b + (k / 2) * NR * 2, NR * 4);
-        _tile_loadd(7, b + (k / 2) * NR * 2 + 32, NR * 4);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
+    amx_bf16_dots32((const uint16_t *)ap, MR, 16 * 32, 64, (const uint16_t *)bp, kc32(kc));
     store_c_tiles(acc);
     store_block(acc, c, ldc, mr, nr, accumulate, NULL);
 }

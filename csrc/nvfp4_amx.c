@@ -10,6 +10,8 @@
 
 #include "amx_tiles.h"
 
+_Static_assert(NV_BNR == 32, "amx_bf16_dots32 multiplies 32-column panels");
+
 void nvfp4_bquant_row_amx(const float *x, const float *pre, int64_t K, uint16_t *dst) {
     for (int64_t k = 0; k < K; k += 32) {
         uint16_t *d = dst + (k / 32) * 32 * 32;
@@ -30,23 +32,8 @@ void nvfp4_bukr_amx(int mr, int nk, const uint16_t *a, int64_t gs, const uint16_
     amx_config_tiles(); /* per call: the pool's threads may have run other tile code */
     for (int g = 0; g * 32 < mr; g++) {
         const uint16_t *ag = a + g * gs;
-        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-        for (int k = 0; k < nk; k += 32) {
-            _tile_loadd(4, ag + k * 32, 64);
-            _tile_loadd(5, ag + k * 32 + 16 * 32, 64);
-            _tile_loadd(6, b + (k / 2) * (NV_BNR * 2), NV_BNR * 4);
-            _tile_loadd(7, b + (k / 2) * (NV_BNR * 2) + 32, NV_BNR * 4);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
-        }
-        char *d = (char *)acc;
-        _tile_stored(0, d, NV_BNR * 4);
-        _tile_stored(1, d + 16 * 4, NV_BNR * 4);
-        _tile_stored(2, d + 16 * NV_BNR * 4, NV_BNR * 4);
-        _tile_stored(3, d + (16 * NV_BNR + 16) * 4, NV_BNR * 4);
-        MEMORY_FENCE();
+        amx_bf16_dots32(ag, 32, 16 * 32, 64, b, nk);
+        amx_store_c32(acc);
         const int rows = mr - g * 32 < 32 ? mr - g * 32 : 32;
         for (int i = 0; i < rows; i++) {
             float *c = cb + (int64_t)(g * 32 + i) * NV_BNR;
