@@ -115,13 +115,17 @@ static nvfp4_row row_at(const h3_linear *l, int64_t r, int *slot) {
 
 static int slot_of(const h3_linear *l, int64_t r) { return l->nv[r / l->part_rows].slot; }
 
+/* the AWQ pre-scale of activation slot s: its first part's (NULL: none) */
+static const float *pre_of(const h3_linear *l, int s) {
+    for (int i = 0; i < l->nparts; i++)
+        if (l->nv[i].slot == s) return l->nv[i].pre;
+    return NULL;
+}
+
 /* row x times the slot's pre-scale (its first part's), quantised per 32 as a + 128 */
 static void quant(const pn_fmt *f, const h3_linear *l, int s, const float *x, uint8_t *a, float *d, int32_t *as) {
     (void)f; (void)as;
-    const float *pre = NULL;
-    for (int i = 0; i < l->nparts; i++)
-        if (l->nv[i].slot == s) { pre = l->nv[i].pre; break; }
-    nvfp4_quant_act_row_ref(x, pre, l->K, a, d);
+    nvfp4_quant_act_row_ref(x, pre_of(l, s), l->K, a, d);
 }
 
 /* decode the panel's K block (q, sw, corr: NV_KB * NV_NR + 2 * (NV_KB / NV_SEG) * NV_NR * 4
@@ -145,10 +149,7 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
 static void quant_bf16(const pn_fmt *f, const h3_linear *l, int s, const float *x, uint8_t *a, float *d,
                        int32_t *as) {
     (void)f; (void)d; (void)as;
-    const float *pre = NULL;
-    for (int i = 0; i < l->nparts; i++)
-        if (l->nv[i].slot == s) { pre = l->nv[i].pre; break; }
-    nvfp4_bquant_for(l->isa)(x, pre, l->K, (uint16_t *)a);
+    nvfp4_bquant_for(l->isa)(x, pre_of(l, s), l->K, (uint16_t *)a);
 }
 
 static void kblock_bf16(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, int mc,
