@@ -22,19 +22,11 @@ has one, as the AMX kernel's spec; AVX2/AVX-512 have none: the same code as the 
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 
-
-def median_time(f, repeat):
-    f()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lora_linear_profile import median_time  # noqa: E402  (one timer for both LoRA scripts)
 
 
 def check_and_time(M, K, N, R, isa, threads, repeat, rounds, seed=0):
