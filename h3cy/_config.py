@@ -82,8 +82,8 @@ def huge_pages():
 
 def gguf_tiles():
     """True with H3CY_GGUF_TILES=1: on the 'amx' path, GGUF layers run the AMX tile kernel
-    instead of the AVX-512 VNNI one (A/B; the same bits; not faster where measured).  Read at each GGUF linear made,
-    from this module's variable (tests patch it)."""
+    instead of the AVX-512 VNNI one (A/B; the same bits; not faster where measured).  Read
+    at each GGUF linear made, from this module's variable (tests patch it)."""
     return _ENV_GGUF_TILES
 
 

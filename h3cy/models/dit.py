@@ -230,7 +230,7 @@ class DiT:
     # On AMX, the up product of a LoRA on an int8/int4 linear runs inside the int kernel's
     # final store (True: one write of the output) or in a second pass over the output
     # (False, as before: the same values): an A/B switch for bench/lora_overhead.py
-    # --lora-unfused and bench/lora_amx_check.py.  No effect on other paths.
+    # --unfused and bench/lora_amx_check.py.  No effect on other paths.
     lora_fused = True
 
     @classmethod
