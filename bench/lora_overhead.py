@@ -62,16 +62,18 @@ def write_lora(path, rank, seed=0, config=FULL_CONFIG):
     return path
 
 
-def pairs_bytes(rank, config=FULL_CONFIG):
+def pairs_bytes(rank, config=FULL_CONFIG, int_down=False):
     """Bytes the C addends hold: A and the packed B in float32 per h3cy linear (to_q/k/v
-    fused: 3R ranks, but each B panel holds only the R ranks of its q, k or v columns)."""
+    fused: 3R ranks, but each B panel holds only the R ranks of its q, k or v columns);
+    int_down: plus the int8 copy of A the down product from the base's int8 rows reads (on
+    AMX, beside an int base: R x K bytes per linear)."""
     shapes = lora_shapes(config)
     H = config["hidden_size"]
     qkv_rows = sum(shapes[f"transformer_blocks.0.attn.to_{x}"][0] for x in "qkv")
-    held = (3 * rank) * H * 4 + rank * qkv_rows * 4
+    held = (3 * rank) * H * (5 if int_down else 4) + rank * qkv_rows * 4
     for t in ("attn.to_out.0", "ff.net.0.proj", "ff.net.2"):
         n, k = shapes[f"transformer_blocks.0.{t}"]
-        held += rank * (n + k) * 4
+        held += rank * (n + k) * 4 + (rank * k if int_down else 0)
     return held
 
 
@@ -105,11 +107,17 @@ class Block:
         return h
 
 
-def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, workdir=None, unfused=False):
+# A/B variants of the run-time LoRA: (DiT attribute, value); "unfused" gives the fused
+# bits, "float down" its own (the down product in float on bf16 tiles, not from the base's
+# int8 rows: it differs by the int8 activation error)
+VARIANTS = {"unfused": ("lora_fused", False), "float down": ("lora_int_down", False)}
+
+
+def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, workdir=None, variants=()):
     """(isa, [(label, median seconds, ratio to base, C pairs bytes, numpy bytes, u bytes)]),
     base first, after checking that each LoRA changes the output and unloading restores it.
-    unfused: also each rank with ``DiT.lora_fused = False`` (the up product in a second pass
-    over the output, as before the fused AMX store; checked to give the fused bits)."""
+    variants: names of VARIANTS, each also timed per rank (``unfused``: checked to give the
+    fused bits)."""
     blk = Block(S, weights, threads)
     workdir = workdir or tempfile.mkdtemp(prefix="h3cy-lora-bench-")
     files = {r: write_lora(os.path.join(workdir, f"r{r}.safetensors"), r, seed=r) for r in ranks}
@@ -121,12 +129,15 @@ def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, wor
         numpy_bytes[r] = sum(m.a.nbytes + m.b.nbytes for m in blk.dit._loras[f"r{r}"]["modules"])
         assert np.all(np.isfinite(out)) and not np.array_equal(out, base_out), "the LoRA changed nothing"
         blk.dit.unload_lora(f"r{r}")
-        if unfused:                      # the second pass gives the same values
-            blk.dit.lora_fused = False
+        for v in variants:
+            setattr(blk.dit, *VARIANTS[v])
             blk.dit.load_lora(files[r], name=f"r{r}")
-            assert np.array_equal(blk.run(), out), "the unfused LoRA gives other values than the fused one"
+            got = blk.run()
+            if v == "unfused":
+                assert np.array_equal(got, out), "the unfused LoRA gives other values than the fused one"
+            assert np.all(np.isfinite(got)) and not np.array_equal(got, base_out), f"{v}: the LoRA changed nothing"
             blk.dit.unload_lora(f"r{r}")
-            del blk.dit.lora_fused
+            delattr(blk.dit, VARIANTS[v][0])
     assert np.array_equal(blk.run(), base_out), "unload did not give the base bits back"
     blk.dit._merge_cache_dir = workdir
     merged_bytes = {}
@@ -137,13 +148,13 @@ def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, wor
         assert np.all(np.isfinite(out)) and not np.array_equal(out, base_out), "the merge changed nothing"
         blk.dit.unload_lora(f"r{r}")
     assert np.array_equal(blk.run(), base_out), "unloading the merge did not give the base bits back"
-    cols = [(None, False), *[(r, False) for r in ranks], *[(r, "unfused") for r in ranks if unfused],
+    cols = [(None, False), *[(r, False) for r in ranks], *[(r, v) for v in variants for r in ranks],
             *[(r, True) for r in ranks]]
     times = {c: [] for c in cols}
-    for _ in range(repeat):              # alternate: base, r64, r128, (unfused,) r64 merged, r128 merged, base, ...
+    for _ in range(repeat):              # alternate: base, r64, r128, (variants,) r64 merged, r128 merged, base, ...
         for r, merge in cols:
-            if merge == "unfused":
-                blk.dit.lora_fused = False
+            if merge in VARIANTS:
+                setattr(blk.dit, *VARIANTS[merge])
             if r is not None:
                 blk.dit.load_lora(files[r], name=f"r{r}", merge=merge is True)
             t0 = time.perf_counter()
@@ -151,16 +162,18 @@ def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, wor
             times[(r, merge)].append(time.perf_counter() - t0)
             if r is not None:
                 blk.dit.unload_lora(f"r{r}")
-            if merge == "unfused":
-                del blk.dit.lora_fused
+            if merge in VARIANTS:
+                delattr(blk.dit, VARIANTS[merge][0])
     base = float(np.median(times[(None, False)]))
     rows = [("base", base, 1.0, 0, 0, 0)]
+    idown = blk.dit.isa == "amx" and weights in ("int8", "int4")    # the default int8 down product
     for r in ranks:
         t = float(np.median(times[(r, False)]))
-        rows.append((f"rank {r}", t, t / base, pairs_bytes(r), numpy_bytes[r], S * 3 * r * 4))
-    for r in ranks if unfused else ():
-        t = float(np.median(times[(r, "unfused")]))
-        rows.append((f"r{r} unfused", t, t / base, pairs_bytes(r), numpy_bytes[r], S * 3 * r * 4))
+        rows.append((f"rank {r}", t, t / base, pairs_bytes(r, int_down=idown), numpy_bytes[r], S * 3 * r * 4))
+    for v in variants:
+        for r in ranks:
+            t = float(np.median(times[(r, v)]))
+            rows.append((f"r{r} {v}", t, t / base, pairs_bytes(r), numpy_bytes[r], S * 3 * r * 4))
     for r in ranks:
         t = float(np.median(times[(r, True)]))
         rows.append((f"r{r} merged", t, t / base, merged_bytes[r], numpy_bytes[r], 0))
@@ -202,6 +215,9 @@ def main(argv=None):
     p.add_argument("--unfused", action="store_true",
                    help="also each rank with the up product in a second pass over the output "
                         "(DiT.lora_fused = False: before the fused AMX store; A/B)")
+    p.add_argument("--float-down", action="store_true",
+                   help="also each rank with the down product x.A^T in float (DiT.lora_int_down = False: "
+                        "bf16 tiles on AMX, before it read the base's int8 rows; A/B)")
     p.add_argument("--note", default=None, help="a line for the table's header (the machine, its load)")
     a = p.parse_args(argv)
     import h3cy
@@ -210,7 +226,7 @@ def main(argv=None):
         a.note = ((a.note + "; ") if a.note else "") + "LoRA products on AVX-512 float32 (--lora-on-avx512)"
     threads = a.threads or h3cy.get_num_threads()
     isa, rows = measure(a.S, a.weights, tuple(int(r) for r in a.ranks.split(",")), threads, a.repeat,
-                        unfused=a.unfused)
+                        variants=[v for v, on in (("unfused", a.unfused), ("float down", a.float_down)) if on])
     lines = [f"LoRA overhead on one full-size block: S={a.S}, weights {a.weights}, {threads} threads, "
              f"ISA {isa}, CPU {cpu_name()}, median of {a.repeat} alternated runs",
              "LoRA: PEFT, random, on to_q/to_k/to_v/to_out.0/ff.net.0.proj/ff.net.2 (alpha = rank)",

@@ -541,8 +541,10 @@ static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, cons
     if (l->lora) { /* u first, at the front of the workspace; the base product's arena after it */
         const size_t lb = gemm_lora_workspace_bytes(l, M, nth);
         float *u = (float *)ws;
-        st = gemm_lora_u(l, pool, x, M, u, ws, err);
-        if (st) { h3_free(own); return st; }
+        if (!l->lora_a8) { /* else from the quantised rows, below */
+            st = gemm_lora_u(l, pool, x, M, u, ws, err);
+            if (st) { h3_free(own); return st; }
+        }
         c.lora_u = u;
         c.lora_ws = ws;
         if (gemm_lora_fuses(l)) c.lora_uop = gemm_lora_u_operand(l, ws, M, &c.lora_ldu);
@@ -572,6 +574,14 @@ static h3_status forward(const h3_linear *l, h3_pool *pool, const float *x, cons
             c.rowtmp = h3_arena_take(&ar, c.rowtmp_bytes * (size_t)nth);
         }
         h3_pool_run(pool, quant_task, &c);
+        if (l->lora_a8) { /* the LoRA's u = x . A^T from the rows just quantised */
+            run_ctx d = c;
+            d.l = l->lora_a8; d.kt = d.l->kt; d.y = (float *)c.lora_u; d.ldy = l->lora->R;
+            d.epi = NULL; d.need_scratch = 0; d.rows = NULL;
+            d.lora_u = NULL; d.lora_ws = NULL; d.lora_uop = NULL;
+            h3_pool_run(pool, mul_task, &d);
+            gemm_lora_u_finish(l, pool, M, d.y, c.lora_ws);
+        }
     } else {
         if (rows && M <= l->kt->gemv_max_m) { /* gemv reads rows of x: gather the few */
             float *xg = h3_arena_take(&ar, (size_t)M * (size_t)l->K * 4);

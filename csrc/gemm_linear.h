@@ -44,6 +44,12 @@ struct h3_linear {
     /* h3_linear_set_lora: a low-rank addend, borrowed (the caller keeps it alive and
      * detaches it before freeing it); NULL: the plain linear, bit for bit */
     const h3_lora *lora;
+    /* its down product's A quantised to int8 in this linear's activation layout (owned;
+     * made by h3_linear_set_lora where the LoRA's int_down is on and this linear is int8
+     * or int4): u = x . A^T then runs on the int kernel from the activations this
+     * linear's own product quantises, instead of rereading x in float; NULL: the LoRA's
+     * float down product (gemm_lora_u) */
+    h3_linear *lora_a8;
 };
 
 /* A low-rank addend y += ((x . A^T) * scale) . B^T, applied before the bias and the
@@ -57,6 +63,9 @@ struct h3_lora {
     const gemm_kernels *kt; /* the table whose micro-kernel runs the up product */
     int bf16;              /* AMX: both products on bf16 tiles (u, x, A, B rounded to bf16,
                               float32 sums); elsewhere 0: float32 FMA */
+    int int_down;          /* on an int8/int4 linear, the down product from that linear's
+                              int8-quantised x on its int kernel (h3_lora_set_int_down);
+                              default on for AMX only */
     int fused;             /* the up product in an int base's final store where the table has
                               ukr_int_lora (gemm_lora_fuses); default on for AMX only
                               (h3_lora_set_fused) */
@@ -78,6 +87,9 @@ size_t gemm_lora_workspace_bytes(const h3_linear *l, int64_t M, int nth);
 /* u[M, R] = (x . A^T) * scale into ws (which holds gemm_lora_workspace_bytes), all threads. */
 h3_status gemm_lora_u(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *u,
                       void *ws, h3_err *err);
+/* l->lora_a8's way: u[M, R] holds x . A^T (gemm.c computed it); scale it and pack it as
+ * gemm_lora_u does, all threads. */
+void gemm_lora_u_finish(const h3_linear *l, h3_pool *pool, int64_t M, float *u, void *ws);
 /* The fused up product (gemm_lora.c): 1 when l's int micro-kernel adds its LoRA as it
  * stores each tile of the last K block (gemm_ukr_int_lora) instead of gemm_lora_add's
  * second pass over the output. */

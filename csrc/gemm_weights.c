@@ -87,6 +87,7 @@ void h3_linear_free(h3_linear *l) {
     }
     h3_free(l->bias);
     gemm_nvfp4_free(l);
+    h3_linear_free(l->lora_a8);
     free(l);
 }
 

@@ -220,6 +220,13 @@ h3_status h3_lora_set_scale(h3_lora *lora, const float *scale, h3_err *err);   /
  * where the fused sum meets it times a zero of B.  Not while the LoRA is attached to a
  * running linear (the workspace size follows it). */
 h3_status h3_lora_set_fused(h3_lora *lora, int on, h3_err *err);
+/* on != 0: on an int8/int4 linear, compute the down product u = x . A^T on the linear's
+ * int kernel from the int8 rows it quantises for its own product (A quantised to int8 per
+ * rank when attached), instead of rereading x in float: the LoRA's part then carries the
+ * int8 activation error the base's product has (~1% of it, against bf16 tiles' ~0.3%), and
+ * costs ~1/6 of the float down product on AMX.  Default: on for H3_ISA_AMX, off elsewhere.
+ * Read when attached (h3_linear_set_lora). */
+h3_status h3_lora_set_int_down(h3_lora *lora, int on, h3_err *err);
 /* Attach (borrowed: keep it alive and unchanged while attached; NULL detaches) to a linear
  * of the same N and K.  Not for conv rows (h3_linear_forward_rows refuses).  The
  * linear's workspace_bytes grow by the addend's (u and per thread its GEMM's workspace). */

@@ -304,12 +304,15 @@ cdef class LoraCore:
     """Owns an h3_lora: y += ((x . A^T) * scale) . B^T, run inside the linear's GEMM.
     a (R, K), b (N, R), scale (R,) float32 (copied).  fused: the up product inside an
     int8/int4 base's micro-kernel store (True) or in a second pass over the output (False);
-    None: the isa's default (fused on AMX only; h3.h h3_lora_set_fused)."""
+    None: the isa's default (fused on AMX only; h3.h h3_lora_set_fused).  int_down: on an
+    int8/int4 base, the down product x . A^T from the base's int8-quantised x on its int
+    kernel (True) or in float (False, bf16 tiles on AMX); None: the isa's default (True on
+    AMX only; h3_lora_set_int_down).  Both are read when the LoRA is attached."""
     cdef h3_lora *c
     cdef readonly int64_t R, N, K
 
     def __cinit__(self, const float[:, ::1] a, const float[:, ::1] b, const float[::1] scale,
-                  str isa="ref", fused=None):
+                  str isa="ref", fused=None, int_down=None):
         cdef h3_err err
         cdef h3_status rc
         if b.shape[1] != a.shape[0] or scale.shape[0] != a.shape[0]:
@@ -323,6 +326,8 @@ cdef class LoraCore:
         check(rc, &err)
         if fused is not None:
             check(h3_lora_set_fused(self.c, 1 if fused else 0, &err), &err)
+        if int_down is not None:
+            check(h3_lora_set_int_down(self.c, 1 if int_down else 0, &err), &err)
 
     def __dealloc__(self):
         h3_lora_free(self.c)

@@ -90,6 +90,7 @@ cdef extern from "h3.h" nogil:
     void h3_lora_free(h3_lora *lora)
     h3_status h3_lora_set_scale(h3_lora *lora, const float *scale, h3_err *err)
     h3_status h3_lora_set_fused(h3_lora *lora, int on, h3_err *err)
+    h3_status h3_lora_set_int_down(h3_lora *lora, int on, h3_err *err)
     h3_status h3_linear_set_lora(h3_linear *lin, const h3_lora *lora, h3_err *err)
     enum:
         H3_EPI_NONE

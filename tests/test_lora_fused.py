@@ -70,14 +70,15 @@ CASES = [  # (weights, pair, N, M)
 
 @pytest.mark.parametrize("isa", isa_params())
 @pytest.mark.parametrize("weights,pair,N,M", CASES)
-def test_fused_lora_equals_second_pass(isa, weights, pair, N, M):
+@pytest.mark.parametrize("int_down", [False, True], ids=["float_down", "int_down"])
+def test_fused_lora_equals_second_pass(isa, weights, pair, N, M, int_down):
     lin, parts = make(isa, weights, pair, N, seed=N + M)
     x = np.random.default_rng(M).standard_normal((M, K)).astype(np.float32)
     kinds = ["plain", "swiglu"] if pair else ["plain", "residual"]
     base = outputs(lin, x, kinds)
     got = {}
     for fused in (False, True):
-        lin.core.set_lora(_kernels.LoraCore(*parts, isa=isa, fused=fused))
+        lin.core.set_lora(_kernels.LoraCore(*parts, isa=isa, fused=fused, int_down=int_down))
         got[fused] = outputs(lin, x, kinds)
     lin.core.set_lora(None)
     for kind, b0, g0, g1 in zip(kinds, base, got[False], got[True]):

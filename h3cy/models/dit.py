@@ -232,6 +232,10 @@ class DiT:
     # (False, as before: the same values): an A/B switch for bench/lora_overhead.py
     # --unfused and bench/lora_amx_check.py.  No effect on other paths.
     lora_fused = True
+    # On AMX, the down product x.A^T of a LoRA on an int8/int4 linear runs on the int kernel
+    # from the base's own int8-quantised x (True) or on bf16 tiles from float x (False, as
+    # before): an A/B switch for bench/lora_overhead.py --float-down.  No effect elsewhere.
+    lora_int_down = True
 
     @classmethod
     def from_pretrained(cls, path, weights="auto", threads=None, streaming=False, cache_dir=None,
@@ -659,9 +663,10 @@ class DiT:
         if entry is None:
             return None
         isa = self._lora_isa(lin)
-        key = isa if self.lora_fused else (isa, "unfused")
+        key = (isa, bool(self.lora_fused), bool(self.lora_int_down))
         if key not in entry:
-            entry[key] = _kernels.LoraCore(*entry["parts"], isa=isa, fused=None if self.lora_fused else False)
+            entry[key] = _kernels.LoraCore(*entry["parts"], isa=isa, fused=None if self.lora_fused else False,
+                                           int_down=None if self.lora_int_down else False)
         return entry[key]
 
     # ---- small helpers -----------------------------------------------------------------
