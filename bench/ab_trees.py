@@ -89,6 +89,19 @@ def start(tree, a):
     return p
 
 
+def huge_mb(p):
+    """The child's anonymous memory in transparent huge pages, MB (None off Linux): the
+    process started first can get more of them, one suspect for a start-order bias."""
+    try:
+        with open(f"/proc/{p.pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("AnonHugePages:"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        return None
+    return None
+
+
 def ask(p):
     p.stdin.write("go\n")
     p.stdin.flush()
@@ -123,6 +136,7 @@ def main():
     else:
         pn = start(a.new, a)
         po = start(a.old, a)
+    print(f"huge pages after start (MB): old {huge_mb(po)}, new {huge_mb(pn)} ({a.first} started first)", flush=True)
     for p in range(a.pairs):
         if p % 2 == 0:
             old, new = ask(po), ask(pn)
@@ -132,6 +146,7 @@ def main():
             ratios.setdefault(k, []).append(new[k] / old[k])
         print(f"pair {p + 1}: " + "  ".join(f"{k} old {old[k]:.4f}s new {new[k]:.4f}s ({new[k] / old[k]:.3f})"
                                             for k in old), flush=True)
+    print(f"huge pages after the pairs (MB): old {huge_mb(po)}, new {huge_mb(pn)}", flush=True)
     for c in (po, pn):
         c.stdin.close()
         c.wait()
