@@ -93,9 +93,11 @@ nvfp4_ukr_fn nvfp4_ukr_for(h3_isa isa);
  * the panel's float rows. */
 #define NV_BNR 32   /* weight rows per bf16 panel (two B tiles of 16 columns) */
 #define NV_BKB 1024 /* inputs per decoded K block: 64 KB of bf16 pairs */
-#define NV_BMC 512  /* rows of x per block (16 tile groups of 32): each decoded panel serves
-                       512 rows (half the decode per row of the 256 the int8 route uses; session
-                       22 measured 256 on the 16-core SPR: bench/results/nvfp4_amx_spr16_s22.md) */
+#define NV_BMC 256  /* rows of x per block (8 tile groups of 32).  512 (session 22, halving the
+                       decode per row) measured no faster on the 16-core SPR in session 23:
+                       NVFP4/int4 at M = 2048 0.74/0.65/0.71/0.52 for te_q/te_o/qkv/down
+                       against 0.70/0.66/0.72/0.63 with 256 (bench/results/
+                       nvfp4_amx_spr16_s23_512rows.md, nvfp4_amx_spr16_s22.md) */
 
 /* Decode inputs [k0, k0 + nk) (k0 % 64 == 0, nk % 32 == 0) of rows rs[0..nr) (nr <= 32)
  * to b[(k / 2) * 64 + c * 2 + k % 2] = bf16(e2m1 * e4m3) (columns >= nr: 0). */
