@@ -34,6 +34,21 @@ def fit_audio(audio, n_frames, fps, sample_rate):
     return a
 
 
+def _x264_options(crf, preset):
+    """libx264's options.  On a CPU with AVX-512, x264's code for it (as PyAV 18.1's wheel
+    builds it) encodes the same frames to different bytes from one run to the next (observed
+    on a Zen 4 EPYC: 20-50% of the decoded pixels differ between two encodes in one
+    process; capped at AVX2, or with no assembly, every encode is the same), so a file
+    would not be reproducible and a Ray worker's clip would not equal the driver's.  The
+    cap keeps x264's AVX2 code (the CPU has it: every AVX-512 CPU does); elsewhere x264
+    picks its code itself (naming an instruction set a CPU lacks would make it crash)."""
+    opts = {"crf": str(crf), "preset": preset}
+    from .ops import cpu_features
+    if "avx512f" in cpu_features():
+        opts["x264-params"] = "asm=AVX2"
+    return opts
+
+
 def _check_frames(frames):
     if not isinstance(frames, np.ndarray) or frames.dtype != np.uint8 or frames.ndim != 4 \
             or frames.shape[-1] != 3:
@@ -98,7 +113,7 @@ class Mp4Writer:
         try:
             v = self._box.add_stream("libx264", rate=self.fps)
             v.width, v.height, v.pix_fmt = self.width, self.height, "yuv420p"
-            v.options = {"crf": str(crf), "preset": preset}
+            v.options = _x264_options(crf, preset)
             self._v = v
             self._a = None
             if self._audio is not None:

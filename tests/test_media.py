@@ -122,3 +122,21 @@ def test_bad_inputs_are_clear_errors(tmp_path):
         media.write_wav(tmp_path / "no" / "x.wav", audio)
     with pytest.raises(H3ValueError, match="latents only"):
         Result(video_latent=np.zeros((24, 2, 4, 4), np.float32)).save(tmp_path / "y.mp4")
+
+
+def test_the_same_frames_encode_to_the_same_bytes(tmp_path):
+    """x264's AVX-512 code gave different bytes on each encode of the demo's frames on a Zen 4
+    EPYC (media._x264_options caps it at AVX2 there); a Ray worker's clip must equal the
+    driver's (tests/test_batch_ray.py) and a user's file must be reproducible."""
+    import h3cy
+    from h3cy.demo import resolve_model
+    from h3cy.ops import cpu_features
+    assert ("x264-params" in media._x264_options(18, "medium")) == ("avx512f" in cpu_features())
+    pipe = h3cy.load(resolve_model("demo"), weights="fp32")
+    frames = np.asarray(pipe.generate("A red fox in the snow", width=64, height=64, frames=22, steps=2,
+                                      seed=201).frames)
+    blobs = set()
+    for i in range(4):      # without the cap: 4 different files on Zen 4 (observed 8237-8287 bytes)
+        path = media.write_mp4(tmp_path / f"{i}.mp4", frames, None, fps=24)
+        blobs.add(open(path, "rb").read())
+    assert len(blobs) == 1

@@ -90,6 +90,14 @@ def wheel_venv(tmp_path_factory):
     venv = root / "venv"
     _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)])
     py = str(venv / "bin" / "python")
+    if sys.prefix != sys.base_prefix:
+        # run from a venv: --system-site-packages reaches the base Python's packages, not this
+        # venv's, where the dependencies are; a .pth appends them (after the wheel's h3cy)
+        import site
+        purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        with open(os.path.join(purelib, "_h3cy_test_outer_site.pth"), "w") as f:
+            f.write("\n".join(site.getsitepackages()) + "\n")
     _run([py, "-m", "pip", "install", "--no-deps", "-q", str(root / "dist" / wheels[0])], timeout=600)
     return venv
 
