@@ -7,6 +7,13 @@
  *       csrc/gguf_decode_avx2.c -lm -o /tmp/gguf_ukr_avx2
  *   /tmp/gguf_ukr_avx2 [M=256] [K=5376] [reps=15]
  *
+ * The AVX-512 VNNI kernel instead (the same decoder; -DUKR names the kernel timed and checked):
+ *
+ *   gcc -O3 -std=c11 -D_GNU_SOURCE -ffp-contract=off -fno-math-errno -mavx2 -mfma -mf16c -Icsrc \
+ *       -mavx512f -mavx512bw -mavx512vl -mavx512vnni -DUKR=gguf_ukr_avx512 bench/gguf_ukr_avx2.c \
+ *       csrc/gguf_ref.c csrc/gguf_panel_ref.c csrc/gguf_avx2.c csrc/gguf_decode_avx2.c csrc/gguf_avx512.c \
+ *       -lm -o /tmp/gguf_ukr_avx512
+ *
  * Per type: random blocks (f16 scales finite), random activations with their true sums;
  * the K loop of the driver (decode a 512-input K block, run the kernel over M rows), best
  * of reps passes; GOP/s of the kernel (2 M 16 K / its time) and the decode's time as a
@@ -32,7 +39,10 @@ void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int
               const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc, const float *mn, float *cb) { \
         abort();                                                                                               \
     }
+#ifndef UKR
+#define UKR gguf_ukr_avx2
 NO_UKR(gguf_ukr_avx512)
+#endif
 NO_UKR(gguf_ukr_avxvnni)
 NO_UKR(gguf_ukr_amx)
 
@@ -110,7 +120,7 @@ static int check(const type_info *ti, int64_t M, int64_t K, int extreme) {
     float *c1 = calloc((size_t)(16 * M), sizeof(float)), *c2 = calloc((size_t)(16 * M), sizeof(float));
     make_act(M, K, extreme, a, d, as);
     double tk, td;
-    run(ti, w, rb, M, K, a, d, as, gguf_ukr_avx2, gguf_decode_panel_avx2, c1, &tk, &td);
+    run(ti, w, rb, M, K, a, d, as, UKR, gguf_decode_panel_avx2, c1, &tk, &td);
     run(ti, w, rb, M, K, a, d, as, gguf_ukr_ref, gguf_decode_panel_ref, c2, &tk, &td);
     int bad = memcmp(c1, c2, sizeof(float) * (size_t)(16 * M)) != 0;
     int blk, bytes;
@@ -149,8 +159,8 @@ int main(int argc, char **argv) {
         double bk = 1e9, bd = 1e9, bdr = 1e9;
         for (int r = 0; r < reps; r++) {
             double tk, td, tkr, tdr;
-            run(ti, w, rb, M, K, a, d, as, gguf_ukr_avx2, gguf_decode_panel_avx2, cb, &tk, &td);
-            run(ti, w, rb, 1, K, a, d, as, gguf_ukr_avx2, gguf_decode_panel_ref, cb, &tkr, &tdr);
+            run(ti, w, rb, M, K, a, d, as, UKR, gguf_decode_panel_avx2, cb, &tk, &td);
+            run(ti, w, rb, 1, K, a, d, as, UKR, gguf_decode_panel_ref, cb, &tkr, &tdr);
             if (tk < bk) bk = tk;
             if (td < bd) bd = td;
             if (tdr < bdr) bdr = tdr;

@@ -199,8 +199,9 @@ def test_gemm_matches_float64_on_quantised_activations(tmp_path, type_name, isa)
     """h3cy's GGUF GEMM vs float64 (x quantised as documented) @ W (the gguf package's
     dequantisation)^T: rel L2 <= 1e-5 (observed 5e-8..1.3e-7: float32 accumulation); a
     wrong sub-block scale or offset gives > 1e-2.  Against the unquantised x the error is
-    the activation quantisation's, observed 4.6e-3..6.3e-3 (bound 2e-2).  M = 1, 17, 130
-    (not multiples of the micro-kernels' 2/8 rows or the driver's 64-row blocks), N = 37
+    the activation quantisation's, observed 4.6e-3..6.3e-3 (bound 2e-2).  M = 1, 17, 130, 1100
+    (not multiples of the micro-kernels' 2/8 rows; 1100 past one of the driver's row blocks,
+    which hold 256-1024 rows by K: gemm_gguf.c gguf_rows_per_block), N = 37
     (a partial 16-column panel), K over a full and a partial 512-input K block; every
     path's result is the reference's bit for bit, on 1 and 2 threads."""
     rng = np.random.default_rng(6)
@@ -211,7 +212,7 @@ def test_gemm_matches_float64_on_quantised_activations(tmp_path, type_name, isa)
     pool = _kernels.ThreadPool(2)
     core = _kernels.linear_attach_gguf([b], [TYPES[type_name][0]], N, K, bias, 0, isa, pool)
     ref = _kernels.linear_attach_gguf([b], [TYPES[type_name][0]], N, K, bias, 0, "ref", _kernels.ThreadPool(1))
-    for M in (1, 17, 130):
+    for M in (1, 17, 130, 1100):
         x = rng.standard_normal((M, K)).astype(np.float32)
         x[0, :32] = 0.0                                    # an all-zero activation block
         x[-1, 7] = 40.0                                    # an outlier channel
