@@ -15,8 +15,8 @@
  * every weight sub-block, 16 or 32 values inside one 32-run, sees whole); each panel of 16
  * weight rows is decoded a K block at a time (gguf_decode_panel_*) to unsigned int8 with a
  * scale (and offset) per segment, and the path's micro-kernel (gguf_impl.h: the float order
- * every path shares) runs PN_MC rows of x over it.  Parts may differ in type (a panel
- * never spans two parts). */
+ * every path shares) runs a block of rows of x over it (256-1024 by K: gguf_rows_per_block).
+ * Parts may differ in type (a panel never spans two parts). */
 #include "gguf_impl.h"
 #include "panel_impl.h"
 
