@@ -205,7 +205,8 @@ h3_status h3_linear_attach_parts(const h3_linear_layout *layout, const void *con
  * reordered inside; set_scale takes them in the caller's order).  Float32 products on
  * every isa (bit-identical to H3_ISA_REF but for the sign of zero results) except
  * H3_ISA_AMX, whose products run on bf16 tiles (x, a, u, b rounded to bf16; pass
- * H3_ISA_AVX512 for float32 LoRA products beside an AMX linear). */
+ * H3_ISA_AVX512 for float32 LoRA products beside an AMX linear) and whose down product on
+ * an int8/int4 linear reads that linear's int8 rows (h3_lora_set_int_down). */
 typedef struct h3_lora h3_lora;
 h3_status h3_lora_create(const float *a, const float *b, const float *scale, int64_t R, int64_t N,
                          int64_t K, h3_isa isa, h3_lora **out, h3_err *err);
@@ -223,13 +224,16 @@ h3_status h3_lora_set_fused(h3_lora *lora, int on, h3_err *err);
 /* on != 0: on an int8/int4 linear, compute the down product u = x . A^T on the linear's
  * int kernel from the int8 rows it quantises for its own product (A quantised to int8 per
  * rank when attached), instead of rereading x in float: the LoRA's part then carries the
- * int8 activation error the base's product has (~1% of it, against bf16 tiles' ~0.3%), and
- * costs ~1/6 of the float down product on AMX.  Default: on for H3_ISA_AMX, off elsewhere.
+ * int8 activation error the base's product has (~1% of it, against bf16 tiles' ~0.3%); on
+ * the 16-core SPR it cost +0.2 ms against the float one's +2.0 ms (M = 1872, K = 5376, rank
+ * 64).  Default: on for H3_ISA_AMX, off elsewhere.
  * Read when attached (h3_linear_set_lora). */
 h3_status h3_lora_set_int_down(h3_lora *lora, int on, h3_err *err);
 /* Attach (borrowed: keep it alive and unchanged while attached; NULL detaches) to a linear
  * of the same N and K.  Not for conv rows (h3_linear_forward_rows refuses).  The
- * linear's workspace_bytes grow by the addend's (u and per thread its GEMM's workspace). */
+ * linear's workspace_bytes grow by the addend's (u and per thread its GEMM's workspace);
+ * with int_down on an int8/int4 linear, the linear also holds an int8 copy of A (R x K
+ * bytes) until it is detached or freed. */
 h3_status h3_linear_set_lora(h3_linear *lin, const h3_lora *lora, h3_err *err);
 
 /* The weight the GEMM effectively multiplies by, dequantised to float32: out [N,K] (a
