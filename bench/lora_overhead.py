@@ -176,7 +176,8 @@ def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, wor
     for v in variants:
         for r in ranks:
             t = float(pick(times[(r, v)]))
-            rows.append((f"r{r} {v}", t, t / base, pairs_bytes(r), numpy_bytes[r], S * 3 * r * 4))
+            rows.append((f"r{r} {v}", t, t / base, pairs_bytes(r, int_down=idown and v != "float down"),
+                         numpy_bytes[r], S * 3 * r * 4))
     for r in ranks:
         t = float(pick(times[(r, True)]))
         rows.append((f"r{r} merged", t, t / base, merged_bytes[r], numpy_bytes[r], 0))

@@ -276,7 +276,7 @@ static h3_status make_a8(const h3_linear *lin, const h3_lora *lo, h3_linear **ou
     }
     h3_free(af);
     if (st) return st;
-    if (a8->Kp != lin->Kp || a8->kt != lin->kt || lin->kci % 4 || lin->seg % 4) {
+    if (a8->Kp != lin->Kp || a8->kt != lin->kt) {
         h3_linear_free(a8);
         return H3_OK;
     }
@@ -350,9 +350,11 @@ size_t gemm_lora_scratch_floats(const h3_lora *lo) {
 }
 
 /* One thread's down-product GEMM workspace, or its up-product scratch (the two are used
- * at different times). */
-static size_t thread_bytes(const h3_lora *lo, int64_t M) {
-    const size_t down = h3_linear_workspace_bytes(lo->a, H3_MIN(M, H3_LORA_CHUNK), 1, NULL);
+ * at different times; with l->lora_a8 the down product runs in the linear's own arena and
+ * needs none here: a float down product's room on AMX, ~2.8 MB per thread, unused). */
+static size_t thread_bytes(const h3_linear *l, int64_t M) {
+    const h3_lora *lo = l->lora;
+    const size_t down = l->lora_a8 ? 0 : h3_linear_workspace_bytes(lo->a, H3_MIN(M, H3_LORA_CHUNK), 1, NULL);
     const size_t up = gemm_lora_scratch_floats(lo) * 4;
     return H3_ALIGN_UP(H3_MAX(down, up), 64) + ERR_BYTES;
 }
@@ -360,12 +362,11 @@ static size_t thread_bytes(const h3_lora *lo, int64_t M) {
 size_t gemm_lora_workspace_bytes(const h3_linear *l, int64_t M, int nth) {
     const h3_lora *lo = l->lora;
     if (!lo) return 0;
-    return shared_bytes(l, M) + (size_t)nth * thread_bytes(lo, M);
+    return shared_bytes(l, M) + (size_t)nth * thread_bytes(l, M);
 }
 
 float *gemm_lora_scratch(const h3_linear *l, void *ws, int64_t M, int ith) {
-    const h3_lora *lo = l->lora;
-    return (float *)((char *)ws + shared_bytes(l, M) + (size_t)ith * thread_bytes(lo, M));
+    return (float *)((char *)ws + shared_bytes(l, M) + (size_t)ith * thread_bytes(l, M));
 }
 
 typedef struct {
@@ -432,7 +433,7 @@ void gemm_lora_u_finish(const h3_linear *l, h3_pool *pool, int64_t M, float *u, 
 h3_status gemm_lora_u(const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *u,
                       void *ws, h3_err *err) {
     void *up = packed_u_bytes(l, M) ? (char *)ws + u_bytes(l->lora, M) : NULL;
-    down_ctx c = {l->lora, x, M, u, up, (char *)ws + shared_bytes(l, M), thread_bytes(l->lora, M), 0, 0};
+    down_ctx c = {l->lora, x, M, u, up, (char *)ws + shared_bytes(l, M), thread_bytes(l, M), 0, 0};
     h3_pool_run(pool, down_task, &c);
     if (c.failed) {
         const h3_err *e = (const h3_err *)((char *)c.ws + (size_t)c.failed * c.each - ERR_BYTES);
