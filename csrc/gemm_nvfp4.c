@@ -113,6 +113,12 @@ static nvfp4_row row_at(const h3_linear *l, int64_t r, int *slot) {
     return s;
 }
 
+/* the sources of logical rows r0 .. r0 + nr - 1 (a panel's) */
+static void panel_rows(const h3_linear *l, int64_t r0, int nr, nvfp4_row *rs) {
+    int slot;
+    for (int j = 0; j < nr; j++) rs[j] = row_at(l, r0 + j, &slot);
+}
+
 static int slot_of(const h3_linear *l, int64_t r) { return l->nv[r / l->part_rows].slot; }
 
 /* the AWQ pre-scale of activation slot s: its first part's (NULL: none) */
@@ -133,8 +139,7 @@ static void quant(const pn_fmt *f, const h3_linear *l, int s, const float *x, ui
 static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, int mc,
                    const pn_act *act, char *buf, float *cb) {
     nvfp4_row rs[NV_NR];
-    int slot = 0;
-    for (int j = 0; j < nr; j++) rs[j] = row_at(l, r0 + j, &slot);
+    panel_rows(l, r0, nr, rs);
     int8_t *q = (int8_t *)buf;
     float *sw = (float *)(buf + NV_KB * NV_NR);
     int32_t *corr = (int32_t *)(sw + (NV_KB / NV_SEG) * NV_NR);
@@ -155,8 +160,7 @@ static void quant_bf16(const pn_fmt *f, const h3_linear *l, int s, const float *
 static void kblock_bf16(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, int mc,
                         const pn_act *act, char *buf, float *cb) {
     nvfp4_row rs[NV_BNR];
-    int slot = 0;
-    for (int j = 0; j < nr; j++) rs[j] = row_at(l, r0 + j, &slot);
+    panel_rows(l, r0, nr, rs);
     uint16_t *b = (uint16_t *)buf;
     ((nvfp4_bdecode_fn)f->decode)(rs, nr, k0, nk, b);
     /* the group's chunk of input k0 (k0 * 32 values on); groups 32 rows of K values apart */

@@ -93,21 +93,11 @@ void gguf_ukr_ref(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t
 }
 
 gguf_quant_fn gguf_quant_for(h3_isa isa) {
-#if H3_X86
-    const h3_isa v = h3_isa_vector(isa);
-    if (v == H3_ISA_AVX2 || v == H3_ISA_AVX512) return gguf_quant_act_row_avx2;
-#endif
-    (void)isa;
-    return gguf_quant_act_row_ref;
+    return h3_isa_x86_simd(isa) ? H3_ON_X86(gguf_quant_act_row_avx2) : gguf_quant_act_row_ref;
 }
 
 gguf_decode_fn gguf_decode_for(h3_isa isa) {
-#if H3_X86
-    const h3_isa v = h3_isa_vector(isa);
-    if (v == H3_ISA_AVX2 || v == H3_ISA_AVX512) return gguf_decode_panel_avx2;
-#endif
-    (void)isa;
-    return gguf_decode_panel_ref;
+    return h3_isa_x86_simd(isa) ? H3_ON_X86(gguf_decode_panel_avx2) : gguf_decode_panel_ref;
 }
 
 gguf_ukr_fn gguf_ukr_for(h3_isa isa) {
@@ -116,7 +106,7 @@ gguf_ukr_fn gguf_ukr_for(h3_isa isa) {
     if (isa == H3_ISA_AMX && h3_cpu_has_avx512_vnni()) return gguf_ukr_amx;
     if (v == H3_ISA_AVX512 && h3_cpu_has_avx512_vnni()) return gguf_ukr_avx512;
     if (isa == H3_ISA_AVXVNNI) return gguf_ukr_avxvnni;
-    if (v == H3_ISA_AVX2 || v == H3_ISA_AVX512) return gguf_ukr_avx2; /* every x86 SIMD path has AVX2 */
+    if (h3_isa_x86_simd(isa)) return gguf_ukr_avx2;
 #endif
 #if H3_ARM64
     if (h3_isa_vector(isa) == H3_ISA_NEON) return gguf_ukr_neon;

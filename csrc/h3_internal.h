@@ -42,6 +42,15 @@ static inline const void *h3_isa_table(h3_isa isa, const void *ref, const void *
     }
 }
 
+/* Whether a path runs on x86 vector code (AVX2, AVX-512, AVX-VNNI, AMX: every one has
+ * AVX2, so a routine with only an AVX2 body serves them all); 0 in an ARM build.  For the
+ * selectors that pick one function for a path (gguf_quant_for and the like):
+ *     return h3_isa_x86_simd(isa) ? H3_ON_X86(f_avx2) : f_ref; */
+static inline int h3_isa_x86_simd(h3_isa isa) {
+    const h3_isa v = h3_isa_vector(isa);
+    return H3_X86 && (v == H3_ISA_AVX2 || v == H3_ISA_AVX512);
+}
+
 #define H3_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define H3_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define H3_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))

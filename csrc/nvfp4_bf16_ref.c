@@ -42,26 +42,14 @@ void nvfp4_bukr_ref(int mr, int nk, const uint16_t *a, int64_t gs, const uint16_
 }
 
 nvfp4_bdecode_fn nvfp4_bdecode_for(h3_isa isa) {
-#if H3_X86
-    if (h3_isa_vector(isa) == H3_ISA_AVX512) return nvfp4_bdecode_avx512;
-#endif
-    (void)isa;
-    return nvfp4_bdecode_ref;
+    return H3_X86 && h3_isa_vector(isa) == H3_ISA_AVX512 ? H3_ON_X86(nvfp4_bdecode_avx512) : nvfp4_bdecode_ref;
 }
 
 /* VCVTNEPS2BF16 (AVX512-BF16): every AMX CPU has it, not every AVX-512 one */
 nvfp4_bquant_fn nvfp4_bquant_for(h3_isa isa) {
-#if H3_X86
-    if (isa == H3_ISA_AMX) return nvfp4_bquant_row_amx;
-#endif
-    (void)isa;
-    return nvfp4_bquant_row_ref;
+    return H3_X86 && isa == H3_ISA_AMX ? H3_ON_X86(nvfp4_bquant_row_amx) : nvfp4_bquant_row_ref;
 }
 
 nvfp4_bukr_fn nvfp4_bukr_for(h3_isa isa) {
-#if H3_X86
-    if (isa == H3_ISA_AMX) return nvfp4_bukr_amx;
-#endif
-    (void)isa;
-    return nvfp4_bukr_ref;
+    return H3_X86 && isa == H3_ISA_AMX ? H3_ON_X86(nvfp4_bukr_amx) : nvfp4_bukr_ref;
 }

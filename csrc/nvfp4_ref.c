@@ -80,19 +80,14 @@ void nvfp4_ukr_ref(int mr, int nseg, const uint8_t *a, int64_t lda, const float 
 }
 
 nvfp4_decode_fn nvfp4_decode_for(h3_isa isa) {
-#if H3_X86
-    const h3_isa v = h3_isa_vector(isa);
-    if (v == H3_ISA_AVX2 || v == H3_ISA_AVX512) return nvfp4_decode_avx2;
-#endif
-    (void)isa;
-    return nvfp4_decode_ref;
+    return h3_isa_x86_simd(isa) ? H3_ON_X86(nvfp4_decode_avx2) : nvfp4_decode_ref;
 }
 
 nvfp4_ukr_fn nvfp4_ukr_for(h3_isa isa) {
 #if H3_X86
     const h3_isa v = h3_isa_vector(isa);
     if (v == H3_ISA_AVX512 && h3_cpu_has_avx512_vnni()) return nvfp4_ukr_avx512;
-    if (v == H3_ISA_AVX2 || v == H3_ISA_AVX512) return nvfp4_ukr_avx2; /* every x86 SIMD path has AVX2 */
+    if (h3_isa_x86_simd(isa)) return nvfp4_ukr_avx2;
 #endif
 #if H3_ARM64
     if (h3_isa_vector(isa) == H3_ISA_NEON) return nvfp4_ukr_neon;
