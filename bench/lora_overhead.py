@@ -10,7 +10,11 @@ the linears the published turbo LoRAs adapt.  One DiT holds the base; the LoRA i
 and unloaded on it (unload gives the base bits back, checked), so both sides run the same
 base weights on the same inputs.  Runs alternate base, rank 64, rank 128, rank 64 merged,
 rank 128 merged, base, ... so a change of machine load hits every column (a merged load
-after the first maps the merged-weight cache file: outside the timed run).
+after the first maps the merged-weight cache file: outside the timed run).  Each timed
+forward comes after ``--warm`` (default 1) untimed ones since the load: a sampler loads a
+LoRA once and runs the block steps x layers times, so the per-step cost is the steady one;
+the first forward after the load (the workspace growing for u, a merged copy's pages
+faulted in) is shown on its own, as "first run" (its ratio to the base's first run).
 
 Memory: "C pairs" is what the C addends hold (A [R, K] and B packed in NR-column panels in float32
 per h3cy linear; a to_q/to_k/to_v LoRA is one fused-QKV addend with 3R ranks, each panel
@@ -114,12 +118,17 @@ VARIANTS = {"unfused": ("lora_fused", False), "float down": ("lora_int_down", Fa
 
 
 def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, workdir=None, variants=(),
-            stat="median"):
-    """(isa, [(label, median seconds, ratio to base, C pairs bytes, numpy bytes, u bytes)]),
-    base first, after checking that each LoRA changes the output and unloading restores it.
-    variants: names of VARIANTS, each also timed per rank (``unfused``: checked to give the
-    fused bits).  stat: each column's figure of its runs, "median" or "min" (steadier on a
-    shared host, where a neighbour only ever adds time)."""
+            stat="median", warm=1):
+    """(isa, [(label, seconds, ratio to base, C pairs bytes, numpy bytes, u bytes, first-run
+    ratio)]), base first, after checking that each LoRA changes the output and unloading
+    restores it.  variants: names of VARIANTS, each also timed per rank (``unfused``: checked
+    to give the fused bits).  stat: each column's figure of its runs, "median" or "min"
+    (steadier on a shared host, where a neighbour only ever adds time).  warm: forwards run
+    after each load (and after each unload, for the base) before the timed one: a sampler
+    loads a LoRA once and then runs the block steps x layers times, so the first forward's
+    one-time costs (the workspace growing to hold u, its pages faulted in, a merged copy's
+    pages mapped in) are no per-step cost; that first forward is timed on its own (the
+    last column) when warm >= 1."""
     pick = np.min if stat == "min" else np.median
     blk = Block(S, weights, threads)
     workdir = workdir or tempfile.mkdtemp(prefix="h3cy-lora-bench-")
@@ -154,12 +163,18 @@ def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, wor
     cols = [(None, False), *[(r, False) for r in ranks], *[(r, v) for v in variants for r in ranks],
             *[(r, True) for r in ranks]]
     times = {c: [] for c in cols}
+    firsts = {c: [] for c in cols}
     for _ in range(repeat):              # alternate: base, r64, r128, (variants,) r64 merged, r128 merged, base, ...
         for r, merge in cols:
             if merge in VARIANTS:
                 setattr(blk.dit, *VARIANTS[merge])
             if r is not None:
                 blk.dit.load_lora(files[r], name=f"r{r}", merge=merge is True)
+            for w in range(warm):
+                t0 = time.perf_counter()
+                blk.run()
+                if w == 0:
+                    firsts[(r, merge)].append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             blk.run()
             times[(r, merge)].append(time.perf_counter() - t0)
@@ -168,19 +183,24 @@ def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, wor
             if merge in VARIANTS:
                 delattr(blk.dit, VARIANTS[merge][0])
     base = float(pick(times[(None, False)]))
-    rows = [("base", base, 1.0, 0, 0, 0)]
+    base1 = float(pick(firsts[(None, False)])) if warm else float("nan")
+
+    def first(c):                        # the first forward after the load, to the base's
+        return float(pick(firsts[c])) / base1 if warm else float("nan")
+    rows = [("base", base, 1.0, 0, 0, 0, 1.0)]
     idown = blk.dit.isa == "amx" and weights in ("int8", "int4")    # the default int8 down product
     for r in ranks:
         t = float(pick(times[(r, False)]))
-        rows.append((f"rank {r}", t, t / base, pairs_bytes(r, int_down=idown), numpy_bytes[r], S * 3 * r * 4))
+        rows.append((f"rank {r}", t, t / base, pairs_bytes(r, int_down=idown), numpy_bytes[r], S * 3 * r * 4,
+                     first((r, False))))
     for v in variants:
         for r in ranks:
             t = float(pick(times[(r, v)]))
             rows.append((f"r{r} {v}", t, t / base, pairs_bytes(r, int_down=idown and v != "float down"),
-                         numpy_bytes[r], S * 3 * r * 4))
+                         numpy_bytes[r], S * 3 * r * 4, first((r, v))))
     for r in ranks:
         t = float(pick(times[(r, True)]))
-        rows.append((f"r{r} merged", t, t / base, merged_bytes[r], numpy_bytes[r], 0))
+        rows.append((f"r{r} merged", t, t / base, merged_bytes[r], numpy_bytes[r], 0, first((r, True))))
     return blk.dit.isa, rows
 
 
@@ -215,6 +235,10 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=3, help="timed runs per column")
     p.add_argument("--stat", choices=("median", "min"), default="median",
                    help="each column's figure of its runs (min: steadier on a shared host)")
+    p.add_argument("--warm", type=int, default=1,
+                   help="untimed forwards after each load before the timed one (default 1: the "
+                        "steady state a sampler sees; the first is reported in 'first run'; 0: "
+                        "time the first forward after the load, as before session 24)")
     p.add_argument("--out", default=None, help="also write the table here")
     p.add_argument("--lora-on-avx512", action="store_true",
                    help="on AMX: the LoRA products in float32 on AVX-512 instead of bf16 tiles (A/B)")
@@ -233,16 +257,17 @@ def main(argv=None):
     threads = a.threads or h3cy.get_num_threads()
     isa, rows = measure(a.S, a.weights, tuple(int(r) for r in a.ranks.split(",")), threads, a.repeat,
                         variants=[v for v, on in (("unfused", a.unfused), ("float down", a.float_down)) if on],
-                        stat=a.stat)
+                        stat=a.stat, warm=a.warm)
     lines = [f"LoRA overhead on one full-size block: S={a.S}, weights {a.weights}, {threads} threads, "
-             f"ISA {isa}, CPU {cpu_name()}, {a.stat} of {a.repeat} alternated runs",
+             f"ISA {isa}, CPU {cpu_name()}, {a.stat} of {a.repeat} alternated runs, each after "
+             f"{a.warm} untimed forward(s) since the load",
              "LoRA: PEFT, random, on to_q/to_k/to_v/to_out.0/ff.net.0.proj/ff.net.2 (alpha = rank)",
              *([f"note: {a.note}"] if a.note else []),
              f"{'':10s} {'s/block':>9s} {'vs base':>8s} {'overhead':>9s} {'C pairs MB':>11s} "
-             f"{'numpy MB':>9s} {'u MB':>6s}"]
-    for label, t, ratio, held, npy, ub in rows:
+             f"{'numpy MB':>9s} {'u MB':>6s} {'first run':>9s}"]
+    for label, t, ratio, held, npy, ub, r1 in rows:
         lines.append(f"{label:10s} {t:9.3f} {ratio:8.3f} {100 * (ratio - 1):8.1f}% {held / 2**20:11.1f} "
-                     f"{npy / 2**20:9.1f} {ub / 2**20:6.1f}")
+                     f"{npy / 2**20:9.1f} {ub / 2**20:6.1f} {r1:9.3f}")
     text = "\n".join(lines)
     print(text)
     if a.out:
