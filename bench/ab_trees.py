@@ -1,16 +1,19 @@
 """A/B of two source trees of h3cy (each built in place): one full-size DiT block forward, one
 full-size GEMM and the full-size attention.  One process per tree builds its models once
 (a full-size block's random weights take a while), then the two are asked in turn to time
-everything: old, new, new, old, old, new ... (each pair's order swapped, so a drift of the
-machine's speed cancels); prints each pair's new/old ratio and the median ratio per
-measurement.  For refactors that must not change speed (same kernels, other Python
-around them).
+one call at a time: per pair and measurement, one warm-up call each, then old, new, new,
+old, old, new ... (--reps calls each, the order swapped every call, so a drift of the
+machine's speed within the pair cancels and the two sides' calls are never more than one
+call apart); prints each pair's new/old ratio and the median ratio per measurement.  For
+refactors that must not change speed (same kernels, other Python around them).
 
     python3 bench/ab_trees.py --old /path/to/old/tree --new . [--pairs 5] [--threads 2]
         [--what block,gemm,attention]
 
-Each process times --reps calls after one warm-up and reports their median (or, --stat min,
-their minimum), in seconds.
+Each side's figure of a pair is the median (or, --stat min, the minimum) of its --reps
+calls, in seconds.  (Until session 24 each side timed all its calls of every measurement in
+one go, a few seconds apart from the other side's: host noise on the shared 16-core VM moved
+single pairs by up to 15%.)
 """
 import argparse
 import json
@@ -34,12 +37,6 @@ what = sys.argv[6].split(",")
 stat = sys.argv[7]
 assert os.path.dirname(h3cy.__file__).startswith(os.path.abspath(tree)), h3cy.__file__
 jobs = {}
-def med(f):
-    f()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter(); f(); ts.append(time.perf_counter() - t)
-    return sorted(ts)[len(ts) // 2 if stat == "median" else 0]
 def block_inputs(cfg):
     rng = np.random.default_rng(0)
     L, Na = 16, 64
@@ -73,9 +70,11 @@ if "attention" in what:
     for bf16 in (False, True):
         att = h3cy.ops.Attention(threads=threads, bf16=bf16)
         jobs["attention_" + ("bf16" if bf16 else "fp32")] = (lambda att=att: att(q, k, v, out=o))
-print("READY", flush=True)
-for line in sys.stdin:                      # one line from the parent: time everything once
-    print("RESULT " + json.dumps({k: med(f) for k, f in jobs.items()}), flush=True)
+print("READY " + json.dumps(list(jobs)), flush=True)
+for line in sys.stdin:                      # one line from the parent: a job to time once
+    f = jobs[line.strip()]
+    t = time.perf_counter(); f(); t = time.perf_counter() - t
+    print("RESULT " + json.dumps(t), flush=True)
 """
 
 
@@ -84,8 +83,10 @@ def start(tree, a):
     p = subprocess.Popen([sys.executable, "-c", CHILD, os.path.abspath(tree), str(a.threads), str(a.reps),
                           str(a.S), str(a.M), a.what, a.stat], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     p.tree = tree
-    if p.stdout.readline().strip() != "READY":
+    line = p.stdout.readline()
+    if not line.startswith("READY "):
         raise SystemExit(f"{tree}: failed to start (exit {p.wait()})")
+    p.jobs = json.loads(line[len("READY "):])
     return p
 
 
@@ -102,13 +103,28 @@ def huge_mb(p):
     return None
 
 
-def ask(p):
-    p.stdin.write("go\n")
+def ask(p, job):
+    """Seconds of one call of ``job`` in the child ``p``."""
+    p.stdin.write(job + "\n")
     p.stdin.flush()
     line = p.stdout.readline()
     if not line.startswith("RESULT "):
         raise SystemExit(f"{p.tree}: failed (exit {p.wait()})")
     return json.loads(line[len("RESULT "):])
+
+
+def pair(po, pn, job, reps, stat, first_old):
+    """(old, new) figures of ``job``: a warm-up call each, then reps calls each, alternated
+    call by call (old new new old ... or new old old new ...)."""
+    ask(po, job)
+    ask(pn, job)
+    ts = {po: [], pn: []}
+    order = [po, pn] if first_old else [pn, po]
+    for r in range(2 * reps):
+        c = order[(r + r // 2) % 2]         # ABBA ABBA ...
+        ts[c].append(ask(c, job))
+    pick = statistics.median if stat == "median" else min
+    return pick(ts[po]), pick(ts[pn])
 
 
 def main():
@@ -138,10 +154,9 @@ def main():
         po = start(a.old, a)
     print(f"huge pages after start (MB): old {huge_mb(po)}, new {huge_mb(pn)} ({a.first} started first)", flush=True)
     for p in range(a.pairs):
-        if p % 2 == 0:
-            old, new = ask(po), ask(pn)
-        else:
-            new, old = ask(pn), ask(po)
+        old, new = {}, {}
+        for k in po.jobs:
+            old[k], new[k] = pair(po, pn, k, a.reps, a.stat, first_old=p % 2 == 0)
         for k in old:
             ratios.setdefault(k, []).append(new[k] / old[k])
         print(f"pair {p + 1}: " + "  ".join(f"{k} old {old[k]:.4f}s new {new[k]:.4f}s ({new[k] / old[k]:.3f})"
