@@ -15,6 +15,8 @@ forward comes after ``--warm`` (default 1) untimed ones since the load: a sample
 LoRA once and runs the block steps x layers times, so the per-step cost is the steady one;
 the first forward after the load (the workspace growing for u, a merged copy's pages
 faulted in) is shown on its own, as "first run" (its ratio to the base's first run).
+"paired" is the median over the repeats of each run's time over the base run of the same
+repeat (about a second apart).
 
 Memory: "C pairs" is what the C addends hold (A [R, K] and B packed in NR-column panels in float32
 per h3cy linear; a to_q/to_k/to_v LoRA is one fused-QKV addend with 3R ranks, each panel
@@ -69,8 +71,8 @@ def write_lora(path, rank, seed=0, config=FULL_CONFIG):
 def pairs_bytes(rank, config=FULL_CONFIG, int_down=False):
     """Bytes the C addends hold: A and the packed B in float32 per h3cy linear (to_q/k/v
     fused: 3R ranks, but each B panel holds only the R ranks of its q, k or v columns);
-    int_down: plus the int8 copy of A the down product from the base's int8 rows reads (on
-    AMX, beside an int base: R x K bytes per linear)."""
+    int_down: plus the int8 copy of A the down product from the base's int8 rows reads (beside
+    an int base: R x K bytes per linear)."""
     shapes = lora_shapes(config)
     H = config["hidden_size"]
     qkv_rows = sum(shapes[f"transformer_blocks.0.attn.to_{x}"][0] for x in "qkv")
@@ -118,7 +120,7 @@ VARIANTS = {"unfused": ("lora_fused", False), "float down": ("lora_int_down", Fa
 
 
 def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, workdir=None, variants=(),
-            stat="median", warm=1):
+            stat="median", warm=1, merged=True):
     """(isa, [(label, seconds, ratio to base, C pairs bytes, numpy bytes, u bytes, first-run
     ratio)]), base first, after checking that each LoRA changes the output and unloading
     restores it.  variants: names of VARIANTS, each also timed per rank (``unfused``: checked
@@ -128,7 +130,9 @@ def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, wor
     loads a LoRA once and then runs the block steps x layers times, so the first forward's
     one-time costs (the workspace growing to hold u, its pages faulted in, a merged copy's
     pages mapped in) are no per-step cost; that first forward is timed on its own (the
-    last column) when warm >= 1."""
+    last column) when warm >= 1.  merged: also time each rank merged into the weights.
+    Each row also carries the median over the repeats of the column's time over the base's
+    in the same repeat (a second apart: the steadier figure when the host's speed drifts)."""
     pick = np.min if stat == "min" else np.median
     blk = Block(S, weights, threads)
     workdir = workdir or tempfile.mkdtemp(prefix="h3cy-lora-bench-")
@@ -153,7 +157,7 @@ def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, wor
     assert np.array_equal(blk.run(), base_out), "unload did not give the base bits back"
     blk.dit._merge_cache_dir = workdir
     merged_bytes = {}
-    for r in ranks:                      # merge once (writes the cache), check, unload
+    for r in ranks if merged else ():    # merge once (writes the cache), check, unload
         blk.dit.load_lora(files[r], name=f"r{r}", merge=True)
         out = blk.run()
         merged_bytes[r] = sum(getattr(blk.dit.blocks[0], n).weight_bytes for n in ("qkv", "out", "up", "down"))
@@ -161,7 +165,7 @@ def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, wor
         blk.dit.unload_lora(f"r{r}")
     assert np.array_equal(blk.run(), base_out), "unloading the merge did not give the base bits back"
     cols = [(None, False), *[(r, False) for r in ranks], *[(r, v) for v in variants for r in ranks],
-            *[(r, True) for r in ranks]]
+            *[(r, True) for r in ranks if merged]]
     times = {c: [] for c in cols}
     firsts = {c: [] for c in cols}
     for _ in range(repeat):              # alternate: base, r64, r128, (variants,) r64 merged, r128 merged, base, ...
@@ -187,20 +191,24 @@ def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, wor
 
     def first(c):                        # the first forward after the load, to the base's
         return float(pick(firsts[c])) / base1 if warm else float("nan")
-    rows = [("base", base, 1.0, 0, 0, 0, 1.0)]
-    idown = blk.dit.isa == "amx" and weights in ("int8", "int4")    # the default int8 down product
+
+    def paired(c):                       # median of the repeats' column / base ratios
+        return float(np.median(np.array(times[c]) / np.array(times[(None, False)])))
+    rows = [("base", base, 1.0, 0, 0, 0, 1.0, 1.0)]
+    idown = weights in ("int8", "int4")    # the default int8 down product (every path)
     for r in ranks:
         t = float(pick(times[(r, False)]))
         rows.append((f"rank {r}", t, t / base, pairs_bytes(r, int_down=idown), numpy_bytes[r], S * 3 * r * 4,
-                     first((r, False))))
+                     first((r, False)), paired((r, False))))
     for v in variants:
         for r in ranks:
             t = float(pick(times[(r, v)]))
             rows.append((f"r{r} {v}", t, t / base, pairs_bytes(r, int_down=idown and v != "float down"),
-                         numpy_bytes[r], S * 3 * r * 4, first((r, v))))
-    for r in ranks:
+                         numpy_bytes[r], S * 3 * r * 4, first((r, v)), paired((r, v))))
+    for r in ranks if merged else ():
         t = float(pick(times[(r, True)]))
-        rows.append((f"r{r} merged", t, t / base, merged_bytes[r], numpy_bytes[r], 0, first((r, True))))
+        rows.append((f"r{r} merged", t, t / base, merged_bytes[r], numpy_bytes[r], 0, first((r, True)),
+                     paired((r, True))))
     return blk.dit.isa, rows
 
 
@@ -239,6 +247,7 @@ def main(argv=None):
                    help="untimed forwards after each load before the timed one (default 1: the "
                         "steady state a sampler sees; the first is reported in 'first run'; 0: "
                         "time the first forward after the load, as before session 24)")
+    p.add_argument("--no-merged", action="store_true", help="skip the merged columns (quicker)")
     p.add_argument("--out", default=None, help="also write the table here")
     p.add_argument("--lora-on-avx512", action="store_true",
                    help="on AMX: the LoRA products in float32 on AVX-512 instead of bf16 tiles (A/B)")
@@ -257,17 +266,17 @@ def main(argv=None):
     threads = a.threads or h3cy.get_num_threads()
     isa, rows = measure(a.S, a.weights, tuple(int(r) for r in a.ranks.split(",")), threads, a.repeat,
                         variants=[v for v, on in (("unfused", a.unfused), ("float down", a.float_down)) if on],
-                        stat=a.stat, warm=a.warm)
+                        stat=a.stat, warm=a.warm, merged=not a.no_merged)
     lines = [f"LoRA overhead on one full-size block: S={a.S}, weights {a.weights}, {threads} threads, "
              f"ISA {isa}, CPU {cpu_name()}, {a.stat} of {a.repeat} alternated runs, each after "
              f"{a.warm} untimed forward(s) since the load",
              "LoRA: PEFT, random, on to_q/to_k/to_v/to_out.0/ff.net.0.proj/ff.net.2 (alpha = rank)",
              *([f"note: {a.note}"] if a.note else []),
              f"{'':10s} {'s/block':>9s} {'vs base':>8s} {'overhead':>9s} {'C pairs MB':>11s} "
-             f"{'numpy MB':>9s} {'u MB':>6s} {'first run':>9s}"]
-    for label, t, ratio, held, npy, ub, r1 in rows:
+             f"{'numpy MB':>9s} {'u MB':>6s} {'first run':>9s} {'paired':>7s}"]
+    for label, t, ratio, held, npy, ub, r1, pr in rows:
         lines.append(f"{label:10s} {t:9.3f} {ratio:8.3f} {100 * (ratio - 1):8.1f}% {held / 2**20:11.1f} "
-                     f"{npy / 2**20:9.1f} {ub / 2**20:6.1f} {r1:9.3f}")
+                     f"{npy / 2**20:9.1f} {ub / 2**20:6.1f} {r1:9.3f} {pr:7.3f}")
     text = "\n".join(lines)
     print(text)
     if a.out:

@@ -9,7 +9,7 @@
  *         output columns keeps every thread busy (rank 64 is two NR = 32 panels: one GEMM
  *         over columns ran on 2 of 16 threads), and chunk boundaries that depend on M
  *         alone keep the bits independent of the thread count.
- *   int down (lo->int_down, default on AMX): on an int8/int4 base, h3_linear_set_lora
+ *   int down (lo->int_down, default on): on an int8/int4 base, h3_linear_set_lora
  *         quantises A to int8 (make_a8, in the base's activation layout) and h3_linear_forward
  *         runs u = x . A^T on the int kernel from the rows the base's own product quantises,
  *         right after quantising them (gemm.c), then scales and packs u (gemm_lora_u_finish).
@@ -200,8 +200,8 @@ h3_status h3_lora_create(const float *a, const float *b, const float *scale, int
 #if H3_X86
     lo->bf16 = isa == H3_ISA_AMX;
     lo->fused = isa == H3_ISA_AMX;
-    lo->int_down = isa == H3_ISA_AMX;
 #endif
+    lo->int_down = 1; /* h3_lora_set_int_down: faster on every path measured */
     lo->perm = h3_alloc((size_t)R * 8);
     lo->scale = h3_alloc((size_t)R * 4);
     float *ar = h3_alloc((size_t)R * (size_t)K * 4);

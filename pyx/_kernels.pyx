@@ -306,8 +306,8 @@ cdef class LoraCore:
     int8/int4 base's micro-kernel store (True) or in a second pass over the output (False);
     None: the isa's default (fused on AMX only; h3.h h3_lora_set_fused).  int_down: on an
     int8/int4 base, the down product x . A^T from the base's int8-quantised x on its int
-    kernel (True) or in float (False, bf16 tiles on AMX); None: the isa's default (True on
-    AMX only; h3_lora_set_int_down).  Both are read when the LoRA is attached."""
+    kernel (True) or in float (False, bf16 tiles on AMX); None: the default (True on every
+    isa; h3_lora_set_int_down).  Both are read when the LoRA is attached."""
     cdef h3_lora *c
     cdef readonly int64_t R, N, K
 

@@ -1,6 +1,6 @@
 """A LoRA's down product u = x . A^T computed on an int8/int4 base's int kernel from the
 int8 rows the base quantises for its own product (LoraCore(int_down=True); the default on
-AMX, csrc/gemm_lora.c make_a8 + csrc/gemm.c h3_linear_forward), instead of rereading x in
+every path since session 24, csrc/gemm_lora.c make_a8 + csrc/gemm.c h3_linear_forward), instead of rereading x in
 float.  Its error is the int8 activation error the base's product already has; what must
 hold exactly is the rest: the same bits on every path as on ref (but AMX's bf16 up
 product), on 1 and 2 threads, fused and second pass alike, detach restoring the base, and
@@ -10,7 +10,7 @@ import pytest
 
 from h3cy import _kernels
 from h3cy.ops import Linear
-from conftest import isa_params
+from conftest import HOST_ISAS, isa_params
 
 M, K, N, R = 150, 1100, 96, 12      # two int K blocks (1024), M past one 128-row chunk
 
@@ -87,9 +87,13 @@ def test_int_down_leaves_a_float_base_alone(isa):
     assert np.array_equal(y0, y1)
 
 
-def test_int_down_default_is_amx_only():
-    """Without the keyword, a non-AMX LoRA keeps the float down product (its bits)."""
-    for isa in ("ref",):
+def test_int_down_is_the_default_on_every_path():
+    """Without the keyword a LoRA on an int8 base takes the int8 down product (its bits) on
+    every path, so the SIMD paths keep the reference's bits by default; a float base keeps
+    the float one (nothing to read)."""
+    for isa in sorted(set(HOST_ISAS) | {"ref"}):
         y_default, _ = lora_part(isa, "int8", None, seed=4)
+        y_int, _ = lora_part(isa, "int8", True, seed=4)
         y_float, _ = lora_part(isa, "int8", False, seed=4)
-        assert np.array_equal(y_default, y_float)
+        assert np.array_equal(y_default, y_int), isa
+        assert not np.array_equal(y_default, y_float), isa

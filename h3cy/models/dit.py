@@ -232,9 +232,10 @@ class DiT:
     # (False, as before: the same values): an A/B switch for bench/lora_overhead.py
     # --unfused and bench/lora_amx_check.py.  No effect on other paths.
     lora_fused = True
-    # On AMX, the down product x.A^T of a LoRA on an int8/int4 linear runs on the int kernel
-    # from the base's own int8-quantised x (True) or on bf16 tiles from float x (False, as
-    # before): an A/B switch for bench/lora_overhead.py --float-down.  No effect elsewhere.
+    # The down product x.A^T of a LoRA on an int8/int4 linear runs on the int kernel
+    # from the base's own int8-quantised x (True, on every path) or from float x (False: bf16
+    # tiles on AMX, float32 elsewhere): an A/B switch for bench/lora_overhead.py
+    # --float-down.  No effect on a float base.
     lora_int_down = True
 
     @classmethod
