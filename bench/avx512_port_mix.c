@@ -28,6 +28,9 @@ static double cpu_now(void) {
 /* sources zmm30, zmm31 are never written; dot accumulators zmm0..7; other results zmm16..23 */
 #define DOT(r) "vpdpbusd %%zmm30,%%zmm31,%%zmm" #r "\n\t"
 #define DOTB(r) "vpdpbusd (%0)%{1to16%},%%zmm31,%%zmm" #r "\n\t"
+/* the compiled kernel's form: a vpbroadcastd load into a register, then the dot (gcc does
+ * not fold the broadcast into vpdpbusd's memory operand) */
+#define DOTS(r) "vpbroadcastd (%0),%%zmm23\n\t" "vpdpbusd %%zmm23,%%zmm31,%%zmm" #r "\n\t"
 #define CVT(r) "vcvtdq2ps %%zmm30,%%zmm" #r "\n\t"
 #define MUL(r) "vmulps %%zmm30,%%zmm31,%%zmm" #r "\n\t"
 #define FMA(r) "vfmadd231ps %%zmm30,%%zmm31,%%zmm" #r "\n\t"
@@ -56,6 +59,8 @@ static double base;
 int main(void) {
     MIX("8 vpdpbusd", 8, D8(DOT));
     MIX("8 vpdpbusd, broadcast operand", 8, D8(DOTB));
+    MIX("8 (vpbroadcastd m32, vpdpbusd)", 8, D8(DOTS));
+    MIX("8 (vpbroadcastd m32, vpdpbusd) + bcast + cvt + mul + fma", 8, D8(DOTS) BC(19) CVT(16) MUL(17) FMA(18));
     MIX("8 vpdpbusd + cvt", 8, D8(DOTB) CVT(16));
     MIX("8 vpdpbusd + cvt + fma (per-row act scale)", 8, D8(DOTB) CVT(16) FMA(17));
     MIX("8 vpdpbusd + cvt + mul + fma (Q8_0 fold)", 8, D8(DOTB) CVT(16) MUL(17) FMA(18));
