@@ -326,6 +326,7 @@ def test_ctrl_c_in_the_cython_loop(tiny_dit_factory):
     Python frame is _run_cython at that call), however slowly the machine set the run up,
     so the test checks the loop's own signal check and not the setup's."""
     import os
+    import signal
     import subprocess
     import sys
     t = tiny_dit_factory("b")
@@ -367,7 +368,10 @@ v, a = h3cy.denoise(dit, pe, g, steps=2, seed=0)
 print("again", bool(np.isfinite(v).all()), dit.loop_stats["loop"])
 """
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    # a runner that starts pytest in the background can leave SIGINT ignored, which the
+    # child would inherit (and then never see the signal): give it the default disposition
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert r.returncode == 0, r.stderr[-2000:]
     assert "interrupted in ['loop']" in r.stdout and "again True cython" in r.stdout, r.stdout
 

@@ -380,6 +380,9 @@ except KeyboardInterrupt:
 v, a = h3cy.denoise(dit, pe, g, steps=2, seed=0)
 print("again", bool(np.isfinite(v).all()))
 """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    # a runner that starts pytest in the background can leave SIGINT ignored, which the
+    # child would inherit (and then never see the signal): give it the default disposition
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert r.returncode == 0, r.stderr[-2000:]
     assert "interrupted" in r.stdout and "again True" in r.stdout
