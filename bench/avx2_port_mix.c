@@ -14,13 +14,6 @@
  * 8 broadcasts (80 macro-ops) take ~21.7 cycles, the front end's limit. */
 #include <stdint.h>
 #include <stdio.h>
-#include <time.h>
-
-static double cpu_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 #define CLOB "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", \
              "xmm12", "xmm13", "xmm14", "xmm15", "memory"
@@ -41,18 +34,13 @@ static double cpu_now(void) {
 #define ANDBC(r) AND(12) AND(13) BC(12)
 
 static int32_t buf[16] __attribute__((aligned(64)));
+#include "port_mix.h"
 static double unit; /* seconds per cycle, from the first line */
 
 #define MIX(name, body)                                                                  \
     do {                                                                                 \
-        const long n = 20000000;                                                         \
-        double best = 1e9;                                                               \
-        for (int rep = 0; rep < 3; rep++) {                                              \
-            double t = cpu_now();                                                        \
-            for (long k = 0; k < n; k++) __asm__ volatile(body ::"r"(buf) : CLOB);       \
-            t = (cpu_now() - t) / n;                                                     \
-            if (t < best) best = t;                                                      \
-        }                                                                                \
+        double best;                                                                     \
+        PORT_MIX_TIME(best, 3, body);                                                   \
         if (unit == 0) unit = best / 16;                                                 \
         printf("%-44s %6.1f cycles (%.2f ns)\n", name, best / unit, best * 1e9);         \
     } while (0)

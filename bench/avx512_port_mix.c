@@ -15,13 +15,6 @@
  * the int8 mode quantises). */
 #include <stdint.h>
 #include <stdio.h>
-#include <time.h>
-
-static double cpu_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 #define CLOB "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm16", "xmm17", "xmm18", \
              "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "memory"
@@ -38,18 +31,13 @@ static double cpu_now(void) {
 #define D8(D) D(0) D(1) D(2) D(3) D(4) D(5) D(6) D(7)
 
 static int32_t buf[16] __attribute__((aligned(64)));
+#include "port_mix.h"
 static double base;
 
 #define MIX(name, ndots, body)                                                                  \
     do {                                                                                 \
-        const long n = 20000000;                                                         \
-        double best = 1e9;                                                               \
-        for (int rep = 0; rep < 7; rep++) {                                              \
-            double t = cpu_now();                                                        \
-            for (long k = 0; k < n; k++) __asm__ volatile(body ::"r"(buf) : CLOB);       \
-            t = (cpu_now() - t) / n;                                                     \
-            if (t < best) best = t;                                                      \
-        }                                                                                \
+        double best;                                                                     \
+        PORT_MIX_TIME(best, 7, body);                                                   \
         best /= (ndots);                                                                 \
         if (base == 0) base = best;                                                      \
         printf("%-56s %6.3f ns/dot  x%.2f  (caps a kernel at %.2f of dots-only)\n", name, \
