@@ -32,9 +32,8 @@ try:
     from synthetic import SyntheticSource
 except ImportError:
     from h3cy._synthetic import SyntheticSource
-threads, reps, S, M = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-what = sys.argv[6].split(",")
-stat = sys.argv[7]
+threads, S, M = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+what = sys.argv[5].split(",")
 assert os.path.dirname(h3cy.__file__).startswith(os.path.abspath(tree)), h3cy.__file__
 jobs = {}
 def block_inputs(cfg):
@@ -80,8 +79,8 @@ for line in sys.stdin:                      # one line from the parent: a job to
 
 def start(tree, a):
     """The tree's child process, once it has built its models."""
-    p = subprocess.Popen([sys.executable, "-c", CHILD, os.path.abspath(tree), str(a.threads), str(a.reps),
-                          str(a.S), str(a.M), a.what, a.stat], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-c", CHILD, os.path.abspath(tree), str(a.threads), str(a.S), str(a.M),
+                          a.what], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     p.tree = tree
     line = p.stdout.readline()
     if not line.startswith("READY "):
@@ -137,7 +136,7 @@ def main():
     ap.add_argument("--S", type=int, default=1024, help="packed rows of the block forward")
     ap.add_argument("--M", type=int, default=256, help="rows of the GEMM (K=5376, N=14336)")
     ap.add_argument("--stat", choices=("median", "min"), default="median",
-                    help="each process's figure of its --reps calls: the median, or the minimum (steadier "
+                    help="each side's figure of its --reps calls: the median, or the minimum (steadier "
                     "on a shared VM, where a neighbour only ever adds time)")
     ap.add_argument("--first", choices=("old", "new"), default="old",
                     help="which tree's process starts (allocates its weights) first: a run with each "
