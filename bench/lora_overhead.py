@@ -122,7 +122,7 @@ VARIANTS = {"unfused": ("lora_fused", False), "float down": ("lora_int_down", Fa
 def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, workdir=None, variants=(),
             stat="median", warm=1, merged=True):
     """(isa, [(label, seconds, ratio to base, C pairs bytes, numpy bytes, u bytes, first-run
-    ratio)]), base first, after checking that each LoRA changes the output and unloading
+    ratio, paired ratio)]), base first, after checking that each LoRA changes the output and unloading
     restores it.  variants: names of VARIANTS, each also timed per rank (``unfused``: checked
     to give the fused bits).  stat: each column's figure of its runs, "median" or "min"
     (steadier on a shared host, where a neighbour only ever adds time).  warm: forwards run
@@ -194,21 +194,15 @@ def measure(S=1872, weights="int8", ranks=(64, 128), threads=None, repeat=3, wor
 
     def paired(c):                       # median of the repeats' column / base ratios
         return float(np.median(np.array(times[c]) / np.array(times[(None, False)])))
-    rows = [("base", base, 1.0, 0, 0, 0, 1.0, 1.0)]
+    def row(label, c, held, u):          # one column's table row
+        t = float(pick(times[c]))
+        return (label, t, t / base, held, numpy_bytes[c[0]], u, first(c), paired(c))
     idown = weights in ("int8", "int4")    # the default int8 down product (every path)
-    for r in ranks:
-        t = float(pick(times[(r, False)]))
-        rows.append((f"rank {r}", t, t / base, pairs_bytes(r, int_down=idown), numpy_bytes[r], S * 3 * r * 4,
-                     first((r, False)), paired((r, False))))
-    for v in variants:
-        for r in ranks:
-            t = float(pick(times[(r, v)]))
-            rows.append((f"r{r} {v}", t, t / base, pairs_bytes(r, int_down=idown and v != "float down"),
-                         numpy_bytes[r], S * 3 * r * 4, first((r, v)), paired((r, v))))
-    for r in ranks if merged else ():
-        t = float(pick(times[(r, True)]))
-        rows.append((f"r{r} merged", t, t / base, merged_bytes[r], numpy_bytes[r], 0, first((r, True)),
-                     paired((r, True))))
+    rows = [("base", base, 1.0, 0, 0, 0, 1.0, 1.0)]
+    rows += [row(f"rank {r}", (r, False), pairs_bytes(r, int_down=idown), S * 3 * r * 4) for r in ranks]
+    rows += [row(f"r{r} {v}", (r, v), pairs_bytes(r, int_down=idown and v != "float down"), S * 3 * r * 4)
+             for v in variants for r in ranks]
+    rows += [row(f"r{r} merged", (r, True), merged_bytes[r], 0) for r in (ranks if merged else ())]
     return blk.dit.isa, rows
 
 

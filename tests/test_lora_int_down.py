@@ -1,7 +1,7 @@
 """A LoRA's down product u = x . A^T computed on an int8/int4 base's int kernel from the
 int8 rows the base quantises for its own product (LoraCore(int_down=True); the default on
-every path since session 24, csrc/gemm_lora.c make_a8 + csrc/gemm.c h3_linear_forward), instead of rereading x in
-float.  Its error is the int8 activation error the base's product already has; what must
+every path since session 24, csrc/gemm_lora.c make_a8 + csrc/gemm.c h3_linear_forward),
+instead of rereading x in float.  Its error is the int8 activation error the base's product already has; what must
 hold exactly is the rest: the same bits on every path as on ref (but AMX's bf16 up
 product), on 1 and 2 threads, fused and second pass alike, detach restoring the base, and
 no effect on a float base."""
