@@ -42,6 +42,7 @@ void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int
 #ifndef UKR
 #define UKR gguf_ukr_avx2
 NO_UKR(gguf_ukr_avx512)
+void gguf_quant_act_row_avx512(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) { abort(); }
 #endif
 NO_UKR(gguf_ukr_avxvnni)
 NO_UKR(gguf_ukr_amx)
@@ -76,7 +77,7 @@ static uint8_t *make_rows(const type_info *ti, int64_t K, int extreme, size_t *r
 /* activations [M][K], scales, and the sums the quantiser writes: per 16, then per 32 */
 static void make_act(int64_t M, int64_t K, int extreme, int8_t *a, float *d, int32_t *as) {
     for (int64_t i = 0; i < M * K; i++) a[i] = extreme ? ((i / K) % 2 ? 127 : -127) : (int8_t)(rand() % 255 - 127);
-    for (int64_t i = 0; i < M * (K / 32); i++) d[i] = 0.01f;
+    for (int64_t i = 0; i < M * (K / 32); i++) d[i] = 0.01f * (float)(1 + i % 5);
     for (int64_t m = 0; m < M; m++)
         for (int64_t b = 0; b < K / 16; b++) {
             int32_t s = 0;
@@ -104,7 +105,9 @@ static void run(const type_info *ti, const uint8_t *w, size_t rb, int64_t M, int
         const double t0 = cpu_now();
         dec(ti->type, rows, GGUF_NR, nk, u, sm, sm + (GGUF_KB / GGUF_SUB) * GGUF_NR);
         const double t1 = cpu_now();
-        ukr((int)M, t, nk / t->seg, a + k0, K, d + k0 / 32, K / 32, as + (t->seg == 16 ? k0 / 16 : K / 16 + k0 / 32),
+        /* gguf_ukr_avx512 reads its activations unsigned: the flipped copy after a */
+        const int8_t *ak = ukr == gguf_ukr_avx512 ? a + M * K : a;
+        ukr((int)M, t, nk / t->seg, ak + k0, K, d + k0 / GGUF_AG, K / 32, as + (t->seg == 16 ? k0 / 16 : K / 16 + k0 / 32),
             K / 32 * 3, u, sm, t->has_min ? sm + (GGUF_KB / GGUF_SUB) * GGUF_NR : NULL, cb);
         *td += t1 - t0;
         *tk += cpu_now() - t1;
@@ -114,11 +117,12 @@ static void run(const type_info *ti, const uint8_t *w, size_t rb, int64_t M, int
 static int check(const type_info *ti, int64_t M, int64_t K, int extreme) {
     size_t rb;
     uint8_t *w = make_rows(ti, K, extreme, &rb);
-    int8_t *a = malloc((size_t)(M * K));
+    int8_t *a = malloc((size_t)(2 * M * K)); /* a, then a ^ 0x80 */
     float *d = malloc(sizeof(float) * (size_t)(M * (K / 32)));
     int32_t *as = malloc(sizeof(int32_t) * (size_t)(M * (K / 32 * 3)));
     float *c1 = calloc((size_t)(16 * M), sizeof(float)), *c2 = calloc((size_t)(16 * M), sizeof(float));
     make_act(M, K, extreme, a, d, as);
+    for (int64_t i = 0; i < M * K; i++) a[M * K + i] = (int8_t)(a[i] ^ 0x80);
     double tk, td;
     run(ti, w, rb, M, K, a, d, as, UKR, gguf_decode_panel_avx2, c1, &tk, &td);
     run(ti, w, rb, M, K, a, d, as, gguf_ukr_ref, gguf_decode_panel_ref, c2, &tk, &td);
@@ -144,12 +148,13 @@ int main(int argc, char **argv) {
     const int64_t M = argc > 1 ? atoll(argv[1]) : 256, K = argc > 2 ? atoll(argv[2]) : 5376;
     const int reps = argc > 3 ? atoi(argv[3]) : 15;
     if (M < 1 || K < 512 || K % 256 || reps < 1) { fprintf(stderr, "M >= 1, K a multiple of 256 >= 512\n"); return 2; }
-    int8_t *a = malloc((size_t)(M * K));
+    int8_t *a = malloc((size_t)(2 * M * K)); /* a, then a ^ 0x80 */
     float *d = malloc(sizeof(float) * (size_t)(M * (K / 32)));
     int32_t *as = malloc(sizeof(int32_t) * (size_t)(M * (K / 32 * 3)));
     float *cb = calloc((size_t)(16 * M), sizeof(float));
     srand(1);
     make_act(M, K, 0, a, d, as);
+    for (int64_t i = 0; i < M * K; i++) a[M * K + i] = (int8_t)(a[i] ^ 0x80);
     printf("M %lld, K %lld, 16 columns, 1 thread, CPU time, best of %d\n", (long long)M, (long long)K, reps);
     int bad = 0;
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
@@ -160,7 +165,7 @@ int main(int argc, char **argv) {
         for (int r = 0; r < reps; r++) {
             double tk, td, tkr, tdr;
             run(ti, w, rb, M, K, a, d, as, UKR, gguf_decode_panel_avx2, cb, &tk, &td);
-            run(ti, w, rb, 1, K, a, d, as, UKR, gguf_decode_panel_ref, cb, &tkr, &tdr);
+            run(ti, w, rb, 1, K, a, d, as, gguf_ukr_ref, gguf_decode_panel_ref, cb, &tkr, &tdr);
             if (tk < bk) bk = tk;
             if (td < bd) bd = td;
             if (tdr < bdr) bdr = tdr;

@@ -10,9 +10,8 @@
  *   y[M,N] = x[M,K] . W[N,K]^T (+ bias) (+ epilogue)
  *
  * Run by the panel driver (gemm_panel.c, panel_impl.h) that the NVFP4 linear shares:
- * each row of x is quantised per 32 values to int8 with one float scale and the integer
- * sums of each 16 (gguf_quant_act_row_ref; 32 is the finest activation granularity that
- * every weight sub-block, 16 or 32 values inside one 32-run, sees whole); each panel of 16
+ * each row of x is quantised per group of 256 values to int8 with one float scale, with the
+ * integer sums of each 16 and 32 (gguf_quant_act_row_ref; gguf_impl.h says why 256); each panel of 16
  * weight rows is decoded a K block at a time (gguf_decode_panel_*) to unsigned int8 with a
  * scale (and offset) per segment, and the path's micro-kernel (gguf_impl.h: the float order
  * every path shares) runs a block of rows of x over it (256-1024 by K: gguf_rows_per_block).
@@ -23,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-_Static_assert(GGUF_NR == PN_NR && GGUF_KB == PN_KB && GGUF_ACT == PN_ACT, "the GGUF panel is the driver's");
+_Static_assert(GGUF_NR == PN_NR && GGUF_KB == PN_KB, "the GGUF panel is the driver's");
+/* the driver keeps K / PN_ACT floats of scales a row; a K block is whole groups */
+_Static_assert(GGUF_AG % PN_ACT == 0 && GGUF_KB % GGUF_AG == 0, "a row's group scales fit the driver's");
 
 h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int nparts, int64_t N,
                                 int64_t K, const float *bias, int pair, h3_isa isa,
@@ -87,7 +88,7 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
     float *sc = (float *)(buf + GGUF_KB * GGUF_NR);
     float *mn = sc + (GGUF_KB / GGUF_SUB) * GGUF_NR;
     ((gguf_decode_fn)f->decode)(type, rows, nr, nk, u, sc, mn);
-    ((gguf_ukr_fn)f->ukr)(mc, t, nk / t->seg, (const int8_t *)act->a + k0, act->lda, act->d + k0 / GGUF_ACT, act->ldd,
+    ((gguf_ukr_fn)f->ukr)(mc, t, nk / t->seg, (const int8_t *)act->a + k0, act->lda, act->d + k0 / GGUF_AG, act->ldd,
                           act->as + (t->seg == 16 ? k0 / 16 : l->K / 16 + k0 / 32), act->ldas, u, sc,
                           t->has_min ? mn : NULL, cb);
 }

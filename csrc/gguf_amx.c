@@ -19,15 +19,16 @@
  * block, then folds the previous step's stored tiles (vector ports, while the tile unit
  * works), then stores its own tiles to the other of two buffers.
  *
- * Fold per row and segment (16 columns, one zmm): vcvtdq2ps (load folded), vmulps by the
- * scales, [vfmadd of the min by the float asum: types with a min], vfmadd by the
- * activation scale (a broadcast load) -- 3 or 4 vector instructions for 16 x SEG
- * multiply-adds (the float asums are converted once per 32-row group, 1/nseg of that);
+ * Fold per row and segment (16 columns, one zmm): vcvtdq2ps (load folded), vfmadd by the
+ * scales into the group's sum, [vfmadd of the min by the float asum: types with a min];
+ * per group of 256 inputs one vfmadd by the activation scale into cb -- 2 or 3 vector
+ * instructions for 16 x SEG multiply-adds (the float asums are converted once per 32-row group, 1/nseg of that);
  * docs/gguf.md turns that into the bound on what any such kernel reaches.  LDTILECFG runs
  * once per call (a panel's K block: ~2-4 M multiply-adds), as the segment may differ
  * between calls and other AMX kernels load their own configuration between linears.
  *
- * Rows past the last multiple of 16 go to the AVX-512 VNNI kernel (the same bits). */
+ * Rows past the last multiple of 16 go to the AVX-512 VNNI kernel on signed activations
+ * (gguf_ukr_avx512_signed; the same bits). */
 #include "gguf_impl.h"
 
 #include <immintrin.h>
@@ -87,12 +88,14 @@ static inline void store_tiles(const step *st, int32_t *buf) {
     MEMORY_FENCE();
 }
 
-/* cb rows of the step += its stored dots, in the reference's float order */
-static inline __attribute__((always_inline)) void fold(const int SEG, const int MIN, const step *st,
+/* the step's stored dots into its rows' group sums hb ([32 rows][16]), in the reference's
+ * float order; at a group's end (of 256 inputs, or of the call) cb += d * the sum */
+static inline __attribute__((always_inline)) void fold(const int SEG, const int MIN, const step *st, int nseg,
                                                        const int32_t *buf, const float *d, int64_t ldd,
                                                        const float *fas, const float *sc, const float *mn,
-                                                       float *cb) {
-    const int s = st->s;
+                                                       float *hb, float *cb) {
+    const int s = st->s, gs = GGUF_AG / SEG, end = s + 1 + st->two;
+    const int first = s % gs == 0, last = end % gs == 0 || end >= nseg; /* a step's pair never spans groups */
     const __m512 s0 = _mm512_loadu_ps(sc + s * GGUF_NR);
     const __m512 s1 = st->two ? _mm512_loadu_ps(sc + (s + 1) * GGUF_NR) : s0;
     const __m512 m0 = MIN ? _mm512_loadu_ps(mn + s * GGUF_NR) : s0;
@@ -100,17 +103,18 @@ static inline __attribute__((always_inline)) void fold(const int SEG, const int 
     for (int r = 0; r < st->rows; r++) {
         const int64_t i = st->i0 + r;
         const int32_t *b = buf + (r >> 4) * 256 + (r & 15) * 16;
-        const float *di = d + i * ldd;
-        __m512 f = _mm512_loadu_ps(cb + i * GGUF_NR);
-        __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)b)), s0);
-        if (MIN) p = _mm512_fmadd_ps(m0, _mm512_set1_ps(fas[r * 32 + s]), p);
-        f = _mm512_fmadd_ps(_mm512_set1_ps(di[s * SEG / GGUF_ACT]), p, f);
+        __m512 h = first ? _mm512_setzero_ps() : _mm512_load_ps(hb + r * 16);
+        h = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)b)), s0, h);
+        if (MIN) h = _mm512_fmadd_ps(m0, _mm512_set1_ps(fas[r * 32 + s]), h);
         if (st->two) {
-            p = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(b + 512))), s1);
-            if (MIN) p = _mm512_fmadd_ps(m1, _mm512_set1_ps(fas[r * 32 + s + 1]), p);
-            f = _mm512_fmadd_ps(_mm512_set1_ps(di[(s + 1) * SEG / GGUF_ACT]), p, f);
+            h = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(b + 512))), s1, h);
+            if (MIN) h = _mm512_fmadd_ps(m1, _mm512_set1_ps(fas[r * 32 + s + 1]), h);
         }
-        _mm512_storeu_ps(cb + i * GGUF_NR, f);
+        if (last)
+            _mm512_storeu_ps(cb + i * GGUF_NR, _mm512_fmadd_ps(_mm512_set1_ps(d[i * ldd + s / gs]), h,
+                                                               _mm512_loadu_ps(cb + i * GGUF_NR)));
+        else
+            _mm512_store_ps(hb + r * 16, h);
     }
 }
 
@@ -133,8 +137,9 @@ static inline __attribute__((always_inline)) void body(const int SEG, const int 
     int8_t qb[GGUF_KB * GGUF_NR] __attribute__((aligned(64)));
     int32_t buf[2][4 * 256] __attribute__((aligned(64)));
     float fas[2][32 * 32] __attribute__((aligned(64)));
+    float hb[32 * 16] __attribute__((aligned(64)));
     if (mr < 16) {
-        gguf_ukr_avx512(mr, t, nseg, a, lda, d, ldd, as, ldas, u, sc, mn, cb);
+        gguf_ukr_avx512_signed(mr, t, nseg, a, lda, d, ldd, as, ldas, u, sc, mn, cb);
         return;
     }
     const int8_t *q = (const int8_t *)u;
@@ -155,7 +160,7 @@ static inline __attribute__((always_inline)) void body(const int SEG, const int 
         for (int s = 0; s < nseg; s += 2) {
             const step cur = {i0, rows, s, s + 1 < nseg, grp & 1};
             products(SEG, &cur, a, lda, q);
-            if (have) fold(SEG, MIN, &prev, buf[nb ^ 1], d, ldd, fas[prev.par], sc, mn, cb);
+            if (have) fold(SEG, MIN, &prev, nseg, buf[nb ^ 1], d, ldd, fas[prev.par], sc, mn, hb, cb);
             store_tiles(&cur, buf[nb]);
             prev = cur;
             have = 1;
@@ -163,9 +168,9 @@ static inline __attribute__((always_inline)) void body(const int SEG, const int 
         }
         i0 += rows;
     }
-    if (have) fold(SEG, MIN, &prev, buf[nb ^ 1], d, ldd, fas[prev.par], sc, mn, cb);
+    if (have) fold(SEG, MIN, &prev, nseg, buf[nb ^ 1], d, ldd, fas[prev.par], sc, mn, hb, cb);
     if (i0 < mr)
-        gguf_ukr_avx512(mr - i0, t, nseg, a + i0 * lda, lda, d + i0 * ldd, ldd, as + i0 * ldas, ldas, u, sc, mn,
+        gguf_ukr_avx512_signed(mr - i0, t, nseg, a + i0 * lda, lda, d + i0 * ldd, ldd, as + i0 * ldas, ldas, u, sc, mn,
                         cb + i0 * GGUF_NR);
 }
 

@@ -8,13 +8,22 @@
  * Q6_K).  The GEMM's panel holds them unsigned, u = q + off (off: 128, 8, 16, 4, 32 for
  * those five, 0 for the types with an offset, whose q are unsigned already), so that one
  * x86 instruction (vpmaddubsw, vpdpbusd) multiplies u by the signed int8 activations a.
- * Per segment (the type's sub-block: 32 values where the scales are per 32, else 16) the
- * exact int32 dot and the activations' integer sum asum give, in one float order on every
- * path (segments in ascending k):
+ * Each row of x is quantised per group of GGUF_AG = 256 inputs (one float scale d per group;
+ * a row's last group may be shorter).  Per segment (the type's sub-block: 32 values where
+ * the scales are per 32, else 16; a group holds 256 / seg of them) the exact int32 dot and
+ * the activations' integer sum asum give, in one float order on every path (groups and
+ * their segments in ascending k):
  *   dot = sum u a - off * asum
- *   p   = (float)dot * sc;   p = fmaf(mn, (float)asum, p)  (types with an offset)
- *   f   = fmaf(d, p, f)                                   (d: the activations' scale)
- * so every ISA's result is the reference's, bit for bit. */
+ *   h   = 0                                               (at each group's start)
+ *   h   = fmaf((float)dot, sc, h)
+ *   h   = fmaf(mn, (float)asum, h)                        (types with an offset)
+ *   f   = fmaf(d, h, f)                                   (at each group's end)
+ * so every ISA's result is the reference's, bit for bit.  Why groups of 256 and not 32 (the
+ * format's finest scale): d then multiplies once per group instead of once per segment, one
+ * vector instruction fewer beside every 8 (seg 32) or 4 (seg 16) dot instructions -- the
+ * AVX-512 VNNI kernel ran 10% (Q8_0) to 20% (Q6_K, Q3_K) faster on Zen 4 (docs/gguf.md);
+ * 256 is the K-quants' super-block, the granularity ggml quantises activations to for them
+ * (q8_K), and finer than the per-row scale of h3cy's int8 mode. */
 #ifndef H3_GGUF_IMPL_H
 #define H3_GGUF_IMPL_H
 
@@ -22,8 +31,8 @@
 
 /* the finest sub-block any format has (h3_gguf_dequant's decode) */
 #define GGUF_SUB 16
-/* inputs per activation scale */
-#define GGUF_ACT 32
+/* inputs per activation scale (a group; K blocks and kernel calls start on a group) */
+#define GGUF_AG 256
 /* the GEMM's panel: weight rows, inputs per decoded K block */
 #define GGUF_NR 16
 #define GGUF_KB 512
@@ -44,12 +53,15 @@ const gguf_kind *gguf_kind_of(int type);
 void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *mn);
 void gguf_decode_scales(int type, const uint8_t *p, float *sc, float *mn);
 
-/* row x[K] (K % 32 == 0) -> a[K] int8 (|a| <= 127), d[K/32] (d = max|x| / 127 per 32,
- * a = rint(x / d)), as[K/16 + K/32]: the sums of each 16 a, then of each 32 */
+/* row x[K] (K % 32 == 0) -> a[K] int8 (|a| <= 127), d[ceil(K / 256)] (d = max|x| / 127 per
+ * group of 256, the last one the rest of the row; a = rint(x / d)), as[K/16 + K/32]: the sums
+ * of each 16 a, then of each 32 */
 typedef void (*gguf_quant_fn)(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
 void gguf_quant_act_row_ref(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
 #if H3_X86
 void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
+/* the same, a stored as a + 128 (a ^ 0x80): what gguf_ukr_avx512 reads */
+void gguf_quant_act_row_avx512(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
 #endif
 
 /* Decode inputs [0, nk) of rows[0..nr) (each pointing at the K block's first block of a
@@ -66,9 +78,9 @@ void gguf_decode_panel_avx2(int type, const uint8_t *const *rows, int nr, int nk
 #endif
 
 /* The micro-kernel: cb[i][c] (i < mr, c < 16) += the nseg segments of row i of the
- * activations (a + i * lda; d + i * ldd per 32; as + i * ldas per 16) by the panel's
- * column c, in the order above (as: the sums of the type's segments).  mn NULL for types
- * without an offset. */
+ * activations (a + i * lda, starting on a group; d + i * ldd per group of 256; as + i * ldas
+ * per segment) by the panel's column c, in the order above (as: the sums of the type's
+ * segments).  mn NULL for types without an offset. */
 typedef void (*gguf_ukr_fn)(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
                             int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
                             const float *mn, float *cb);
@@ -80,10 +92,15 @@ void gguf_ukr_avx2(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_
 void gguf_ukr_avxvnni(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
                       int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
                       const float *mn, float *cb);
+/* on activations stored unsigned, a + 128 (gguf_quant_act_row_avx512's); _signed: on the
+ * signed quantiser's a (the AMX tile kernel's rows past the last 16) */
 void gguf_ukr_avx512(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
                      int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
                      const float *mn, float *cb);
-/* AMX tiles (gguf_amx.c; needs AVX512-VNNI too: rows past the last 16 run gguf_ukr_avx512) */
+void gguf_ukr_avx512_signed(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
+                            int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
+                            const float *mn, float *cb);
+/* AMX tiles (gguf_amx.c; needs AVX512-VNNI too: rows past the last 16 run gguf_ukr_avx512_signed) */
 void gguf_ukr_amx(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
                   const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc, const float *mn, float *cb);
 #endif

@@ -11,14 +11,14 @@
 #include <arm_neon.h>
 #include <string.h>
 
-/* the float steps of one segment for the row's 16 columns (dot[r]: columns 4r..4r+3) */
-static inline void fold(float32x4_t f[4], const int32x4_t dot[4], int32_t sum, int off, float dv, const float *sc,
+/* the float steps of one segment for the row's 16 columns (dot[r]: columns 4r..4r+3), into
+ * the group's sums h */
+static inline void fold(float32x4_t h[4], const int32x4_t dot[4], int32_t sum, int off, const float *sc,
                         const float *mn) {
     for (int r = 0; r < 4; r++) {
         const int32x4_t dt = vsubq_s32(dot[r], vdupq_n_s32(off * sum));
-        float32x4_t p = vmulq_f32(vcvtq_f32_s32(dt), vld1q_f32(sc + 4 * r));
-        if (mn) p = vfmaq_f32(p, vld1q_f32(mn + 4 * r), vdupq_n_f32((float)sum));
-        f[r] = vfmaq_f32(f[r], vdupq_n_f32(dv), p);
+        h[r] = vfmaq_f32(h[r], vcvtq_f32_s32(dt), vld1q_f32(sc + 4 * r));
+        if (mn) h[r] = vfmaq_f32(h[r], vld1q_f32(mn + 4 * r), vdupq_n_f32((float)sum));
     }
 }
 
@@ -50,16 +50,20 @@ static inline __attribute__((always_inline)) void rows(seg_dot_fn seg_dot, int m
                                                        int64_t lda, const float *d, int64_t ldd, const int32_t *as,
                                                        int64_t ldas, int off, uint8x16_t flip, const uint8_t *u,
                                                        const float *sc, const float *mn, float *cb) {
+    const int gs = GGUF_AG / seg;
     for (int i = 0; i < mr; i++) {
-        float32x4_t f[4];
-        for (int r = 0; r < 4; r++) f[r] = vld1q_f32(cb + i * GGUF_NR + 4 * r);
-        for (int s = 0; s < nseg; s++) {
-            int32x4_t dot[4];
-            seg_dot(u + (int64_t)s * seg * GGUF_NR, a + i * lda + s * seg, seg, flip, dot);
-            fold(f, dot, as[i * ldas + s], off, d[i * ldd + s * seg / GGUF_ACT],
-                 sc + s * GGUF_NR, mn ? mn + s * GGUF_NR : NULL);
+        for (int s0 = 0; s0 < nseg; s0 += gs) {
+            float32x4_t h[4];
+            for (int r = 0; r < 4; r++) h[r] = vdupq_n_f32(0.0f);
+            for (int s = s0; s < H3_MIN(s0 + gs, nseg); s++) {
+                int32x4_t dot[4];
+                seg_dot(u + (int64_t)s * seg * GGUF_NR, a + i * lda + s * seg, seg, flip, dot);
+                fold(h, dot, as[i * ldas + s], off, sc + s * GGUF_NR, mn ? mn + s * GGUF_NR : NULL);
+            }
+            const float32x4_t dv = vdupq_n_f32(d[i * ldd + s0 / gs]);
+            for (int r = 0; r < 4; r++)
+                vst1q_f32(cb + i * GGUF_NR + 4 * r, vfmaq_f32(vld1q_f32(cb + i * GGUF_NR + 4 * r), dv, h[r]));
         }
-        for (int r = 0; r < 4; r++) vst1q_f32(cb + i * GGUF_NR + 4 * r, f[r]);
     }
 }
 

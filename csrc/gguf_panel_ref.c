@@ -24,21 +24,27 @@ const gguf_kind *gguf_kind_of(int type) {
 }
 
 void gguf_quant_act_row_ref(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) {
-    for (int64_t b = 0; b < K / GGUF_ACT; b++) {
-        const float *xb = x + b * GGUF_ACT;
+    for (int64_t g0 = 0; g0 < K; g0 += GGUF_AG) {
+        const int64_t n = H3_MIN((int64_t)GGUF_AG, K - g0);
         float amax = 0.0f;
-        for (int i = 0; i < GGUF_ACT; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[g0 + i]));
         const float s = amax / 127.0f;
-        d[b] = s;
-        as[2 * b] = as[2 * b + 1] = 0;
-        int32_t *as32 = as + K / 16 + b;
-        for (int i = 0; i < GGUF_ACT; i++) {
-            int v = s > 0.0f ? (int)nearbyintf(xb[i] / s) : 0;
+        d[g0 / GGUF_AG] = s;
+        for (int64_t i = 0; i < n; i++) {
+            int v = s > 0.0f ? (int)nearbyintf(x[g0 + i] / s) : 0;
             v = v > 127 ? 127 : (v < -127 ? -127 : v);
-            a[b * GGUF_ACT + i] = (int8_t)v;
-            as[2 * b + i / 16] += v;
+            a[g0 + i] = (int8_t)v;
         }
-        *as32 = as[2 * b] + as[2 * b + 1];
+    }
+    for (int64_t b = 0; b < K / 32; b++) {
+        int32_t s0 = 0, s1 = 0;
+        for (int i = 0; i < 16; i++) {
+            s0 += a[b * 32 + i];
+            s1 += a[b * 32 + 16 + i];
+        }
+        as[2 * b] = s0;
+        as[2 * b + 1] = s1;
+        as[K / 16 + b] = s0 + s1;
     }
 }
 
@@ -74,25 +80,33 @@ void gguf_decode_panel_ref(int type, const uint8_t *const *rows, int nr, int nk,
 
 void gguf_ukr_ref(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
                   const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc, const float *mn, float *cb) {
-    const int seg = t->seg;
+    const int seg = t->seg, gs = GGUF_AG / seg;
     for (int i = 0; i < mr; i++)
         for (int c = 0; c < GGUF_NR; c++) {
             float f = cb[i * GGUF_NR + c];
-            for (int s = 0; s < nseg; s++) {
-                int32_t dot = 0;
-                for (int k = 0; k < seg; k++)
-                    dot += (int32_t)u[((s * seg / 4 + k / 4) * GGUF_NR + c) * 4 + k % 4] * (int32_t)a[i * lda + s * seg + k];
-                const int32_t sum = as[i * ldas + s];
-                dot -= t->off * sum;
-                float p = (float)dot * sc[s * GGUF_NR + c];
-                if (mn) p = fmaf(mn[s * GGUF_NR + c], (float)sum, p);
-                f = fmaf(d[i * ldd + s * seg / GGUF_ACT], p, f);
+            for (int s0 = 0; s0 < nseg; s0 += gs) {
+                float h = 0.0f;
+                for (int s = s0; s < H3_MIN(s0 + gs, nseg); s++) {
+                    int32_t dot = 0;
+                    for (int k = 0; k < seg; k++)
+                        dot += (int32_t)u[((s * seg / 4 + k / 4) * GGUF_NR + c) * 4 + k % 4] *
+                               (int32_t)a[i * lda + s * seg + k];
+                    const int32_t sum = as[i * ldas + s];
+                    dot -= t->off * sum;
+                    h = fmaf((float)dot, sc[s * GGUF_NR + c], h);
+                    if (mn) h = fmaf(mn[s * GGUF_NR + c], (float)sum, h);
+                }
+                f = fmaf(d[i * ldd + s0 / gs], h, f);
             }
             cb[i * GGUF_NR + c] = f;
         }
 }
 
 gguf_quant_fn gguf_quant_for(h3_isa isa) {
+#if H3_X86
+    /* the kernel decides: the avx512 path's reads its activations unsigned */
+    if (gguf_ukr_for(isa) == gguf_ukr_avx512) return gguf_quant_act_row_avx512;
+#endif
     return h3_isa_x86_simd(isa) ? H3_ON_X86(gguf_quant_act_row_avx2) : gguf_quant_act_row_ref;
 }
 

@@ -1,31 +1,38 @@
 /* gguf_quant_avx2.c — the GGUF activation quantiser for AVX2: gguf_quant_act_row_ref's
- * steps on 8 lanes (max of |x| -- NaN-free inputs give fmaxf's result --, one division
- * amax / 127, x / d rounded to nearest even as nearbyintf does, clamped), so the int8
- * values, scales and sums are the reference's, bit for bit. */
+ * steps on 8 lanes (max of |x| over each group of 256 -- NaN-free inputs give fmaxf's
+ * result --, one division amax / 127, x / d rounded to nearest even as nearbyintf does,
+ * clamped), so the int8 values, scales and sums are the reference's, bit for bit. */
 #include "gguf_impl.h"
 
 #include <immintrin.h>
 
-void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) {
+/* max |x| over n (a multiple of 32) values */
+static float amax_of(const float *x, int64_t n) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) {
     const __m256 lim = _mm256_set1_ps(127.0f), nlim = _mm256_set1_ps(-127.0f);
-    for (int64_t b = 0; b < K / GGUF_ACT; b++) {
-        const float *xb = x + b * GGUF_ACT;
-        __m256 v[4], m = _mm256_setzero_ps();
-        for (int j = 0; j < 4; j++) {
-            v[j] = _mm256_loadu_ps(xb + 8 * j);
-            m = _mm256_max_ps(_mm256_andnot_ps(sign, v[j]), m);
+    float s = 0.0f;
+    for (int64_t b = 0; b < K / 32; b++) {
+        if (b % (GGUF_AG / 32) == 0) { /* a group's first 32: its scale */
+            const int64_t g0 = b * 32;
+            s = amax_of(x + g0, H3_MIN((int64_t)GGUF_AG, K - g0)) / 127.0f;
+            d[g0 / GGUF_AG] = s;
         }
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_max_ss(h, _mm_movehdup_ps(h));
-        const float s = _mm_cvtss_f32(h) / 127.0f;
-        d[b] = s;
+        const float *xb = x + b * 32;
         __m256i q[4];
         if (s > 0.0f) {
             const __m256 sv = _mm256_set1_ps(s);
             for (int j = 0; j < 4; j++) {
-                __m256 r = _mm256_round_ps(_mm256_div_ps(v[j], sv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                __m256 r = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(xb + 8 * j), sv),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
                 q[j] = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(r, lim), nlim));
             }
         } else {
@@ -35,7 +42,7 @@ void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int
         const __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
         const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b),
                                                        _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i *)(a + b * GGUF_ACT), p8);
+        _mm256_storeu_si256((__m256i *)(a + b * 32), p8);
         const __m256i s01 = _mm256_add_epi32(q[0], q[1]), s23 = _mm256_add_epi32(q[2], q[3]);
         __m128i t0 = _mm_add_epi32(_mm256_castsi256_si128(s01), _mm256_extracti128_si256(s01, 1));
         __m128i t1 = _mm_add_epi32(_mm256_castsi256_si128(s23), _mm256_extracti128_si256(s23, 1));

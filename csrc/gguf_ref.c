@@ -33,6 +33,8 @@
  * low nibble) or b[j-8] (high nibble), top 2 bits from b[8 + j%4] at shift 2 (j/4). */
 #include "gguf_impl.h"
 
+#include <stdlib.h>
+
 #include <math.h>
 #include <string.h>
 
@@ -245,11 +247,15 @@ h3_status h3_gguf_dequant(int type, const void *src, int64_t n, float *out, h3_e
     return H3_OK;
 }
 
-h3_status h3_gguf_quant_act(const float *x, int64_t n, int8_t *q, float *d, h3_err *err) {
+h3_status h3_gguf_quant_act(const float *x, int64_t M, int64_t K, int8_t *q, float *d, h3_err *err) {
     if (!x || !q || !d) return h3_fail(err, H3_EINVAL, "gguf_quant_act: NULL argument");
-    if (n < 0 || n % GGUF_ACT) return h3_fail(err, H3_EINVAL, "gguf_quant_act: n = %lld is not a multiple of 32", (long long)n);
-    int32_t as[3];
-    for (int64_t b = 0; b < n / GGUF_ACT; b++)
-        gguf_quant_act_row_ref(x + b * GGUF_ACT, GGUF_ACT, q + b * GGUF_ACT, d + b, as);
+    if (M < 0 || K <= 0 || K % 32)
+        return h3_fail(err, H3_EINVAL, "gguf_quant_act: M = %lld, K = %lld (K must be a positive multiple of 32)",
+                       (long long)M, (long long)K);
+    int32_t *as = malloc(sizeof(int32_t) * (size_t)(K / 16 + K / 32));
+    if (!as) return h3_fail(err, H3_ENOMEM, "gguf_quant_act: out of memory");
+    const int64_t ng = (K + GGUF_AG - 1) / GGUF_AG;
+    for (int64_t m = 0; m < M; m++) gguf_quant_act_row_ref(x + m * K, K, q + m * K, d + m * ng, as);
+    free(as);
     return H3_OK;
 }

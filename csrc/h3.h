@@ -283,14 +283,15 @@ h3_status h3_gguf_dequant(int type, const void *src, int64_t n, float *out, h3_e
 int h3_iq4_type_size(int type, int *blk, int *bytes);
 h3_status h3_iq4_dequant(int type, const void *src, int64_t n, float *out, h3_err *err);
 /* The activation quantiser the GGUF linear applies to each row of x, exposed for tests:
- * per block of 32 values d = max|x| / 127, q = rint(x / d) (ties to even; 0 when d = 0).
- * x: [n] (n % 32 == 0) -> q [n] int8, d [n / 32] float32. */
-h3_status h3_gguf_quant_act(const float *x, int64_t n, int8_t *q, float *d, h3_err *err);
+ * per group of 256 values of a row (the last group the rest of the row) d = max|x| / 127,
+ * q = rint(x / d) (ties to even; 0 when d = 0).  x: [M, K] (K % 32 == 0) -> q [M, K] int8,
+ * d [M, ceil(K / 256)] float32. */
+h3_status h3_gguf_quant_act(const float *x, int64_t M, int64_t K, int8_t *q, float *d, h3_err *err);
 /* A linear over GGUF blocks, borrowed (the caller keeps them alive and unchanged): the
  * [N, K] weight's rows lie in nparts equal parts (rows [i*N/nparts, (i+1)*N/nparts) in
  * parts[i], of quantised type types[i]; parts may differ in type, as llama.cpp's mixed
  * "_M" files do for q/k/v).  pair: rows are [gate; value] halves (H3_EPI_SWIGLU), then
- * nparts is 1 or 2.  h3_linear_forward quantises each row of x per 32 values
+ * nparts is 1 or 2.  h3_linear_forward quantises each row of x per 256 values
  * (h3_gguf_quant_act), multiplies every weight sub-block (16 or 32 values) by its int8
  * activations in integers and applies both scales in float32, in one order on every path
  * (AVX2, AVX-VNNI, AVX-512 VNNI, NEON: the reference's bits; docs/gguf.md).  A LoRA

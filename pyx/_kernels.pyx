@@ -409,15 +409,17 @@ def gguf_dequant(int type, const uint8_t[::1] src, int64_t n, float[::1] out):
     check(rc, &err)
 
 
-def gguf_quant_act(const float[::1] x, int8_t[::1] q, float[::1] d):
-    """The GGUF linear's activation quantiser (per 32 values), for tests."""
+def gguf_quant_act(const float[:, ::1] x, int8_t[:, ::1] q, float[:, ::1] d):
+    """The GGUF linear's activation quantiser (per row, per group of 256 values; the last
+    group the rest of the row), for tests: x (M, K), K a multiple of 32 -> q (M, K) int8,
+    d (M, ceil(K / 256)) float32."""
     cdef h3_err err
-    cdef int64_t n = x.shape[0]
-    if n % 32 or q.shape[0] != n or d.shape[0] != n // 32:
-        raise H3ValueError("gguf_quant_act: x of 32k values, q of the same length, d of k")
-    if n == 0:
+    cdef int64_t M = x.shape[0], K = x.shape[1]
+    if K % 32 or K == 0 or q.shape[0] != M or q.shape[1] != K or d.shape[0] != M or d.shape[1] != (K + 255) // 256:
+        raise H3ValueError("gguf_quant_act: x (M, K) with K a positive multiple of 32, q (M, K), d (M, ceil(K / 256))")
+    if M == 0:
         return
-    check(h3_gguf_quant_act(&x[0], n, &q[0], &d[0], &err), &err)
+    check(h3_gguf_quant_act(&x[0, 0], M, K, &q[0, 0], &d[0, 0], &err), &err)
 
 
 def linear_attach_gguf(parts, types, int64_t N, int64_t K, bias, int pair, str isa, ThreadPool pool):

@@ -23,12 +23,12 @@ pytestmark = pytest.mark.skipif(GGML_MM is None, reason="needs a ggml build, an 
 # the published files' types first, then the rarer ones h3cy runs
 PARITY_TYPES = ["Q8_0", "Q6_K", "Q5_K", "Q4_K", "Q3_K", "Q2_K", "Q5_0", "Q4_0", "Q5_1", "Q4_1"]
 GGML_NAME = {t: t.lower().replace("_k", "_K") for t in PARITY_TYPES}
-# rel L2 of h3cy's GEMM against ggml's.  Observed (AVX2, N=64, K=512, M=8): 2.1e-4 for
-# Q8_0/Q5_0/Q4_0 (ggml quantises x to q8_0 per 32 values, as h3cy: only rounding order
-# differs), 8.6e-4 for Q5_1/Q4_1 (q8_1), 7.6e-3..7.8e-3 for the K-quants (ggml's q8_K per 256
-# values: its own activation error 7.2e-3 against float64, h3cy's 5.2e-3).  Rows read one
-# row off give 1.44.
-BOUND = {"Q8_0": 1e-3, "Q5_0": 1e-3, "Q4_0": 1e-3, "Q5_1": 3e-3, "Q4_1": 3e-3}
+# rel L2 of h3cy's GEMM against ggml's: 2e-2 for every type, as the two quantise the
+# activations differently (h3cy per 256 values for every type; ggml per 32 for Q8_0/Q5_0/Q4_0
+# (q8_0), Q5_1/Q4_1 (q8_1), per 256 for the K-quants (q8_K)).  Observed (AVX-512, N=64, K=512,
+# M=8): 7.6e-3..7.8e-3 for every type (2.1e-4 for Q8_0/Q5_0/Q4_0 and 8.6e-4 for Q5_1/Q4_1 while
+# h3cy quantised per 32 too).  Rows read one row off give 1.44.
+BOUND = {}
 
 
 def ggml_case(tmp_path, type_name, N=64, K=512, M=8):
@@ -47,8 +47,7 @@ def ggml_case(tmp_path, type_name, N=64, K=512, M=8):
 @pytest.mark.parametrize("type_name", PARITY_TYPES)
 def test_h3cy_matches_ggml_on_ggml_blocks(tmp_path, type_name):
     """On ggml-quantised blocks: h3cy decodes them exactly as the gguf package does, and
-    h3cy's GEMM agrees with ggml's (BOUND; 2e-2 for the K-quants, whose activation blocks
-    differ).  Each is within 2e-2 of float64 (observed h3cy 5.2e-3, ggml 5.2e-3..7.2e-3)."""
+    h3cy's GEMM agrees with ggml's (2e-2: their activation blocks differ).  Each is within 2e-2 of float64 (observed h3cy 5.2e-3, ggml 5.2e-3..7.2e-3)."""
     blocks, x, y_ggml = ggml_case(tmp_path, type_name)
     N, K = blocks.shape[0], x.shape[1]
     W = oracle_dequant(type_name, blocks, (N, K))

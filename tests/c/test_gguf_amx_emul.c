@@ -19,6 +19,12 @@ int h3_gguf_type_size(int type, int *blk, int *bytes) { abort(); }
 h3_isa h3_isa_vector(h3_isa isa) { return isa; }
 int h3_cpu_has_avx512_vnni(void) { return 1; }
 void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) { abort(); }
+void gguf_quant_act_row_avx512(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) { abort(); }
+void gguf_ukr_avx512(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
+                     int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
+                     const float *mn, float *cb) {
+    abort();
+}
 void gguf_decode_panel_avx2(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn) {
     abort();
 }
@@ -34,7 +40,7 @@ void gguf_ukr_avxvnni(int mr, const gguf_kind *t, int nseg, const int8_t *a, int
 /* the rows past the last 16: on the hardware the AVX-512 kernel, equal to ref by the driver
  * tests; here ref itself, counted so that the test knows the tail was taken */
 static int tail_calls;
-void gguf_ukr_avx512(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
+void gguf_ukr_avx512_signed(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
                      int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
                      const float *mn, float *cb) {
     tail_calls++;
@@ -74,7 +80,7 @@ int main(void) {
             const int nk = nks[ni];
             if (nk % t->seg) continue;
             const int nseg = nk / t->seg, nr = 9 + (int)(rnd() % 8); /* 9..16 columns, the rest zero */
-            const int64_t k0 = 512 - nk + (nk <= 256 ? 256 : 0); /* a K block inside the row */
+            const int64_t k0 = nk <= 256 ? 512 : 0; /* a K block inside the row (calls start on a group) */
             for (int c = 0; c < 16; c++) {
                 for (int k = 0; k < nk; k++)
                     u[((k / 4) * 16 + c) * 4 + k % 4] = c < nr ? (uint8_t)(rnd() % (unsigned)(t->umax + 1)) : 0;
@@ -89,9 +95,9 @@ int main(void) {
                 const int64_t ldas = K / 16 + K / 32;
                 const int32_t *asp = as + (t->seg == 16 ? k0 / 16 : K / 16 + k0 / 32);
                 const float *mnp = t->has_min ? mn : NULL;
-                gguf_ukr_ref(mr, t, nseg, a + k0, K, d + k0 / 32, K / 32, asp, ldas, u, sc, mnp, cb0);
+                gguf_ukr_ref(mr, t, nseg, a + k0, K, d + k0 / GGUF_AG, K / 32, asp, ldas, u, sc, mnp, cb0);
                 const int before = tail_calls;
-                gguf_ukr_amx(mr, t, nseg, a + k0, K, d + k0 / 32, K / 32, asp, ldas, u, sc, mnp, cb1);
+                gguf_ukr_amx(mr, t, nseg, a + k0, K, d + k0 / GGUF_AG, K / 32, asp, ldas, u, sc, mnp, cb1);
                 tails += tail_calls > before;
                 if ((tail_calls > before) != (mr % 16 != 0)) {
                     printf("FAIL %s mr %d: the AVX-512 tail %s\n", types[ti].name, mr,

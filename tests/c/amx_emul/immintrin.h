@@ -27,6 +27,11 @@ typedef uint16_t __mmask16;
 
 static inline __m512 _mm512_loadu_ps(const void *p) { __m512 v; memcpy(&v, p, 64); return v; }
 static inline void _mm512_storeu_ps(void *p, __m512 v) { memcpy(p, &v, 64); }
+static inline __m512 _mm512_load_ps(const void *p) {
+    if ((uintptr_t)p % 64) { fprintf(stderr, "emul: unaligned _mm512_load_ps\n"); abort(); }
+    __m512 v; memcpy(&v, p, 64); return v;
+}
+static inline __m512 _mm512_setzero_ps(void) { __m512 v; memset(&v, 0, 64); return v; }
 static inline void _mm512_store_ps(void *p, __m512 v) {
     if ((uintptr_t)p % 64) { fprintf(stderr, "emul: unaligned _mm512_store_ps\n"); abort(); }
     memcpy(p, &v, 64);
