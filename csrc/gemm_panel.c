@@ -98,17 +98,26 @@ static void mul_task(void *p, int ith, int nth) {
                 }
                 continue;
             }
+            if (kind != H3_EPI_RESID) { /* the common case as plain loops the compiler vectorises */
+                for (int64_t i = 0; i < mc; i++) {
+                    float *yr = c->y + (m0 + i) * ncol + n0;
+                    const float *g = cbg + i * NR;
+                    if (l->bias)
+                        for (int j = 0; j < nr; j++) yr[j] = g[j] + l->bias[n0 + j];
+                    else
+                        memcpy(yr, g, (size_t)nr * sizeof(float));
+                }
+                continue;
+            }
             for (int64_t i = 0; i < mc; i++) {
                 const int64_t m = m0 + i;
                 for (int j = 0; j < nr; j++) {
                     const int64_t n = n0 + j;
                     float acc = cbg[i * NR + j];
                     if (l->bias) acc += l->bias[n];
-                    if (kind == H3_EPI_RESID) {
-                        const h3_epilogue *e = c->epi;
-                        if (e->gate) acc *= e->gate[(e->gate_row ? e->gate_row[m] : m) * ncol + n];
-                        acc = e->resid[m * ncol + n] + acc;
-                    }
+                    const h3_epilogue *e = c->epi;
+                    if (e->gate) acc *= e->gate[(e->gate_row ? e->gate_row[m] : m) * ncol + n];
+                    acc = e->resid[m * ncol + n] + acc;
                     c->y[m * ncol + n] = acc;
                 }
             }
