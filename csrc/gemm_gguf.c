@@ -99,9 +99,15 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
  * they drop out of the last-level cache: measured on 2 Zen 4 cores at M = 2048, 1024 rows made
  * qkv (K = 5376, 5.5 MB) 1.2x faster and down (K = 14336, 14.7 MB) 1.25x slower.  So as
  * many rows as keep the block within 4 MB, 256 to 1024, a multiple of 32. */
+#ifndef H3_GGUF_BLOCK_BYTES /* build-time knobs, for measuring other caches (CFLAGS=-D...) */
+#define H3_GGUF_BLOCK_BYTES ((int64_t)4 << 20)
+#endif
+#ifndef H3_GGUF_MIN_ROWS
+#define H3_GGUF_MIN_ROWS PN_MC
+#endif
 static int gguf_rows_per_block(int64_t K) {
-    const int64_t mc = (((int64_t)4 << 20) / K) / 32 * 32;
-    return (int)H3_MAX(PN_MC, H3_MIN(4 * PN_MC, mc));
+    const int64_t mc = ((int64_t)(H3_GGUF_BLOCK_BYTES) / K) / 32 * 32;
+    return (int)H3_MAX(H3_GGUF_MIN_ROWS, H3_MIN(4 * PN_MC, mc));
 }
 
 pn_fmt gguf_panel_fmt(const h3_linear *l) {

@@ -53,7 +53,8 @@ def test_gguf_dit_runs_as_stored_and_matches_the_dequantised_model(tiny_dit_fact
     # checked against diffusers at 1e-4 in test_single_file.py)
     want_v, want_a = h3cy.DiT.from_pretrained(sp, weights="fp32", threads=2).forward(**inputs)
     assert_nontrivial(want_v)
-    # only the activation quantisation (int8 per 32) differs: observed rel L2 2.3e-3 / 3.4e-3;
+    # only the activation quantisation (int8 per group of 256) differs: observed rel L2 3.1e-3 /
+    # 4.5e-3 (2.3e-3 / 3.4e-3 per 32 values, before session 25);
     # a wrong name mapping, block layout or QKV order gives O(1)
     for got, want in ((got_v, want_v), (got_a, want_a)):
         rel = np.linalg.norm(got - want) / np.linalg.norm(want)
