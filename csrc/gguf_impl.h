@@ -49,6 +49,24 @@ typedef struct {
 /* NULL for a type the GEMM does not run */
 const gguf_kind *gguf_kind_of(int type);
 
+/* Q4_K / Q5_K: the six-bit scale and min of sub-block j (of 32 values) */
+static inline void gguf_k4_scale_min(const uint8_t *b, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = b[j] & 63;
+        *m = b[j + 4] & 63;
+    } else {
+        *sc = (b[j + 4] & 15) | (b[j - 4] >> 6) << 4;
+        *m = (b[j + 4] >> 4) | (b[j] >> 6) << 4;
+    }
+}
+
+/* Q3_K: the six-bit scale of sub-block j (of 16 values), unbiased */
+static inline int gguf_k3_scale(const uint8_t *b, int j) {
+    int lo = j < 8 ? (b[j] & 15) : (b[j - 8] >> 4);
+    int hi = (b[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
 /* one block -> q[blk], sc/mn[blk/16] (w = sc * q + mn); the scales alone */
 void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *mn);
 void gguf_decode_scales(int type, const uint8_t *p, float *sc, float *mn);

@@ -75,24 +75,6 @@ static uint32_t u32_at(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Q4_K / Q5_K: six-bit scale and min of sub-block j (of 32 values) */
-static void k4_scale_min(const uint8_t *b, int j, int *sc, int *m) {
-    if (j < 4) {
-        *sc = b[j] & 63;
-        *m = b[j + 4] & 63;
-    } else {
-        *sc = (b[j + 4] & 15) | (b[j - 4] >> 6) << 4;
-        *m = (b[j + 4] >> 4) | (b[j] >> 6) << 4;
-    }
-}
-
-/* Q3_K: six-bit scale of sub-block j (of 16 values), unbiased */
-static int k3_scale(const uint8_t *b, int j) {
-    int lo = j < 8 ? (b[j] & 15) : (b[j - 8] >> 4);
-    int hi = (b[8 + j % 4] >> (2 * (j / 4))) & 3;
-    return (lo | hi << 4) - 32;
-}
-
 /* one block -> q[blk], sc/mn[blk/16] (the scales: gguf_decode_scales) */
 void gguf_decode_scales(int type, const uint8_t *p, float *sc, float *mn) {
     switch (type) {
@@ -116,7 +98,7 @@ void gguf_decode_scales(int type, const uint8_t *p, float *sc, float *mn) {
     case H3_GGUF_Q3_K: {
         float d = f16_at(p + 108);
         for (int s = 0; s < 16; s++) {
-            sc[s] = d * (float)k3_scale(p + 96, s);
+            sc[s] = d * (float)gguf_k3_scale(p + 96, s);
             mn[s] = 0.0f;
         }
         return;
@@ -125,7 +107,7 @@ void gguf_decode_scales(int type, const uint8_t *p, float *sc, float *mn) {
         float d = f16_at(p), dmin = f16_at(p + 2);
         for (int j = 0; j < 8; j++) {
             int s, m;
-            k4_scale_min(p + 4, j, &s, &m);
+            gguf_k4_scale_min(p + 4, j, &s, &m);
             sc[2 * j] = sc[2 * j + 1] = d * (float)s;
             mn[2 * j] = mn[2 * j + 1] = -(dmin * (float)m);
         }
