@@ -107,7 +107,9 @@ static void run(const type_info *ti, const uint8_t *w, size_t rb, int64_t M, int
         const double t1 = cpu_now();
         /* gguf_ukr_avx512 reads its activations unsigned: the flipped copy after a */
         const int8_t *ak = ukr == gguf_ukr_avx512 ? a + M * K : a;
-        ukr((int)M, t, nk / t->seg, ak + k0, K, d + k0 / GGUF_AG, K / 32, as + (t->seg == 16 ? k0 / 16 : K / 16 + k0 / 32),
+        /* and its sums as float: the copy after as */
+        const int32_t *ask = ukr == gguf_ukr_avx512 ? as + M * (K / 32 * 3) : as;
+        ukr((int)M, t, nk / t->seg, ak + k0, K, d + k0 / GGUF_AG, K / 32, ask + (t->seg == 16 ? k0 / 16 : K / 16 + k0 / 32),
             K / 32 * 3, u, sm, t->has_min ? sm + (GGUF_KB / GGUF_SUB) * GGUF_NR : NULL, cb);
         *td += t1 - t0;
         *tk += cpu_now() - t1;
@@ -119,10 +121,14 @@ static int check(const type_info *ti, int64_t M, int64_t K, int extreme) {
     uint8_t *w = make_rows(ti, K, extreme, &rb);
     int8_t *a = malloc((size_t)(2 * M * K)); /* a, then a ^ 0x80 */
     float *d = malloc(sizeof(float) * (size_t)(M * (K / 32)));
-    int32_t *as = malloc(sizeof(int32_t) * (size_t)(M * (K / 32 * 3)));
+    int32_t *as = malloc(sizeof(int32_t) * (size_t)(2 * M * (K / 32 * 3))); /* int, then float */
     float *c1 = calloc((size_t)(16 * M), sizeof(float)), *c2 = calloc((size_t)(16 * M), sizeof(float));
     make_act(M, K, extreme, a, d, as);
     for (int64_t i = 0; i < M * K; i++) a[M * K + i] = (int8_t)(a[i] ^ 0x80);
+    for (int64_t i = 0; i < M * (K / 32 * 3); i++) {
+        const float f = (float)as[i];
+        memcpy(as + M * (K / 32 * 3) + i, &f, 4);
+    }
     double tk, td;
     run(ti, w, rb, M, K, a, d, as, UKR, gguf_decode_panel_avx2, c1, &tk, &td);
     run(ti, w, rb, M, K, a, d, as, gguf_ukr_ref, gguf_decode_panel_ref, c2, &tk, &td);
@@ -150,11 +156,15 @@ int main(int argc, char **argv) {
     if (M < 1 || K < 512 || K % 256 || reps < 1) { fprintf(stderr, "M >= 1, K a multiple of 256 >= 512\n"); return 2; }
     int8_t *a = malloc((size_t)(2 * M * K)); /* a, then a ^ 0x80 */
     float *d = malloc(sizeof(float) * (size_t)(M * (K / 32)));
-    int32_t *as = malloc(sizeof(int32_t) * (size_t)(M * (K / 32 * 3)));
+    int32_t *as = malloc(sizeof(int32_t) * (size_t)(2 * M * (K / 32 * 3))); /* int, then float */
     float *cb = calloc((size_t)(16 * M), sizeof(float));
     srand(1);
     make_act(M, K, 0, a, d, as);
     for (int64_t i = 0; i < M * K; i++) a[M * K + i] = (int8_t)(a[i] ^ 0x80);
+    for (int64_t i = 0; i < M * (K / 32 * 3); i++) {
+        const float f = (float)as[i];
+        memcpy(as + M * (K / 32 * 3) + i, &f, 4);
+    }
     printf("M %lld, K %lld, 16 columns, 1 thread, CPU time, best of %d\n", (long long)M, (long long)K, reps);
     int bad = 0;
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
