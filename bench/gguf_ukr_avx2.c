@@ -34,6 +34,7 @@ h3_status h3_fail(h3_err *e, h3_status s, const char *f, ...) { (void)e; (void)f
 h3_isa h3_isa_vector(h3_isa isa) { return isa; }
 int h3_cpu_has_avx512_vnni(void) { return 0; }
 void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) { abort(); }
+void gguf_quant_act_row_avx2u(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) { abort(); }
 #define NO_UKR(name)                                                                                           \
     void name(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd, \
               const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc, const float *mn, float *cb) { \

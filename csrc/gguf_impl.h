@@ -79,8 +79,9 @@ void gguf_quant_act_row_ref(const float *x, int64_t K, int8_t *a, float *d, int3
 #if H3_X86
 void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
 /* the same, a stored as a + 128 (a ^ 0x80) and the sums as float (in as's int32 slots): what
- * gguf_ukr_avx512 reads */
+ * gguf_ukr_avx512 (and, _avx2u, gguf_ukr_avxvnni) reads */
 void gguf_quant_act_row_avx512(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
+void gguf_quant_act_row_avx2u(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
 #endif
 
 /* Decode inputs [0, nk) of rows[0..nr) (each pointing at the K block's first block of a

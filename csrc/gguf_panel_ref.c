@@ -106,6 +106,7 @@ gguf_quant_fn gguf_quant_for(h3_isa isa) {
 #if H3_X86
     /* the kernel decides: the avx512 path's reads its activations unsigned */
     if (gguf_ukr_for(isa) == gguf_ukr_avx512) return gguf_quant_act_row_avx512;
+    if (gguf_ukr_for(isa) == gguf_ukr_avxvnni) return gguf_quant_act_row_avx2u;
 #endif
     return h3_isa_x86_simd(isa) ? H3_ON_X86(gguf_quant_act_row_avx2) : gguf_quant_act_row_ref;
 }

@@ -53,3 +53,20 @@ void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int
         as[K / 16 + b] = as[2 * b] + as[2 * b + 1];
     }
 }
+
+/* the AVX-VNNI kernel's quantiser: a stored as a + 128 and the sums as float (exact), as
+ * gguf_quant_act_row_avx512 does for the AVX-512 kernel */
+void gguf_quant_act_row_avx2u(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) {
+    gguf_quant_act_row_avx2(x, K, a, d, as);
+    const __m256i h = _mm256_set1_epi8((char)0x80);
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32)
+        _mm256_storeu_si256((__m256i *)(a + k), _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(a + k)), h));
+    for (; k < K; k++) a[k] = (int8_t)(a[k] ^ 0x80);
+    const int64_t ns = K / 16 + K / 32;
+    float *fs = (float *)(void *)as;
+    int64_t i = 0;
+    for (; i + 8 <= ns; i += 8)
+        _mm256_storeu_ps(fs + i, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(as + i))));
+    for (; i < ns; i++) fs[i] = (float)as[i];
+}
