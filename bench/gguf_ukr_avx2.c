@@ -43,7 +43,6 @@ void gguf_quant_act_row_avx2u(const float *x, int64_t K, int8_t *a, float *d, in
 #ifndef UKR
 #define UKR gguf_ukr_avx2
 NO_UKR(gguf_ukr_avx512)
-void gguf_quant_act_row_avx512(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) { abort(); }
 #endif
 NO_UKR(gguf_ukr_avxvnni)
 NO_UKR(gguf_ukr_amx)

@@ -19,7 +19,7 @@ static inline __m512i bcast4(const int8_t *p) {
 }
 
 /* RB rows by the panel.  UA: the activations are stored unsigned (a + 128, the avx512 path's
- * quantiser: gguf_quant_act_row_avx512) and w is the signed panel (u - off, made by the
+ * quantiser: gguf_quant_act_row_avx2u) and w is the signed panel (u - off, made by the
  * caller with its per-segment start, -128 * the column sums of w); else a is signed, u the
  * unsigned panel, and each row's sum starts at -off * asum.  Both give the exact sum q a. */
 static inline __attribute__((always_inline)) void rows(const int RB, const int SEG, const int MIN, const int UA,
@@ -115,23 +115,4 @@ void gguf_ukr_avx512_signed(int mr, const gguf_kind *t, int nseg, const int8_t *
                             const float *mn, float *cb) {
     if (t->seg == 32) (t->has_min ? s32_1 : s32_0)(mr, nseg, a, lda, d, ldd, as, ldas, t->off, u, NULL, sc, mn, cb);
     else (t->has_min ? s16_1 : s16_0)(mr, nseg, a, lda, d, ldd, as, ldas, t->off, u, NULL, sc, mn, cb);
-}
-
-/* the avx512 path's quantiser: the AVX2 one's bytes with the sign bit flipped (a + 128), and
- * its integer sums stored as float (exact: |sum| <= 32 * 127), which the kernel above reads
- * for the types with a min: a broadcast load per row and segment instead of a convert and
- * a broadcast, two vector instructions (Q4_K 300 -> 328 GOP/s, one Zen 4 core) */
-void gguf_quant_act_row_avx512(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) {
-    gguf_quant_act_row_avx2(x, K, a, d, as);
-    const __m512i h = _mm512_set1_epi8((char)0x80);
-    int64_t k = 0;
-    for (; k + 64 <= K; k += 64)
-        _mm512_storeu_si512((void *)(a + k), _mm512_xor_si512(_mm512_loadu_si512((const void *)(a + k)), h));
-    for (; k < K; k++) a[k] = (int8_t)(a[k] ^ 0x80);
-    const int64_t ns = K / 16 + K / 32;
-    float *fs = (float *)(void *)as;
-    int64_t i = 0;
-    for (; i + 16 <= ns; i += 16)
-        _mm512_storeu_ps(fs + i, _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(as + i))));
-    for (; i < ns; i++) fs[i] = (float)as[i];
 }

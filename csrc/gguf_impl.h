@@ -79,8 +79,7 @@ void gguf_quant_act_row_ref(const float *x, int64_t K, int8_t *a, float *d, int3
 #if H3_X86
 void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
 /* the same, a stored as a + 128 (a ^ 0x80) and the sums as float (in as's int32 slots): what
- * gguf_ukr_avx512 (and, _avx2u, gguf_ukr_avxvnni) reads */
-void gguf_quant_act_row_avx512(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
+ * gguf_ukr_avx512 and gguf_ukr_avxvnni read */
 void gguf_quant_act_row_avx2u(const float *x, int64_t K, int8_t *a, float *d, int32_t *as);
 #endif
 
@@ -112,7 +111,7 @@ void gguf_ukr_avx2(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_
 void gguf_ukr_avxvnni(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
                       int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
                       const float *mn, float *cb);
-/* on activations stored unsigned, a + 128, with float sums (gguf_quant_act_row_avx512's);
+/* on activations stored unsigned, a + 128, with float sums (gguf_quant_act_row_avx2u's);
  * _signed: on the signed quantiser's a and int sums (the AMX tile kernel's rows past the last 16) */
 void gguf_ukr_avx512(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
                      int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,

@@ -105,8 +105,8 @@ void gguf_ukr_ref(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t
 gguf_quant_fn gguf_quant_for(h3_isa isa) {
 #if H3_X86
     /* the kernel decides: the avx512 path's reads its activations unsigned */
-    if (gguf_ukr_for(isa) == gguf_ukr_avx512) return gguf_quant_act_row_avx512;
-    if (gguf_ukr_for(isa) == gguf_ukr_avxvnni) return gguf_quant_act_row_avx2u;
+    const gguf_ukr_fn k = gguf_ukr_for(isa);
+    if (k == gguf_ukr_avx512 || k == gguf_ukr_avxvnni) return gguf_quant_act_row_avx2u;
 #endif
     return h3_isa_x86_simd(isa) ? H3_ON_X86(gguf_quant_act_row_avx2) : gguf_quant_act_row_ref;
 }

@@ -20,7 +20,6 @@ h3_isa h3_isa_vector(h3_isa isa) { return isa; }
 int h3_cpu_has_avx512_vnni(void) { return 1; }
 void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) { abort(); }
 void gguf_quant_act_row_avx2u(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) { abort(); }
-void gguf_quant_act_row_avx512(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) { abort(); }
 void gguf_ukr_avx512(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
                      int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
                      const float *mn, float *cb) {
