@@ -143,10 +143,8 @@ static inline __attribute__((always_inline)) void body(const int SEG, const int 
         return;
     }
     const int8_t *q = (const int8_t *)u;
-    if (t->off) { /* u - off: the signed q (wraps to the right byte for Q8_0's 128) */
-        const __m512i o = _mm512_set1_epi8((char)t->off);
-        for (int j = 0; j < nseg * SEG * GGUF_NR; j += 64)
-            _mm512_store_si512((void *)(qb + j), _mm512_sub_epi8(_mm512_loadu_si512((const void *)(u + j)), o));
+    if (t->off) { /* u - off: the signed q (no starts: the tiles multiply signed by signed) */
+        gguf_panel_signed_avx2(t, nseg, u, qb, NULL);
         q = qb;
         MEMORY_FENCE();
     }

@@ -25,7 +25,7 @@ static inline __m512i bcast4(const int8_t *p) {
 static inline __attribute__((always_inline)) void rows(const int RB, const int SEG, const int MIN, const int UA,
                                                        int nseg, const int8_t *a, int64_t lda, const float *d,
                                                        int64_t ldd, const int32_t *as, int64_t ldas, int off,
-                                                       const uint8_t *u, const __m512i *start, const float *sc,
+                                                       const uint8_t *u, const int32_t *start, const float *sc,
                                                        const float *mn, float *cb) {
     const int gs = GGUF_AG / SEG;
     for (int s0 = 0; s0 < nseg; s0 += gs) {
@@ -35,7 +35,7 @@ static inline __attribute__((always_inline)) void rows(const int RB, const int S
             const uint8_t *us = u + (int64_t)s * SEG * GGUF_NR;
             __m512i acc[8];
             for (int i = 0; i < RB; i++)
-                acc[i] = UA ? _mm512_load_si512((const void *)(start + s)) : _mm512_set1_epi32(-off * as[i * ldas + s]);
+                acc[i] = UA ? _mm512_load_si512((const void *)(start + s * GGUF_NR)) : _mm512_set1_epi32(-off * as[i * ldas + s]);
             for (int j = 0; j < SEG / 4; j++) {
                 const __m512i w = _mm512_loadu_si512((const void *)(us + j * 64));
                 for (int i = 0; i < RB; i++) {
@@ -60,7 +60,7 @@ static inline __attribute__((always_inline)) void rows(const int RB, const int S
 
 #define UKR_VARIANT(name, SEG, MIN, UA)                                                                            \
     static void name(int mr, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,                \
-                     const int32_t *as, int64_t ldas, int off, const uint8_t *u, const __m512i *start,            \
+                     const int32_t *as, int64_t ldas, int off, const uint8_t *u, const int32_t *start,            \
                      const float *sc, const float *mn, float *cb) {                                               \
         int i = 0;                                                                                                \
         for (; i + 8 <= mr; i += 8)                                                                               \
@@ -83,16 +83,17 @@ UKR_VARIANT(s16_0, 16, 0, 0)
 UKR_VARIANT(s16_1, 16, 1, 0)
 
 /* The avx512 path's kernel, on unsigned activations.  Once per call (a panel's K block, for
- * all its rows): the signed panel w = u - off (wrapping to q for Q8_0's 128) and each
- * segment's start -128 * sum w per column, by vpdpbusd of 128s with w -- ~0.4% of the
- * products at the driver's 288-768 rows, ~3% at 128.  Loaded per row and segment, the start
- * costs no vector instruction, where -off * asum took a multiply and a GPR -> zmm broadcast:
- * 307 -> 328 GOP/s on Q8_0, 3-7% on the other types (one Zen 4 core, bench/gguf_ukr_avx2.c). */
+ * all its rows): the signed panel w = u - off and each segment's start -128 * sum w per
+ * column -- gguf_panel_signed_avx2's job, done here in zmm with vpdpbusd of 128s, as that
+ * AVX2 one (4 instructions more a quad) made this kernel 2-5% slower at 128-256 rows (one
+ * Zen 4 core).  Loaded per row and segment, the start costs no vector instruction, where
+ * -off * asum took a multiply and a GPR -> zmm broadcast: 307 -> 328 GOP/s on Q8_0, 3-7% on
+ * the other types (bench/gguf_ukr_avx2.c). */
 void gguf_ukr_avx512(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
                      int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
                      const float *mn, float *cb) {
     _Alignas(64) uint8_t w[GGUF_KB * GGUF_NR];
-    __m512i start[GGUF_KB / GGUF_SUB];
+    _Alignas(64) int32_t start[(GGUF_KB / GGUF_SUB) * GGUF_NR];
     const __m512i off = _mm512_set1_epi8((char)t->off), h = _mm512_set1_epi8((char)0x80);
     for (int s = 0; s < nseg; s++) {
         __m512i acc = _mm512_setzero_si512();
@@ -102,7 +103,7 @@ void gguf_ukr_avx512(int mr, const gguf_kind *t, int nseg, const int8_t *a, int6
             _mm512_store_si512((void *)(w + q * 64), v);
             acc = _mm512_dpbusd_epi32(acc, h, v);
         }
-        start[s] = _mm512_sub_epi32(_mm512_setzero_si512(), acc);
+        _mm512_store_si512((void *)(start + s * GGUF_NR), _mm512_sub_epi32(_mm512_setzero_si512(), acc));
     }
     if (t->seg == 32) (t->has_min ? v32_1 : v32_0)(mr, nseg, a, lda, d, ldd, as, ldas, 0, w, start, sc, mn, cb);
     else (t->has_min ? v16_1 : v16_0)(mr, nseg, a, lda, d, ldd, as, ldas, 0, w, start, sc, mn, cb);

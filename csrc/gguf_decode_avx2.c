@@ -93,6 +93,13 @@ static inline void transpose8(__m256i r[8]) {
     }
 }
 
+/* 8 columns' transposed quads (transpose8's output) to their place in the panel: quad q0 + j,
+ * columns c0..c0+7 */
+static inline void store_quads(const __m256i x[8], uint8_t *u, int64_t q0, int c0) {
+    uint8_t *o = u + ((size_t)q0 * GGUF_NR + (size_t)c0) * 4;
+    for (int j = 0; j < 8; j++) _mm256_storeu_si256((__m256i *)(o + j * GGUF_NR * 4), x[j]);
+}
+
 /* Q8_0 on its own: a block is one f16 scale and 32 q, so the generic loop's per-block,
  * per-column call of gguf_decode_scales was most of its time (0.023 ms a 16 x 5376 panel, 36%
  * of the AVX-512 kernel at M = 128, Zen 4); here 8 columns' scales are one vcvtph2ps (exact,
@@ -115,8 +122,7 @@ static void decode_q8_0(const uint8_t *const *rows, int nr, int nk, uint8_t *u, 
             }
             _mm256_storeu_ps(sc + b * GGUF_NR + c0, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)));
             transpose8(x);
-            uint8_t *o = u + ((size_t)(b * 8) * GGUF_NR + c0) * 4;
-            for (int j = 0; j < 8; j++) _mm256_storeu_si256((__m256i *)(o + j * GGUF_NR * 4), x[j]);
+            store_quads(x, u, (int64_t)b * 8, c0);
         }
 }
 
@@ -177,8 +183,7 @@ static inline __attribute__((always_inline)) void decode_k(const int type, const
                 __m256i x[8];
                 for (int i = 0; i < 8; i++) x[i] = _mm256_load_si256((const __m256i *)(v[i] + 32 * r));
                 transpose8(x);
-                uint8_t *o = u + ((size_t)(b * blk / 4 + 8 * r) * GGUF_NR + c0) * 4;
-                for (int j = 0; j < 8; j++) _mm256_storeu_si256((__m256i *)(o + j * GGUF_NR * 4), x[j]);
+                store_quads(x, u, (int64_t)b * blk / 4 + 8 * r, c0);
             }
         }
 }
@@ -191,5 +196,26 @@ void gguf_decode_panel_avx2(int type, const uint8_t *const *rows, int nr, int nk
     case H3_GGUF_Q4_K: decode_k(H3_GGUF_Q4_K, rows, nr, nk, u, sc, mn); return;
     case H3_GGUF_Q3_K: decode_k(H3_GGUF_Q3_K, rows, nr, nk, u, sc, mn); return;
     default: gguf_decode_panel_ref(type, rows, nr, nk, u, sc, mn); return;
+    }
+}
+
+void gguf_panel_signed_avx2(const gguf_kind *t, int nseg, const uint8_t *u, int8_t *w, int32_t *start) {
+    const __m256i o = _mm256_set1_epi8((char)t->off), ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int s = 0; s < nseg; s++) {
+        /* each column's w pair sums in int16 (|pair| <= 256, 8 quads <= 2048), the pairs added
+         * into int32 once a segment */
+        __m256i c[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int j = 0; j < t->seg / 4; j++)
+            for (int x = 0; x < 2; x++) { /* columns 0-7, 8-15 of quad q */
+                const int64_t q = (int64_t)s * t->seg / 4 + j;
+                const __m256i v = _mm256_sub_epi8(ld32(u + q * 64 + 32 * x), o);
+                _mm256_store_si256((__m256i *)(w + q * 64 + 32 * x), v);
+                if (start) c[x] = _mm256_add_epi16(c[x], _mm256_maddubs_epi16(ones8, v));
+            }
+        if (start)
+            for (int x = 0; x < 2; x++)
+                _mm256_store_si256((__m256i *)(start + s * GGUF_NR + 8 * x),
+                                   _mm256_sub_epi32(_mm256_setzero_si256(),
+                                                    _mm256_slli_epi32(_mm256_madd_epi16(c[x], ones16), 7)));
     }
 }

@@ -96,6 +96,14 @@ void gguf_decode_panel_ref(int type, const uint8_t *const *rows, int nr, int nk,
 void gguf_decode_panel_avx2(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
 #endif
 
+#if H3_X86
+/* Once per kernel call, for the kernels that take the panel signed (the VNNI ones on unsigned
+ * activations, the AMX tiles): w = u - off (wrapping to q for Q8_0's 128; 32-byte aligned)
+ * and, unless start is NULL, each segment's start -128 * the sum of its w per column,
+ * start[s * 16 + c] (32-byte aligned): sum (a + 128) w + start = sum a w, exactly. */
+void gguf_panel_signed_avx2(const gguf_kind *t, int nseg, const uint8_t *u, int8_t *w, int32_t *start);
+#endif
+
 /* The micro-kernel: cb[i][c] (i < mr, c < 16) += the nseg segments of row i of the
  * activations (a + i * lda, starting on a group; d + i * ldd per group of 256; as + i * ldas
  * per segment) by the panel's column c, in the order above (as: the sums of the type's

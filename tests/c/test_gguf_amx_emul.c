@@ -25,6 +25,19 @@ void gguf_ukr_avx512(int mr, const gguf_kind *t, int nseg, const int8_t *a, int6
                      const float *mn, float *cb) {
     abort();
 }
+/* gguf_panel_signed_avx2 (gguf_decode_avx2.c, AVX2) in scalar C: the emulated kernel calls it */
+void gguf_panel_signed_avx2(const gguf_kind *t, int nseg, const uint8_t *u, int8_t *w, int32_t *start) {
+    for (int s = 0; s < nseg; s++)
+        for (int c = 0; c < 16; c++) {
+            int32_t sum = 0;
+            for (int k = 0; k < t->seg; k++) {
+                const int64_t i = ((int64_t)(s * t->seg + k) / 4 * 16 + c) * 4 + k % 4;
+                w[i] = (int8_t)(uint8_t)(u[i] - t->off);
+                sum += w[i];
+            }
+            if (start) start[s * 16 + c] = -128 * sum;
+        }
+}
 void gguf_decode_panel_avx2(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn) {
     abort();
 }

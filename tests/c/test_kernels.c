@@ -20,6 +20,7 @@
  * Prints "isas tested: ..." and closes with "ok: N checks" (exit 0) or
  * "FAILED: F of N checks" (exit 1). */
 #include "gemm_impl.h" /* the per-path kernel tables (test_gemm_tables) */
+#include "gguf_impl.h" /* the GGUF panel pieces (test_gguf) */
 #include "h3.h"
 #include "h3_loop.h"
 
