@@ -1,31 +1,31 @@
-/* gguf_amx.c — the GGUF micro-kernel on AMX tiles (Sapphire Rapids and later): per segment
- * (the type's 16 or 32 inputs with one weight scale), one tile product gives the exact
- * int32 dots of 16 rows of x by the panel's 16 columns; they are stored (1 KB) and folded
- * into the float sums with AVX-512 in the reference's order (gguf_impl.h), so the results
- * are the reference's bits, as on every other path.
+/* gguf_amx.c — the GGUF micro-kernel on AMX tiles (Sapphire Rapids and later): per 16 rows
+ * of x and segment (the type's 16 or 32 inputs with one weight scale), one tile product gives
+ * the exact int32 dots of the 16 rows by the panel's 16 columns; they are stored (1 KB) and
+ * folded into the float sums with AVX-512 in the reference's order (gguf_impl.h), so the
+ * results are the reference's bits, as on every other path.
  *
- * Tiles (configured here, per call: the K depth is the segment, not amx_tiles.h's 64):
+ * Tiles (configured per call: the K depth is the segment):
+ *   C  tmm0..3: 16x16 int32, one per step, in rotation;
  *   A  tmm4, tmm5: 16 rows x SEG bytes of the activations, read in place (stride K);
- *   B  tmm6, tmm7: SEG/4 quads x 64 bytes: a segment of the decoded panel, which is
- *      already AMX's VNNI B layout ([quad][16 columns][4], 64-byte rows);
- *   C  tmm0..3: 2 row tiles (rows 0-15, 16-31) x 2 segments (s, s + 1) of 16x16 int32.
- * TDPBSSD (signed x signed): the panel's u = q + off are turned back into the signed q
- * once per call (vpsubb: ~1% of the fold's instructions at PN_MC rows), so a dot is
- * sum q a, which is exactly the reference's sum u a - off * asum (|q a| summed over 32
- * inputs < 2^20) and the fold needs no offset step.  The types with a min have off = 0 and u <= 31: read as
- * signed they are the same bytes.
+ *   B  tmm6, tmm7: SEG/4 quads x 64 bytes, a segment of the decoded panel, which is already
+ *      AMX's VNNI B layout ([quad][16 columns][4], 64-byte rows).
+ * TDPBSSD (signed x signed): the panel's u = q + off are turned back into the signed q once
+ * per call (gguf_panel_signed_avx2), so a dot is sum q a, exactly the reference's
+ * sum u a - off * asum (|q a| summed over 32 inputs < 2^20).  The types with a min have
+ * off = 0 and u <= 31: read as signed they are the same bytes.
  *
- * Software pipeline: each step issues the 4 tile products of one (32 rows, 2 segments)
- * block, then folds the previous step's stored tiles (vector ports, while the tile unit
- * works), then stores its own tiles to the other of two buffers.
+ * One step = (16-row tile, segment), the tiles' segments in order, one stream over all the
+ * call's rows.  Step t issues its product into C(t mod 4), stores C of step t - 2 and folds
+ * step t - 3's stored dots: a tile is stored two steps after its product and zeroed again two
+ * steps after its store, so no tile instruction waits on the one just before it.  What this
+ * replaced (32 rows x 2 segments a step, 4 products then their stores back to back, the
+ * group sums in memory) ran 1.8x slower on one SPR core, and measured without its stores
+ * 4x faster: the tile stores are the cost to hide (bench/gguf_ukr_avx2.c, docs/gguf.md).
  *
- * Fold per row and segment (16 columns, one zmm): vcvtdq2ps (load folded), vfmadd by the
- * scales into the group's sum, [vfmadd of the min by the float asum: types with a min];
- * per group of 256 inputs one vfmadd by the activation scale into cb -- 2 or 3 vector
- * instructions for 16 x SEG multiply-adds (the float asums are converted once per 32-row group, 1/nseg of that);
- * docs/gguf.md turns that into the bound on what any such kernel reaches.  LDTILECFG runs
- * once per call (a panel's K block: ~2-4 M multiply-adds), as the segment may differ
- * between calls and other AMX kernels load their own configuration between linears.
+ * The fold keeps the 16 rows' group sums in registers (h0..h15) across the tile's segments:
+ * per row and segment vcvtdq2ps (its load folded) and vfmadd by the scales, [vfmadd of the
+ * min by the float asum: types with a min]; per group of 256 inputs (or the call's end) one
+ * vfmadd by the activation scale into cb.
  *
  * Rows past the last multiple of 16 go to the AVX-512 VNNI kernel on signed activations
  * (gguf_ukr_avx512_signed; the same bits). */
@@ -36,7 +36,12 @@
 
 #include "amx_tiles.h"
 
-/* tile configurations for 32- and 16-input segments (see above) */
+/* steps between a tile's product and its store (1..3: the 4 C tiles rotate); build-time knob */
+#ifndef GGUF_AMX_LAG
+#define GGUF_AMX_LAG 2
+#endif
+_Static_assert(GGUF_AMX_LAG >= 1 && GGUF_AMX_LAG <= 3, "a C tile is stored before its next product");
+
 static amx_tilecfg make_cfg(int seg) {
     amx_tilecfg c;
     memset(&c, 0, sizeof c);
@@ -47,87 +52,70 @@ static amx_tilecfg make_cfg(int seg) {
     return c;
 }
 
-/* one pipeline step: rows [i0, i0 + rows) (rows 16 or 32) by segments s (and s + 1 if two) */
-typedef struct {
-    int i0, rows, s, two, par; /* par: which float-asum buffer the step's row group uses */
-} step;
+/* the tile intrinsics take tile numbers as immediates: one case per rotation slot */
+#define PRODUCT(C, A, B)           \
+    do {                           \
+        _tile_loadd(A, ap, lda);   \
+        _tile_loadd(B, bp, 64);    \
+        _tile_zero(C);             \
+        _tile_dpbssd(C, A, B);     \
+    } while (0)
 
-static inline __attribute__((always_inline)) void products(const int SEG, const step *st, const int8_t *a,
-                                                           int64_t lda, const int8_t *q) {
-    const int8_t *a0 = a + st->i0 * lda + st->s * SEG;
-    const int8_t *b0 = q + st->s * SEG * GGUF_NR;
-    _tile_zero(0);
-    _tile_loadd(6, b0, 64);
-    _tile_loadd(4, a0, lda);
-    if (st->two) {
-        _tile_zero(2);
-        _tile_loadd(7, b0 + SEG * GGUF_NR, 64);
-        _tile_loadd(5, a0 + SEG, lda);
-    }
-    _tile_dpbssd(0, 4, 6);
-    if (st->two) _tile_dpbssd(2, 5, 7);
-    if (st->rows == 32) {
-        _tile_zero(1);
-        _tile_loadd(4, a0 + 16 * lda, lda);
-        _tile_dpbssd(1, 4, 6);
-        if (st->two) {
-            _tile_zero(3);
-            _tile_loadd(5, a0 + 16 * lda + SEG, lda);
-            _tile_dpbssd(3, 5, 7);
-        }
+static inline __attribute__((always_inline)) void product(int k, const int8_t *ap, int64_t lda, const int8_t *bp) {
+    switch (k) {
+    case 0: PRODUCT(0, 4, 6); break;
+    case 1: PRODUCT(1, 5, 7); break;
+    case 2: PRODUCT(2, 4, 6); break;
+    default: PRODUCT(3, 5, 7); break;
     }
 }
 
-/* buf: [tile][16 rows][16] int32, tile = row half + 2 * (segment - s) */
-static inline void store_tiles(const step *st, int32_t *buf) {
-    MEMORY_FENCE();
-    _tile_stored(0, buf, 64);
-    if (st->rows == 32) _tile_stored(1, buf + 256, 64);
-    if (st->two) _tile_stored(2, buf + 512, 64);
-    if (st->two && st->rows == 32) _tile_stored(3, buf + 768, 64);
-    MEMORY_FENCE();
-}
-
-/* the step's stored dots into its rows' group sums hb ([32 rows][16]), in the reference's
- * float order; at a group's end (of 256 inputs, or of the call) cb += d * the sum */
-static inline __attribute__((always_inline)) void fold(const int SEG, const int MIN, const step *st, int nseg,
-                                                       const int32_t *buf, const float *d, int64_t ldd,
-                                                       const float *fas, const float *sc, const float *mn,
-                                                       float *hb, float *cb) {
-    const int s = st->s, gs = GGUF_AG / SEG, end = s + 1 + st->two;
-    const int first = s % gs == 0, last = end % gs == 0 || end >= nseg; /* a step's pair never spans groups */
-    const __m512 s0 = _mm512_loadu_ps(sc + s * GGUF_NR);
-    const __m512 s1 = st->two ? _mm512_loadu_ps(sc + (s + 1) * GGUF_NR) : s0;
-    const __m512 m0 = MIN ? _mm512_loadu_ps(mn + s * GGUF_NR) : s0;
-    const __m512 m1 = MIN && st->two ? _mm512_loadu_ps(mn + (s + 1) * GGUF_NR) : m0;
-    for (int r = 0; r < st->rows; r++) {
-        const int64_t i = st->i0 + r;
-        const int32_t *b = buf + (r >> 4) * 256 + (r & 15) * 16;
-        __m512 h = first ? _mm512_setzero_ps() : _mm512_load_ps(hb + r * 16);
-        h = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)b)), s0, h);
-        if (MIN) h = _mm512_fmadd_ps(m0, _mm512_set1_ps(fas[r * 32 + s]), h);
-        if (st->two) {
-            h = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(b + 512))), s1, h);
-            if (MIN) h = _mm512_fmadd_ps(m1, _mm512_set1_ps(fas[r * 32 + s + 1]), h);
-        }
-        if (last)
-            _mm512_storeu_ps(cb + i * GGUF_NR, _mm512_fmadd_ps(_mm512_set1_ps(d[i * ldd + s / gs]), h,
-                                                               _mm512_loadu_ps(cb + i * GGUF_NR)));
-        else
-            _mm512_store_ps(hb + r * 16, h);
+static inline __attribute__((always_inline)) void store(int k, int32_t *buf) {
+    switch (k) {
+    case 0: _tile_stored(0, buf, 64); break;
+    case 1: _tile_stored(1, buf, 64); break;
+    case 2: _tile_stored(2, buf, 64); break;
+    default: _tile_stored(3, buf, 64); break;
     }
 }
 
 /* fas[r][s] = (float)as of row i0 + r, segment s < nseg (<= 32) */
-static inline void float_sums(int i0, int rows, int nseg, const int32_t *as, int64_t ldas, float *fas) {
+static inline void float_sums(int64_t i0, int nseg, const int32_t *as, int64_t ldas, float *fas) {
     const __mmask16 k0 = nseg >= 16 ? 0xffff : (__mmask16)((1u << nseg) - 1u);
     const __mmask16 k1 = nseg >= 32 ? 0xffff : nseg <= 16 ? 0 : (__mmask16)((1u << (nseg - 16)) - 1u);
-    for (int r = 0; r < rows; r++) {
+    for (int r = 0; r < 16; r++) {
         const int32_t *src = as + (i0 + r) * ldas;
         _mm512_store_ps(fas + r * 32, _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(k0, src)));
         _mm512_store_ps(fas + r * 32 + 16, _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(k1, src + 16)));
     }
 }
+
+/* the 16 rows' group sums are 16 named registers (an array of them went to the stack) */
+#define H16(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define H_ZERO(r) h##r = _mm512_setzero_ps();
+#define H_SEG(r)                                                                                          \
+    h##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(dots + r * 16))), s0, h##r); \
+    if (MIN) h##r = _mm512_fmadd_ps(m0, _mm512_set1_ps(fas[r * 32 + s]), h##r);
+#define H_END(r)                                                                                          \
+    {                                                                                                     \
+        float *c = cb + (i0 + r) * GGUF_NR;                                                               \
+        _mm512_storeu_ps(c, _mm512_fmadd_ps(_mm512_set1_ps(d[(i0 + r) * ldd + s / gs]), h##r, _mm512_loadu_ps(c))); \
+    }
+
+/* step t's stored dots into the group sums, in the reference's float order; at a group's end
+ * (of 256 inputs, or of the call) cb += d * the sum */
+#define FOLD(t)                                                                                 \
+    do {                                                                                        \
+        const int s = (t) % nseg;                                                               \
+        const int64_t i0 = (int64_t)((t) / nseg) * 16;                                          \
+        const int32_t *dots = buf[(t) & 3];                                                     \
+        if (s % gs == 0) { H16(H_ZERO) }                                                        \
+        if (MIN && s == 0) float_sums(i0, nseg, as, ldas, fas);                                 \
+        const __m512 s0 = _mm512_load_ps(sc + s * GGUF_NR);                                     \
+        const __m512 m0 = MIN ? _mm512_load_ps(mn + s * GGUF_NR) : s0;                          \
+        H16(H_SEG)                                                                              \
+        if ((s + 1) % gs == 0 || s + 1 == nseg) { H16(H_END) }                                  \
+    } while (0)
 
 static inline __attribute__((always_inline)) void body(const int SEG, const int MIN, int mr, const gguf_kind *t,
                                                        int nseg, const int8_t *a, int64_t lda, const float *d,
@@ -135,41 +123,38 @@ static inline __attribute__((always_inline)) void body(const int SEG, const int 
                                                        const uint8_t *u, const float *sc, const float *mn,
                                                        float *cb) {
     int8_t qb[GGUF_KB * GGUF_NR] __attribute__((aligned(64)));
-    int32_t buf[2][4 * 256] __attribute__((aligned(64)));
-    float fas[2][32 * 32] __attribute__((aligned(64)));
-    float hb[32 * 16] __attribute__((aligned(64)));
-    if (mr < 16) {
-        gguf_ukr_avx512_signed(mr, t, nseg, a, lda, d, ldd, as, ldas, u, sc, mn, cb);
-        return;
-    }
-    const int8_t *q = (const int8_t *)u;
-    if (t->off) { /* u - off: the signed q (no starts: the tiles multiply signed by signed) */
-        gguf_panel_signed_avx2(t, nseg, u, qb, NULL);
-        q = qb;
-        MEMORY_FENCE();
-    }
-    const amx_tilecfg cfg = make_cfg(SEG);
-    _tile_loadconfig(&cfg);
-    step prev = {0, 0, 0, 0, 0};
-    int have = 0, nb = 0, grp = 0, i0 = 0;
-    for (; i0 + 16 <= mr; grp++) {
-        const int rows = i0 + 32 <= mr ? 32 : 16;
-        if (MIN) float_sums(i0, rows, nseg, as, ldas, fas[grp & 1]);
-        for (int s = 0; s < nseg; s += 2) {
-            const step cur = {i0, rows, s, s + 1 < nseg, grp & 1};
-            products(SEG, &cur, a, lda, q);
-            if (have) fold(SEG, MIN, &prev, nseg, buf[nb ^ 1], d, ldd, fas[prev.par], sc, mn, hb, cb);
-            store_tiles(&cur, buf[nb]);
-            prev = cur;
-            have = 1;
-            nb ^= 1;
+    int32_t buf[4][256] __attribute__((aligned(64)));
+    float fas[16 * 32] __attribute__((aligned(64)));
+    __m512 h0, h1, h2, h3, h4, h5, h6, h7, h8, h9, h10, h11, h12, h13, h14, h15;
+    const int tiles = mr / 16, gs = GGUF_AG / SEG;
+    if (tiles) {
+        const int8_t *q = (const int8_t *)u;
+        if (t->off) { /* u - off: the signed q (no starts: the tiles multiply signed by signed) */
+            gguf_panel_signed_avx2(t, nseg, u, qb, NULL);
+            q = qb;
+            MEMORY_FENCE();
         }
-        i0 += rows;
+        const amx_tilecfg cfg = make_cfg(SEG);
+        _tile_loadconfig(&cfg);
+        H16(H_ZERO)
+        const int steps = tiles * nseg;
+        int64_t ti = 0; /* the row tile and segment of step t */
+        int ts = 0;
+        for (int t = 0; t < steps + GGUF_AMX_LAG + 1; t++) {
+            if (t < steps) {
+                product(t & 3, a + ti * 16 * lda + ts * SEG, lda, q + ts * SEG * GGUF_NR);
+                if (++ts == nseg) { ts = 0; ti++; }
+            }
+            const int st = t - GGUF_AMX_LAG;
+            if (st >= 0 && st < steps) store(st & 3, buf[st & 3]);
+            MEMORY_FENCE();
+            if (st >= 1) FOLD(st - 1);
+        }
     }
-    if (have) fold(SEG, MIN, &prev, nseg, buf[nb ^ 1], d, ldd, fas[prev.par], sc, mn, hb, cb);
+    const int64_t i0 = (int64_t)tiles * 16;
     if (i0 < mr)
-        gguf_ukr_avx512_signed(mr - i0, t, nseg, a + i0 * lda, lda, d + i0 * ldd, ldd, as + i0 * ldas, ldas, u, sc, mn,
-                        cb + i0 * GGUF_NR);
+        gguf_ukr_avx512_signed(mr - (int)i0, t, nseg, a + i0 * lda, lda, d + i0 * ldd, ldd, as + i0 * ldas, ldas, u,
+                               sc, mn, cb + i0 * GGUF_NR);
 }
 
 #define UKR_VARIANT(name, SEG, MIN)                                                                           \
