@@ -6,10 +6,24 @@
 
 #include <stdlib.h>
 #include <string.h>
+#ifdef H3_PN_PROFILE
+#include <stdio.h>
 
-/* per thread: the format's decoded K block and two float panels of f->mc rows */
+#include "h3_loop.h"
+#endif
+
+/* Column panels per pass over the K blocks.  One panel per pass read the block's activations
+ * (mc x K bytes, up to 4 MB) from L3 once per panel; G panels take each K block's activations
+ * (mc x kb bytes, <= 512 KB) from L2 G - 1 times out of G.  Their float sums (G x mc x nr
+ * floats, twice for SwiGLU pairs) stay in L2 beside them. */
+#ifndef H3_PN_GROUP /* build-time knob, for A/B (CFLAGS=-DH3_PN_GROUP=1 is the old order) */
+#define H3_PN_GROUP 1
+#endif
+_Static_assert(H3_PN_GROUP >= 1 && H3_PN_GROUP <= 16, "panels per pass");
+
+/* per thread: the format's decoded K block and 2 G float panels of f->mc rows */
 static size_t thread_bytes(const pn_fmt *f) {
-    return H3_ALIGN_UP(f->buf_bytes, 64) + 2 * (size_t)f->mc * (size_t)f->nr * 4;
+    return H3_ALIGN_UP(f->buf_bytes, 64) + 2 * H3_PN_GROUP * (size_t)f->mc * (size_t)f->nr * 4;
 }
 /* rows of the activation layout: M, or M rounded up to whole tile groups */
 static int64_t a_rows(const pn_fmt *f, int64_t M) { return f->a_tile32 ? H3_ALIGN_UP(M, PN_TILE) : M; }
@@ -55,71 +69,93 @@ static void quant_task(void *p, int ith, int nth) {
                         c->s[s] && m < c->M ? c->s[s] + m * (K / PN_ACT * c->f->sums) : NULL);
 }
 
-/* the float sums of rows [m0, m0 + mc) by logical weight rows [r0, r0 + nr) into cb */
-static void panel(const pn_ctx *c, int64_t m0, int64_t mc, int64_t r0, int nr, char *buf, float *cb) {
+/* the float sums of rows [m0, m0 + mc) by the np panels of logical weight rows
+ * [r0[p], r0[p] + nr[p]) into cb + p * mc * nr, K block by K block (H3_PN_GROUP says why) */
+static void panels(const pn_ctx *c, int64_t m0, int64_t mc, const int64_t *r0, const int *nr, int np, char *buf,
+                   float *cb) {
     const h3_linear *l = c->l;
-    const int64_t K = l->K;
-    const int slot = c->f->slot_of(l, r0); /* a panel never spans two parts */
-    const int64_t ea = c->f->a_esize;
-    const pn_act act = {a_row(c->f, c->a[slot], m0, K), K * ea, c->d[slot] + m0 * (K / PN_ACT), K / PN_ACT,
-                        c->s[slot] ? c->s[slot] + m0 * (K / PN_ACT * c->f->sums) : NULL, K / PN_ACT * c->f->sums};
-    memset(cb, 0, (size_t)mc * (size_t)c->f->nr * sizeof(float));
+    const int64_t K = l->K, ea = c->f->a_esize, stride = mc * c->f->nr;
+    pn_act act[2 * H3_PN_GROUP];
+    for (int p = 0; p < np; p++) {
+        const int slot = c->f->slot_of(l, r0[p]); /* a panel never spans two parts */
+        const pn_act a = {a_row(c->f, c->a[slot], m0, K), K * ea, c->d[slot] + m0 * (K / PN_ACT), K / PN_ACT,
+                          c->s[slot] ? c->s[slot] + m0 * (K / PN_ACT * c->f->sums) : NULL, K / PN_ACT * c->f->sums};
+        act[p] = a;
+    }
+    memset(cb, 0, (size_t)np * (size_t)stride * sizeof(float));
     for (int64_t k0 = 0; k0 < K; k0 += c->f->kb)
-        c->f->kblock(c->f, l, r0, nr, k0, (int)H3_MIN(c->f->kb, K - k0), (int)mc, &act, buf, cb);
+        for (int p = 0; p < np; p++)
+            c->f->kblock(c->f, l, r0[p], nr[p], k0, (int)H3_MIN(c->f->kb, K - k0), (int)mc, &act[p], buf,
+                         cb + p * stride);
+}
+
+/* panel [n0, n0 + nr) of the output from its float sums g (and v: SwiGLU's second half) */
+static void epilogue(const pn_ctx *c, int64_t m0, int64_t mc, int64_t n0, int nr, float *g, const float *v) {
+    const h3_linear *l = c->l;
+    const int kind = c->epi ? c->epi->kind : H3_EPI_NONE;
+    const int64_t ncol = kind == H3_EPI_SWIGLU ? l->H : l->N;
+    const int NR = c->f->nr;
+    if (kind == H3_EPI_SWIGLU) {
+        for (int64_t i = 0; i < mc; i++) {
+            float *gi = g + i * NR;
+            gemm_swiglu_row_ref(gi, v + i * NR, nr, l->bias ? l->bias + n0 : NULL, l->bias ? l->bias + l->H + n0 : NULL);
+            memcpy(c->y + (m0 + i) * ncol + n0, gi, (size_t)nr * sizeof(float));
+        }
+        return;
+    }
+    if (kind != H3_EPI_RESID) { /* the common case as plain loops the compiler vectorises */
+        for (int64_t i = 0; i < mc; i++) {
+            float *yr = c->y + (m0 + i) * ncol + n0;
+            const float *gi = g + i * NR;
+            if (l->bias)
+                for (int j = 0; j < nr; j++) yr[j] = gi[j] + l->bias[n0 + j];
+            else
+                memcpy(yr, gi, (size_t)nr * sizeof(float));
+        }
+        return;
+    }
+    for (int64_t i = 0; i < mc; i++) {
+        const int64_t m = m0 + i;
+        for (int j = 0; j < nr; j++) {
+            const int64_t n = n0 + j;
+            float acc = g[i * NR + j];
+            if (l->bias) acc += l->bias[n];
+            const h3_epilogue *e = c->epi;
+            if (e->gate) acc *= e->gate[(e->gate_row ? e->gate_row[m] : m) * ncol + n];
+            acc = e->resid[m * ncol + n] + acc;
+            c->y[m * ncol + n] = acc;
+        }
+    }
 }
 
 static void mul_task(void *p, int ith, int nth) {
     pn_ctx *c = (pn_ctx *)p;
     const h3_linear *l = c->l;
-    const int kind = c->epi ? c->epi->kind : H3_EPI_NONE;
-    const int swiglu = kind == H3_EPI_SWIGLU;
-    const int64_t ncol = swiglu ? l->H : l->N;
+    const int swiglu = c->epi && c->epi->kind == H3_EPI_SWIGLU;
     /* panels: SwiGLU, NR columns of the half (rows n and H + n); else NR rows of one part */
     const int NR = c->f->nr, MC = c->f->mc;
     const int64_t rows = swiglu ? l->H : l->part_rows, per = (rows + NR - 1) / NR;
     const int64_t npan = swiglu ? per : per * l->nparts;
     char *buf = c->tws + (size_t)ith * thread_bytes(c->f);
-    float *cbg = (float *)(buf + H3_ALIGN_UP(c->f->buf_bytes, 64));
-    float *cbv = cbg + MC * NR;
+    float *cb = (float *)(buf + H3_ALIGN_UP(c->f->buf_bytes, 64));
     const int64_t p0 = npan * ith / nth, p1 = npan * (ith + 1) / nth;
     for (int64_t m0 = 0; m0 < c->M; m0 += MC) {
-        const int64_t mc = H3_MIN(MC, c->M - m0);
-        for (int64_t pi = p0; pi < p1; pi++) {
-            const int64_t lc = (pi % per) * NR, n0 = (pi / per) * rows + lc;
-            const int nr = (int)H3_MIN(NR, rows - lc);
-            panel(c, m0, mc, n0, nr, buf, cbg);
-            if (swiglu) {
-                panel(c, m0, mc, l->H + n0, nr, buf, cbv);
-                for (int64_t i = 0; i < mc; i++) {
-                    float *g = cbg + i * NR;
-                    gemm_swiglu_row_ref(g, cbv + i * NR, nr, l->bias ? l->bias + n0 : NULL,
-                                        l->bias ? l->bias + l->H + n0 : NULL);
-                    memcpy(c->y + (m0 + i) * ncol + n0, g, (size_t)nr * sizeof(float));
-                }
-                continue;
+        const int64_t mc = H3_MIN(MC, c->M - m0), stride = mc * NR;
+        for (int64_t pg = p0; pg < p1; pg += H3_PN_GROUP) {
+            const int ng = (int)H3_MIN(H3_PN_GROUP, p1 - pg);
+            int64_t n0[H3_PN_GROUP], r0[2 * H3_PN_GROUP];
+            int nr[2 * H3_PN_GROUP], np = 0;
+            for (int q = 0; q < ng; q++) {
+                const int64_t pi = pg + q, lc = (pi % per) * NR;
+                n0[q] = (pi / per) * rows + lc;
+                nr[np] = (int)H3_MIN(NR, rows - lc);
+                r0[np++] = n0[q];
+                if (swiglu) { nr[np] = nr[np - 1]; r0[np++] = l->H + n0[q]; }
             }
-            if (kind != H3_EPI_RESID) { /* the common case as plain loops the compiler vectorises */
-                for (int64_t i = 0; i < mc; i++) {
-                    float *yr = c->y + (m0 + i) * ncol + n0;
-                    const float *g = cbg + i * NR;
-                    if (l->bias)
-                        for (int j = 0; j < nr; j++) yr[j] = g[j] + l->bias[n0 + j];
-                    else
-                        memcpy(yr, g, (size_t)nr * sizeof(float));
-                }
-                continue;
-            }
-            for (int64_t i = 0; i < mc; i++) {
-                const int64_t m = m0 + i;
-                for (int j = 0; j < nr; j++) {
-                    const int64_t n = n0 + j;
-                    float acc = cbg[i * NR + j];
-                    if (l->bias) acc += l->bias[n];
-                    const h3_epilogue *e = c->epi;
-                    if (e->gate) acc *= e->gate[(e->gate_row ? e->gate_row[m] : m) * ncol + n];
-                    acc = e->resid[m * ncol + n] + acc;
-                    c->y[m * ncol + n] = acc;
-                }
+            panels(c, m0, mc, r0, nr, np, buf, cb);
+            for (int q = 0; q < ng; q++) {
+                const int g = swiglu ? 2 * q : q;
+                epilogue(c, m0, mc, n0[q], nr[g], cb + g * stride, swiglu ? cb + (g + 1) * stride : NULL);
             }
         }
     }
@@ -128,6 +164,9 @@ static void mul_task(void *p, int ith, int nth) {
 h3_status pn_forward(const pn_fmt *f, const h3_linear *l, h3_pool *pool, const float *x, int64_t M, float *y,
                      const h3_epilogue *epi, void *ws, size_t ws_bytes, h3_err *err) {
     const int nth = h3_pool_threads(pool);
+#ifdef H3_PN_PROFILE
+    const double tws0 = h3_monotonic();
+#endif
     const size_t need = pn_workspace_bytes(f, l, M, nth);
     void *own = NULL;
     h3_status st = h3_workspace(&ws, &ws_bytes, need, &own, "linear_forward", err);
@@ -142,8 +181,19 @@ h3_status pn_forward(const pn_fmt *f, const h3_linear *l, h3_pool *pool, const f
         c.s[s] = f->sums ? h3_arena_take(&ar, s_bytes(f, M, l->K)) : NULL;
     }
     c.tws = h3_arena_take(&ar, (size_t)nth * thread_bytes(f));
+#ifdef H3_PN_PROFILE /* a build for measuring the phases (CFLAGS=-DH3_PN_PROFILE): to stderr */
+    const double t0 = h3_monotonic();
+#endif
     h3_pool_run(pool, quant_task, &c);
+#ifdef H3_PN_PROFILE
+    const double t1 = h3_monotonic();
+#endif
     h3_pool_run(pool, mul_task, &c);
+#ifdef H3_PN_PROFILE
+    fprintf(stderr, "pn M %lld N %lld K %lld threads %d: workspace %.2f ms quant %.2f ms mul %.2f ms\n",
+            (long long)M, (long long)l->N, (long long)l->K, nth, (t0 - tws0) * 1e3, (t1 - t0) * 1e3,
+            (h3_monotonic() - t1) * 1e3);
+#endif
     h3_free(own);
     return H3_OK;
 }
