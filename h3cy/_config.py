@@ -20,11 +20,14 @@ H3CY_NEON_EXT  which of the 'neon' path's ARMv8.6 extensions its GEMMs may use w
               int8/int4 kernels (same bits as without); bf16: BFMMLA for bf16 weights with
               bf16-valued inputs.  For A/B on ARM; passed to the C library with each linear
               it makes (h3_linear_opts.ext_off); Linear.extensions says what one uses.
-H3CY_GGUF_TILES=1 on the 'amx' path, run GGUF-stored layers on the AMX tile kernel
-              (csrc/gguf_amx.c) instead of the AVX-512 VNNI one (same bits).  Off by default:
-              on the 16-core SPR the tiles ran 0.83-1.04x the VNNI kernel (session 22);
-              for A/B.  The int8/int4 layers are on AMX either way.
-              Read at each GGUF linear h3cy.weights makes (h3cy.weights.linears.gguf_isa).
+H3CY_GGUF_TILES  which kernel GGUF-stored layers run on the 'amx' path (same bits on all):
+              auto (default: the AMX tile kernel csrc/gguf_amx.c for the types with one
+              scale per 32 values -- Q8_0, Q4_0/1, Q5_0/1, Q4_K, Q5_K -- and the AVX-512 VNNI
+              kernel for those with 16 -- Q6_K, Q3_K, Q2_K -- as measured fastest on the
+              16-core SPR, session 26) | 1 (tiles for every type) | 0 (VNNI for every
+              type; the pre-session-26 default).  For A/B.  The int8/int4 layers are on
+              AMX either way.  Read at each GGUF linear h3cy.weights makes
+              (h3cy.weights.linears.gguf_isa).
 H3CY_NVFP4_ROUTE  the product NVFP4 linears (ComfyUI text encoder files) compute: auto
               (default: on the amx path the bf16 route, AMX bf16 tiles on bf16-rounded
               activations; elsewhere int8) | int8 (activations int8 per 32: on amx the
@@ -50,7 +53,7 @@ _ENV_CONV_IM2COL = os.environ.get("H3CY_CONV_IM2COL", "").strip() == "1"
 
 _ENV_ATTENTION = os.environ.get("H3CY_ATTENTION", "").strip().lower() or None
 
-_ENV_GGUF_TILES = os.environ.get("H3CY_GGUF_TILES", "").strip() == "1"
+_ENV_GGUF_TILES = os.environ.get("H3CY_GGUF_TILES", "").strip().lower()
 
 _ENV_HUGEPAGES = os.environ.get("H3CY_HUGEPAGES", "") != "0"
 
@@ -81,10 +84,17 @@ def huge_pages():
 
 
 def gguf_tiles():
-    """True with H3CY_GGUF_TILES=1: on the 'amx' path, GGUF layers run the AMX tile kernel
-    instead of the AVX-512 VNNI one (A/B; the same bits; not faster where measured).  Read
-    at each GGUF linear made, from this module's variable (tests patch it)."""
-    return _ENV_GGUF_TILES
+    """H3CY_GGUF_TILES as "auto" (unset or "auto"), "on" ("1") or "off" ("0"): on the 'amx'
+    path, which GGUF layers run the AMX tile kernel (h3cy.weights.linears.gguf_isa); another
+    value is a ValueError naming the variable.  Read at each GGUF linear made, from this
+    module's variable (tests patch it)."""
+    v = _ENV_GGUF_TILES
+    if v in ("", "auto"):
+        return "auto"
+    if v in ("0", "1"):
+        return "on" if v == "1" else "off"
+    from .errors import H3ValueError
+    raise H3ValueError(f"H3CY_GGUF_TILES={v!r}: expected auto, 1 (tiles for every type) or 0 (none)")
 
 
 def neon_extensions():

@@ -33,11 +33,22 @@ from .comfy_quant import Int8Weight, Nvfp4Weight
 from .gguf import GGUFWeight
 
 
-def gguf_isa(isa):
-    """The path a GGUF linear runs on: ``isa``, except "amx", which runs the blocks on the
-    AVX-512 VNNI kernel unless H3CY_GGUF_TILES=1 asks for the AMX tiles (the same bits; the
-    tiles measured 0.83-1.04x the VNNI kernel on the 16-core SPR)."""
-    return "avx512" if isa == "amx" and not _config.gguf_tiles() else isa
+# GGUF types whose scales are per 16 values: on AMX, twice the tile stores per product, and
+# the tile kernel measured 0.6-0.9x the VNNI kernel for them (16-core SPR, session 26)
+_SEG16 = {"Q2_K", "Q3_K", "Q6_K"}
+
+
+def gguf_isa(isa, types=()):
+    """The path a GGUF linear of these type names runs on: ``isa``, except "amx", where the
+    AMX tile kernel runs the types with one scale per 32 values and the AVX-512 VNNI kernel
+    ("avx512") the others (Q2_K, Q3_K, Q6_K) -- what measured fastest (docs/gguf.md);
+    H3CY_GGUF_TILES=1 / 0 puts every type on the tiles / on VNNI (the same bits, for A/B)."""
+    if isa != "amx":
+        return isa
+    tiles = _config.gguf_tiles()
+    if tiles == "auto":
+        return "avx512" if any(t in _SEG16 for t in types) else "amx"
+    return "amx" if tiles == "on" else "avx512"
 
 
 def _gguf_linear(w, mode, isa, pool, pair, bias):
@@ -53,7 +64,8 @@ def _gguf_linear(w, mode, isa, pool, pair, bias):
         return None
     N, K = parts[0].shape[0] * len(parts), parts[0].shape[1]
     core = _kernels.linear_attach_gguf([np.ascontiguousarray(p.blocks) for p in parts],
-                                       [p.type_id for p in parts], N, K, bias, int(pair), gguf_isa(isa), pool)
+                                       [p.type_id for p in parts], N, K, bias, int(pair),
+                                       gguf_isa(isa, [p.type_name for p in parts]), pool)
     return ops.Linear.from_core(core, mode, pool)
 
 
