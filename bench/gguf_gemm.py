@@ -30,6 +30,7 @@ import numpy as np
 
 import h3cy
 from h3cy import _kernels
+from h3cy.weights.linears import gguf_isa
 from h3cy.weights.gguf import GGML_TYPES, TYPE_IDS
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -61,7 +62,8 @@ def random_blocks(type_name, N, K, rng):
 
 def gguf_linear(type_name, N, K, pool, rng):
     blocks = random_blocks(type_name, N, K, rng)
-    core = _kernels.linear_attach_gguf([blocks], [TYPE_IDS[type_name]], N, K, None, 0, h3cy.ops.active_isa(), pool)
+    isa = gguf_isa(h3cy.ops.active_isa(), [type_name])  # the loader's kernel for this type
+    core = _kernels.linear_attach_gguf([blocks], [TYPE_IDS[type_name]], N, K, None, 0, isa, pool)
     lin = h3cy.ops.Linear.from_core(core, "int8", pool)
     lin._keep = blocks
     return lin, core

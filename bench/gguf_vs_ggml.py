@@ -42,6 +42,7 @@ import numpy as np
 
 import h3cy
 from h3cy import _kernels
+from h3cy.weights.linears import gguf_isa
 from h3cy.ops.measurement import cpu_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -69,7 +70,8 @@ def h3cy_gguf_linear(type_name, N, K, pool, isa, rng):
     if _gguf_gemm_linear is not None and isa == h3cy.ops.active_isa():
         return _gguf_gemm_linear(type_name, N, K, pool, rng)[0]
     blocks = random_blocks(type_name, N, K, rng)
-    core = _kernels.linear_attach_gguf([blocks], [TYPES[type_name][0]], N, K, None, 0, isa, pool)
+    core = _kernels.linear_attach_gguf([blocks], [TYPES[type_name][0]], N, K, None, 0,
+                                       gguf_isa(isa, [type_name]), pool)  # the loader's kernel
     lin = h3cy.ops.Linear.from_core(core, "int8", pool)
     lin._keep = blocks        # the core points into the blocks
     return lin
