@@ -40,6 +40,10 @@
 #ifndef GGUF_AMX_LAG
 #define GGUF_AMX_LAG 2
 #endif
+/* A rows prefetched this many cache lines ahead (0: none); build-time knob for A/B */
+#ifndef GGUF_AMX_PF
+#define GGUF_AMX_PF 0
+#endif
 _Static_assert(GGUF_AMX_LAG >= 1 && GGUF_AMX_LAG <= 3, "a C tile is stored before its next product");
 
 static amx_tilecfg make_cfg(int seg) {
@@ -102,12 +106,13 @@ static inline void float_sums(int64_t i0, int nseg, const int32_t *as, int64_t l
         _mm512_storeu_ps(c, _mm512_fmadd_ps(_mm512_set1_ps(d[(i0 + r) * ldd + s / gs]), h##r, _mm512_loadu_ps(c))); \
     }
 
-/* step t's stored dots into the group sums, in the reference's float order; at a group's end
- * (of 256 inputs, or of the call) cb += d * the sum */
+/* step t's stored dots (row tile fi, segment fs: the caller's counters, no division a step)
+ * into the group sums, in the reference's float order; at a group's end (of 256 inputs, or of
+ * the call) cb += d * the sum */
 #define FOLD(t)                                                                                 \
     do {                                                                                        \
-        const int s = (t) % nseg;                                                               \
-        const int64_t i0 = (int64_t)((t) / nseg) * 16;                                          \
+        const int s = fs;                                                                       \
+        const int64_t i0 = fi * 16;                                                             \
         const int32_t *dots = buf[(t) & 3];                                                     \
         if (s % gs == 0) { H16(H_ZERO) }                                                        \
         if (MIN && s == 0) float_sums(i0, nseg, as, ldas, fas);                                 \
@@ -138,17 +143,28 @@ static inline __attribute__((always_inline)) void body(const int SEG, const int 
         _tile_loadconfig(&cfg);
         H16(H_ZERO)
         const int steps = tiles * nseg;
-        int64_t ti = 0; /* the row tile and segment of step t */
-        int ts = 0;
+        int64_t ti = 0, fi = 0; /* the row tile and segment of step t, and of the step folded */
+        int ts = 0, fs = 0;
         for (int t = 0; t < steps + GGUF_AMX_LAG + 1; t++) {
             if (t < steps) {
+#if GGUF_AMX_PF
+                if ((ts * SEG) % 64 == 0) { /* the tile's rows, GGUF_AMX_PF cache lines ahead (the next tile's past the block) */
+                    int64_t o = (int64_t)ts * SEG + 64 * GGUF_AMX_PF, r = ti * 16;
+                    if (o >= (int64_t)nseg * SEG) { o -= (int64_t)nseg * SEG; r += 16; }
+                    if (r + 16 <= mr)
+                        for (int i = 0; i < 16; i++) _mm_prefetch((const char *)(a + (r + i) * lda + o), _MM_HINT_T0);
+                }
+#endif
                 product(t & 3, a + ti * 16 * lda + ts * SEG, lda, q + ts * SEG * GGUF_NR);
                 if (++ts == nseg) { ts = 0; ti++; }
             }
             const int st = t - GGUF_AMX_LAG;
             if (st >= 0 && st < steps) store(st & 3, buf[st & 3]);
             MEMORY_FENCE();
-            if (st >= 1) FOLD(st - 1);
+            if (st >= 1) {
+                FOLD(st - 1);
+                if (++fs == nseg) { fs = 0; fi++; }
+            }
         }
     }
     const int64_t i0 = (int64_t)tiles * 16;

@@ -125,5 +125,8 @@ static inline void emul_tile_dpbssd(int dst, int a, int b) {
 #define _tile_stored(t, base, stride) emul_tile_stored((t), (base), (long)(stride))
 #define _tile_dpbssd(c, a, b) emul_tile_dpbssd((c), (a), (b))
 #define _tile_release() (emul_configured = 0)
+/* a hint: no effect on results (and none may be relied on) */
+#define _MM_HINT_T0 3
+#define _mm_prefetch(p, hint) __builtin_prefetch((p), 0, 3)
 
 #endif
