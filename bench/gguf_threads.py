@@ -1,4 +1,4 @@
-"""The GGUF linear's speed by thread count, beside h3cy's int8 on the same weights: where the
+"""The GGUF linear's speed by thread count, beside h3cy's int8 and int4 (group 128) on the same weights: where the
 driver stops scaling, and the AMX tile kernel against the VNNI one in the driver (not alone).
 
     PYTHONPATH=$PWD python3 bench/gguf_threads.py [--threads 1,4,16] [--types Q8_0,Q4_K]
@@ -51,6 +51,7 @@ def main():
                 lins[f"{t} {isa}"] = gguf_linear(b, t, N, K, isa, pool)
         w = next(iter(lins.values()))._c.dequantized()
         lins["int8"] = h3cy.ops.Linear(w, weights="int8", isa=isas[0], threads=pool)
+        lins["int4"] = h3cy.ops.Linear(w, weights="int4", group_size=128, isa=isas[0], threads=pool)
         for name, lin in lins.items():
             best = 1e9
             for _ in range(args.calls):
