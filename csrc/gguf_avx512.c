@@ -117,3 +117,101 @@ void gguf_ukr_avx512_signed(int mr, const gguf_kind *t, int nseg, const int8_t *
     if (t->seg == 32) (t->has_min ? s32_1 : s32_0)(mr, nseg, a, lda, d, ldd, as, ldas, t->off, u, NULL, sc, mn, cb);
     else (t->has_min ? s16_1 : s16_0)(mr, nseg, a, lda, d, ldd, as, ldas, t->off, u, NULL, sc, mn, cb);
 }
+
+/* Two panels (32 columns) at once: each broadcast activation quad feeds both panels' dots, so
+ * per dot half the broadcasts of the 16-column kernel.  RB rows by w0 | w1 (signed panels with
+ * their starts, as gguf_ukr_avx512 makes them), cb rows of 32 floats; the same float steps per
+ * column as the 16-column kernel (the same bits). */
+static inline __attribute__((always_inline)) void rows32(const int RB, const int SEG, const int MIN, int nseg,
+                                                         const int8_t *a, int64_t lda, const float *d, int64_t ldd,
+                                                         const float *fas, int64_t ldas, const uint8_t *w0,
+                                                         const uint8_t *w1, const int32_t *st0, const int32_t *st1,
+                                                         const float *sc0, const float *sc1, const float *mn0,
+                                                         const float *mn1, float *cb) {
+    const int gs = GGUF_AG / SEG;
+    for (int s0 = 0; s0 < nseg; s0 += gs) {
+        __m512 h0[6], h1[6];
+        for (int i = 0; i < RB; i++) h0[i] = h1[i] = _mm512_setzero_ps();
+        for (int s = s0; s < H3_MIN(s0 + gs, nseg); s++) {
+            const int64_t o = (int64_t)s * SEG * GGUF_NR;
+            __m512i acc0[6], acc1[6];
+            for (int i = 0; i < RB; i++) {
+                acc0[i] = _mm512_load_si512((const void *)(st0 + s * GGUF_NR));
+                acc1[i] = _mm512_load_si512((const void *)(st1 + s * GGUF_NR));
+            }
+            for (int j = 0; j < SEG / 4; j++) {
+                const __m512i wa = _mm512_load_si512((const void *)(w0 + o + j * 64));
+                const __m512i wb = _mm512_load_si512((const void *)(w1 + o + j * 64));
+                for (int i = 0; i < RB; i++) {
+                    const __m512i av = bcast4(a + i * lda + s * SEG + j * 4);
+                    acc0[i] = _mm512_dpbusd_epi32(acc0[i], av, wa);
+                    acc1[i] = _mm512_dpbusd_epi32(acc1[i], av, wb);
+                }
+            }
+            const __m512 sv0 = _mm512_loadu_ps(sc0 + s * GGUF_NR), sv1 = _mm512_loadu_ps(sc1 + s * GGUF_NR);
+            for (int i = 0; i < RB; i++) {
+                h0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc0[i]), sv0, h0[i]);
+                h1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc1[i]), sv1, h1[i]);
+                if (MIN) {
+                    const __m512 f = _mm512_set1_ps(fas[i * ldas + s]);
+                    h0[i] = _mm512_fmadd_ps(_mm512_loadu_ps(mn0 + s * GGUF_NR), f, h0[i]);
+                    h1[i] = _mm512_fmadd_ps(_mm512_loadu_ps(mn1 + s * GGUF_NR), f, h1[i]);
+                }
+            }
+        }
+        for (int i = 0; i < RB; i++) {
+            const __m512 dv = _mm512_set1_ps(d[i * ldd + s0 / gs]);
+            _mm512_storeu_ps(cb + i * 32, _mm512_fmadd_ps(dv, h0[i], _mm512_loadu_ps(cb + i * 32)));
+            _mm512_storeu_ps(cb + i * 32 + 16, _mm512_fmadd_ps(dv, h1[i], _mm512_loadu_ps(cb + i * 32 + 16)));
+        }
+    }
+}
+
+#define X2_VARIANT(name, SEG, MIN)                                                                                 \
+    static void name(int mr, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd, const float *fas, \
+                     int64_t ldas, const uint8_t *w0, const uint8_t *w1, const int32_t *st0, const int32_t *st1,  \
+                     const float *sc0, const float *sc1, const float *mn0, const float *mn1, float *cb) {         \
+        int i = 0;                                                                                                 \
+        for (; i + 6 <= mr; i += 6)                                                                                \
+            rows32(6, SEG, MIN, nseg, a + i * lda, lda, d + i * ldd, ldd, fas + i * ldas, ldas, w0, w1, st0, st1,  \
+                   sc0, sc1, mn0, mn1, cb + i * 32);                                                               \
+        for (; i + 2 <= mr; i += 2)                                                                                \
+            rows32(2, SEG, MIN, nseg, a + i * lda, lda, d + i * ldd, ldd, fas + i * ldas, ldas, w0, w1, st0, st1,  \
+                   sc0, sc1, mn0, mn1, cb + i * 32);                                                               \
+        for (; i < mr; i++)                                                                                        \
+            rows32(1, SEG, MIN, nseg, a + i * lda, lda, d + i * ldd, ldd, fas + i * ldas, ldas, w0, w1, st0, st1,  \
+                   sc0, sc1, mn0, mn1, cb + i * 32);                                                               \
+    }
+X2_VARIANT(x32_0, 32, 0)
+X2_VARIANT(x32_1, 32, 1)
+X2_VARIANT(x16_0, 16, 0)
+X2_VARIANT(x16_1, 16, 1)
+
+/* the signed panel w = u - off and each segment's start -128 * sum w per column (see above) */
+static void signed_panel(const gguf_kind *t, int nseg, const uint8_t *u, uint8_t *w, int32_t *start) {
+    const __m512i off = _mm512_set1_epi8((char)t->off), h = _mm512_set1_epi8((char)0x80);
+    for (int s = 0; s < nseg; s++) {
+        __m512i acc = _mm512_setzero_si512();
+        for (int j = 0; j < t->seg / 4; j++) {
+            const int64_t q = (int64_t)s * t->seg / 4 + j;
+            const __m512i v = _mm512_sub_epi8(_mm512_loadu_si512((const void *)(u + q * 64)), off);
+            _mm512_store_si512((void *)(w + q * 64), v);
+            acc = _mm512_dpbusd_epi32(acc, h, v);
+        }
+        _mm512_store_si512((void *)(start + s * GGUF_NR), _mm512_sub_epi32(_mm512_setzero_si512(), acc));
+    }
+}
+
+void gguf_ukr_avx512_x2(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
+                        int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u0, const float *sc0,
+                        const float *mn0, const uint8_t *u1, const float *sc1, const float *mn1, float *cb) {
+    _Alignas(64) uint8_t w[2][GGUF_KB * GGUF_NR];
+    _Alignas(64) int32_t start[2][(GGUF_KB / GGUF_SUB) * GGUF_NR];
+    signed_panel(t, nseg, u0, w[0], start[0]);
+    signed_panel(t, nseg, u1, w[1], start[1]);
+    const float *fas = (const float *)as;
+    if (t->seg == 32)
+        (t->has_min ? x32_1 : x32_0)(mr, nseg, a, lda, d, ldd, fas, ldas, w[0], w[1], start[0], start[1], sc0, sc1, mn0, mn1, cb);
+    else
+        (t->has_min ? x16_1 : x16_0)(mr, nseg, a, lda, d, ldd, fas, ldas, w[0], w[1], start[0], start[1], sc0, sc1, mn0, mn1, cb);
+}

@@ -124,6 +124,10 @@ void gguf_ukr_avxvnni(int mr, const gguf_kind *t, int nseg, const int8_t *a, int
 void gguf_ukr_avx512(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
                      int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
                      const float *mn, float *cb);
+/* two panels (u0 | u1, their scales) at once, cb rows of 32 floats (the same bits per column) */
+void gguf_ukr_avx512_x2(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
+                        int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u0, const float *sc0,
+                        const float *mn0, const uint8_t *u1, const float *sc1, const float *mn1, float *cb);
 void gguf_ukr_avx512_signed(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
                             int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
                             const float *mn, float *cb);

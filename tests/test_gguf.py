@@ -208,12 +208,13 @@ def test_gemm_matches_float64_on_quantised_activations(tmp_path, type_name, isa)
     wrong sub-block scale or offset gives > 1e-2.  Against the unquantised x the error is
     the activation quantisation's (bound 3e-2, below).  M = 1, 17, 130, 1100
     (not multiples of the micro-kernels' 2/8 rows; 1100 past one of the driver's row blocks,
-    which hold 256-1024 rows by K: gemm_gguf.c gguf_rows_per_block), N = 37
-    (a partial 16-column panel), K over a full and a partial 512-input K block (544: a last
+    which hold 256-1024 rows by K: gemm_gguf.c gguf_rows_per_block), N = 53
+    (a partial 16-column panel; on avx512, whose kernel takes 32 columns, one full and one of
+    21: the x2 kernel's second panel partial), K over a full and a partial 512-input K block (544: a last
     activation group of 32 values); every
     path's result is the reference's bit for bit, on 1 and 2 threads."""
     rng = np.random.default_rng(6)
-    N, K = 37, (768 if TYPES[type_name][1] == 256 else 544)
+    N, K = 53, (768 if TYPES[type_name][1] == 256 else 544)
     b = random_blocks(type_name, N, K, rng)
     W = oracle_dequant(type_name, b, (N, K)).astype(np.float64)
     bias = rng.standard_normal(N).astype(np.float32)
