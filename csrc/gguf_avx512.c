@@ -82,6 +82,21 @@ UKR_VARIANT(s32_1, 32, 1, 0)
 UKR_VARIANT(s16_0, 16, 0, 0)
 UKR_VARIANT(s16_1, 16, 1, 0)
 
+/* the signed panel w = u - off and each segment's start -128 * sum w per column (the avx512 kernels' prologue) */
+static void signed_panel(const gguf_kind *t, int nseg, const uint8_t *u, uint8_t *w, int32_t *start) {
+    const __m512i off = _mm512_set1_epi8((char)t->off), h = _mm512_set1_epi8((char)0x80);
+    for (int s = 0; s < nseg; s++) {
+        __m512i acc = _mm512_setzero_si512();
+        for (int j = 0; j < t->seg / 4; j++) {
+            const int64_t q = (int64_t)s * t->seg / 4 + j;
+            const __m512i v = _mm512_sub_epi8(_mm512_loadu_si512((const void *)(u + q * 64)), off);
+            _mm512_store_si512((void *)(w + q * 64), v);
+            acc = _mm512_dpbusd_epi32(acc, h, v);
+        }
+        _mm512_store_si512((void *)(start + s * GGUF_NR), _mm512_sub_epi32(_mm512_setzero_si512(), acc));
+    }
+}
+
 /* The avx512 path's kernel, on unsigned activations.  Once per call (a panel's K block, for
  * all its rows): the signed panel w = u - off and each segment's start -128 * sum w per
  * column -- gguf_panel_signed_avx2's job, done here in zmm with vpdpbusd of 128s, as that
@@ -94,17 +109,7 @@ void gguf_ukr_avx512(int mr, const gguf_kind *t, int nseg, const int8_t *a, int6
                      const float *mn, float *cb) {
     _Alignas(64) uint8_t w[GGUF_KB * GGUF_NR];
     _Alignas(64) int32_t start[(GGUF_KB / GGUF_SUB) * GGUF_NR];
-    const __m512i off = _mm512_set1_epi8((char)t->off), h = _mm512_set1_epi8((char)0x80);
-    for (int s = 0; s < nseg; s++) {
-        __m512i acc = _mm512_setzero_si512();
-        for (int j = 0; j < t->seg / 4; j++) {
-            const int64_t q = (int64_t)s * t->seg / 4 + j;
-            const __m512i v = _mm512_sub_epi8(_mm512_loadu_si512((const void *)(u + q * 64)), off);
-            _mm512_store_si512((void *)(w + q * 64), v);
-            acc = _mm512_dpbusd_epi32(acc, h, v);
-        }
-        _mm512_store_si512((void *)(start + s * GGUF_NR), _mm512_sub_epi32(_mm512_setzero_si512(), acc));
-    }
+    signed_panel(t, nseg, u, w, start);
     if (t->seg == 32) (t->has_min ? v32_1 : v32_0)(mr, nseg, a, lda, d, ldd, as, ldas, 0, w, start, sc, mn, cb);
     else (t->has_min ? v16_1 : v16_0)(mr, nseg, a, lda, d, ldd, as, ldas, 0, w, start, sc, mn, cb);
 }
@@ -186,21 +191,6 @@ X2_VARIANT(x32_0, 32, 0)
 X2_VARIANT(x32_1, 32, 1)
 X2_VARIANT(x16_0, 16, 0)
 X2_VARIANT(x16_1, 16, 1)
-
-/* the signed panel w = u - off and each segment's start -128 * sum w per column (see above) */
-static void signed_panel(const gguf_kind *t, int nseg, const uint8_t *u, uint8_t *w, int32_t *start) {
-    const __m512i off = _mm512_set1_epi8((char)t->off), h = _mm512_set1_epi8((char)0x80);
-    for (int s = 0; s < nseg; s++) {
-        __m512i acc = _mm512_setzero_si512();
-        for (int j = 0; j < t->seg / 4; j++) {
-            const int64_t q = (int64_t)s * t->seg / 4 + j;
-            const __m512i v = _mm512_sub_epi8(_mm512_loadu_si512((const void *)(u + q * 64)), off);
-            _mm512_store_si512((void *)(w + q * 64), v);
-            acc = _mm512_dpbusd_epi32(acc, h, v);
-        }
-        _mm512_store_si512((void *)(start + s * GGUF_NR), _mm512_sub_epi32(_mm512_setzero_si512(), acc));
-    }
-}
 
 void gguf_ukr_avx512_x2(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
                         int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u0, const float *sc0,
