@@ -9,7 +9,8 @@ then its speed beside the AVX-512 VNNI kernel it replaces and h3cy's own int8 / 
    docs/gguf.md, "one float order so every path equals ref bit for bit").  An assertion
    names the first type / M that differs.
 2. Speed: GFLOP/s (2 M N K / median wall time, alternated rounds) of the GGUF linears on AMX
-   tiles (isa "amx") and on AVX-512 VNNI (isa "avx512", what the amx path runs without H3CY_GGUF_TILES=1), with
+   tiles (isa "amx") and on AVX-512 VNNI (isa "avx512"; the amx path runs the tiles for the
+   32-value types, VNNI for the 16-value ones), with
    h3cy int8 and int4 (group 128) on the same weights (the first type's dequantisation), at
    the DiT's qkv and down (M = 2048) and the text encoder's te_q and te_up (M = 128).  Every
    timed GGUF pair is also checked equal bit for bit (AMX vs AVX-512) on the full output.
@@ -102,7 +103,8 @@ def main():
     types = args.types.split(",")
     pool = _kernels.ThreadPool(args.threads)
     print(f"# speed: GFLOP/s of medians (wall, best of {args.calls} calls, {args.rounds} alternated rounds); "
-          "amx = GGUF on AMX tiles, vnni = GGUF on AVX-512 VNNI (the default), int8/int4 = h3cy's on AMX")
+          "amx = GGUF on AMX tiles, vnni = GGUF on AVX-512 VNNI (the amx path's default for Q2_K, Q3_K, "
+          "Q6_K; tiles for the rest), int8/int4 = h3cy's on AMX")
     print("| shape | M | type | GGUF amx | GGUF vnni | amx / vnni | h3cy int8 | h3cy int4 | amx / int8 | amx / int4 |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     rows = []
