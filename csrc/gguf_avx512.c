@@ -198,10 +198,13 @@ void gguf_ukr_avx512_x2(int mr, const gguf_kind *t, int nseg, const int8_t *a, i
     _Alignas(64) uint8_t w[2][GGUF_KB * GGUF_NR];
     _Alignas(64) int32_t start[2][(GGUF_KB / GGUF_SUB) * GGUF_NR];
     signed_panel(t, nseg, u0, w[0], start[0]);
-    signed_panel(t, nseg, u1, w[1], start[1]);
+    const int one = u1 == u0; /* the driver's last panel of <= 16 rows passes the first twice */
+    if (!one) signed_panel(t, nseg, u1, w[1], start[1]);
+    const uint8_t *w1 = w[one ? 0 : 1];
+    const int32_t *st1 = start[one ? 0 : 1];
     const float *fas = (const float *)as;
     if (t->seg == 32)
-        (t->has_min ? x32_1 : x32_0)(mr, nseg, a, lda, d, ldd, fas, ldas, w[0], w[1], start[0], start[1], sc0, sc1, mn0, mn1, cb);
+        (t->has_min ? x32_1 : x32_0)(mr, nseg, a, lda, d, ldd, fas, ldas, w[0], w1, start[0], st1, sc0, sc1, mn0, mn1, cb);
     else
-        (t->has_min ? x16_1 : x16_0)(mr, nseg, a, lda, d, ldd, fas, ldas, w[0], w[1], start[0], start[1], sc0, sc1, mn0, mn1, cb);
+        (t->has_min ? x16_1 : x16_0)(mr, nseg, a, lda, d, ldd, fas, ldas, w[0], w1, start[0], st1, sc0, sc1, mn0, mn1, cb);
 }
