@@ -77,9 +77,19 @@ static void quant(const pn_fmt *f, const h3_linear *l, int s, const float *x, ui
 /* the bytes one decoded 16-row K block takes in buf: u, then sc and mn */
 #define GGUF_DEC_BYTES ((size_t)GGUF_KB * GGUF_NR + 2 * (size_t)(GGUF_KB / GGUF_SUB) * GGUF_NR * 4)
 
-/* decode weight rows [r0, r0 + nr) (nr <= 16) of the K block into buf (GGUF_DEC_BYTES) */
+/* the AMX path's K-quant form (gguf_kq_amx.c): integer scales and mins per 32, d and -dmin
+ * per 256, after the decoded panel in buf */
+#define GGUF_KQ_BYTES (2 * (size_t)(GGUF_KB / 32) * GGUF_NR + 2 * (size_t)(GGUF_KB / 256) * GGUF_NR * 4)
+
+/* H3CY_GGUF_KQ=0 runs Q4_K / Q5_K on the AMX path in the common order (gguf_amx.c) instead,
+ * for A/B; read once, by gguf_panel_fmt */
+static int kq_on = -1;
+
+/* decode weight rows [r0, r0 + nr) (nr <= 16) of the K block into buf (GGUF_DEC_BYTES); rows
+ * (if not NULL) gets the rows' raw blocks of the K block and *type their type */
 static const gguf_kind *decode(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, char *buf,
-                               const uint8_t **u, const float **sc, const float **mn) {
+                               const uint8_t **u, const float **sc, const float **mn, const uint8_t **rows_out,
+                               int *type_out) {
     const uint8_t *rows[GGUF_NR];
     int type = 0, blk = 1, bytes = 0;
     for (int j = 0; j < nr; j++) rows[j] = grow_at(l, r0 + j, &type); /* a panel never spans two parts */
@@ -90,6 +100,8 @@ static const gguf_kind *decode(const pn_fmt *f, const h3_linear *l, int64_t r0, 
     *u = (const uint8_t *)buf;
     *sc = s;
     *mn = m;
+    if (rows_out) memcpy(rows_out, rows, sizeof(rows[0]) * (size_t)nr);
+    if (type_out) *type_out = type;
     return gguf_kind_of(type);
 }
 
@@ -100,13 +112,24 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
                    const pn_act *act, char *buf, float *cb) {
     const uint8_t *u, *u1;
     const float *sc, *mn, *sc1, *mn1;
-    const gguf_kind *t = decode(f, l, r0, H3_MIN(nr, GGUF_NR), k0, nk, buf, &u, &sc, &mn);
+    const uint8_t *rows[GGUF_NR];
+    int type = 0;
+    const int nr0 = H3_MIN(nr, GGUF_NR);
+    const gguf_kind *t = decode(f, l, r0, nr0, k0, nk, buf, &u, &sc, &mn, rows, &type);
     const int8_t *a = (const int8_t *)act->a + k0;
     const float *d = act->d + k0 / GGUF_AG;
     const int32_t *as = act->as + (t->seg == 16 ? k0 / 16 : l->K / 16 + k0 / 32);
 #if H3_X86
+    if (f->ukr == (const void *)gguf_ukr_amx && kq_on && (type == H3_GGUF_Q4_K || type == H3_GGUF_Q5_K)) {
+        uint8_t *isc = (uint8_t *)buf + GGUF_DEC_BYTES, *imn = isc + (GGUF_KB / 32) * GGUF_NR;
+        float *ds = (float *)(imn + (GGUF_KB / 32) * GGUF_NR), *dm = ds + (GGUF_KB / 256) * GGUF_NR;
+        gguf_kq_scales(type, rows, nr0, nk, isc, imn, ds, dm);
+        gguf_ukr_amx_kq(mc, nk / 256, a, act->lda, d, act->ldd, as, act->ldas, u, isc, imn, ds, dm, cb);
+        return;
+    }
     if (f->nr == 2 * GGUF_NR) { /* a second panel past 16 rows (else the first again, its sums unused) */
-        if (nr > GGUF_NR) decode(f, l, r0 + GGUF_NR, nr - GGUF_NR, k0, nk, buf + GGUF_DEC_BYTES, &u1, &sc1, &mn1);
+        if (nr > GGUF_NR)
+            decode(f, l, r0 + GGUF_NR, nr - GGUF_NR, k0, nk, buf + GGUF_DEC_BYTES, &u1, &sc1, &mn1, NULL, NULL);
         else { u1 = u; sc1 = sc; mn1 = mn; }
         gguf_ukr_avx512_x2(mc, t, nk / t->seg, a, act->lda, d, act->ldd, as, act->ldas, u, sc, t->has_min ? mn : NULL, u1,
                            sc1, t->has_min ? mn1 : NULL, cb);
@@ -139,7 +162,11 @@ pn_fmt gguf_panel_fmt(const h3_linear *l) {
 #if H3_X86
     two = k == gguf_ukr_avx512;
 #endif
-    pn_fmt f = {.nslots = 1, .sums = 3, .buf_bytes = (two ? 2 : 1) * GGUF_DEC_BYTES,
+    if (kq_on < 0) {
+        const char *e = getenv("H3CY_GGUF_KQ");
+        kq_on = !(e && e[0] == '0');
+    }
+    pn_fmt f = {.nslots = 1, .sums = 3, .buf_bytes = (two ? 2 : 1) * GGUF_DEC_BYTES + GGUF_KQ_BYTES,
                 .nr = (two ? 2 : 1) * GGUF_NR, .mc = gguf_rows_per_block(l->K), .kb = GGUF_KB, .a_esize = 1,
                 .a_tile32 = 0, .quant = quant, .slot_of = slot_of, .kblock = kblock,
                 .ukr = (const void *)k, .decode = (const void *)gguf_decode_for(l->isa)};

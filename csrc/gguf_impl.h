@@ -135,6 +135,30 @@ void gguf_ukr_avx512_signed(int mr, const gguf_kind *t, int nseg, const int8_t *
 void gguf_ukr_amx(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
                   const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc, const float *mn, float *cb);
 #endif
+/* The K-quants whose sub-block scales are 6-bit integers (Q4_K, Q5_K) have a second order,
+ * the AMX path's (gguf_kq_amx.c): per super-block of 256 inputs (one group), with the
+ * integer scales sc_j and mins m_j of its 8 sub-blocks and the block's d and dmin,
+ *   S   = sum_j sc_j * dot_j,  Mi = sum_j m_j * asum_j          (int32, exact)
+ *   h   = fmaf((float)Mi, -dmin, (float)S * d)
+ *   f   = fmaf(dact, h, f)
+ * Exact integer sums where the order above rounds after every sub-block: it agrees with it to
+ * ~1e-7 relative, not bit for bit.  Why a second order: on tiles it lets the scales ride in
+ * the weights (B = u * (sc & 7) and u * (sc >> 3), both unsigned bytes), so one tile store and
+ * fold serves 256 inputs instead of 32 (docs/gguf.md, session 27).
+ * gguf_kq_scales: the raw blocks of the K block (as gguf_decode_fn's rows) -> isc, imn
+ * [nk / 32][16] and ds, dm [nk / 256][16] (dm = -dmin; columns past nr zero).
+ * gguf_ukr_kq_*: cb[i][c] (i < mr) += the nsb super-blocks of row i (as: the sums per 32) by
+ * the panel's column c (u as gguf_decode_fn writes it) in that order. */
+void gguf_kq_scales(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *isc, uint8_t *imn, float *ds,
+                    float *dm);
+void gguf_ukr_kq_ref(int mr, int nsb, const int8_t *a, int64_t lda, const float *d, int64_t ldd, const int32_t *as,
+                     int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn, const float *ds,
+                     const float *dm, float *cb);
+#if H3_X86
+void gguf_ukr_amx_kq(int mr, int nsb, const int8_t *a, int64_t lda, const float *d, int64_t ldd, const int32_t *as,
+                     int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn, const float *ds,
+                     const float *dm, float *cb);
+#endif
 #if H3_ARM64
 void gguf_ukr_neon(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
                    const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc, const float *mn, float *cb);

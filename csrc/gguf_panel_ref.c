@@ -129,3 +129,42 @@ gguf_ukr_fn gguf_ukr_for(h3_isa isa) {
     (void)isa;
     return gguf_ukr_ref;
 }
+
+/* ---- the K-quants' integer super-block order (gguf_impl.h: the AMX path's Q4_K, Q5_K) ---- */
+
+void gguf_kq_scales(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *isc, uint8_t *imn, float *ds,
+                    float *dm) {
+    const int bytes = type == H3_GGUF_Q5_K ? 176 : 144, nsb = nk / 256;
+    for (int c = 0; c < GGUF_NR; c++)
+        for (int b = 0; b < nsb; b++) {
+            const uint8_t *p = c < nr ? rows[c] + (int64_t)b * bytes : NULL;
+            ds[b * GGUF_NR + c] = p ? h3_f16_to_f32((uint16_t)(p[0] | p[1] << 8)) : 0.0f;
+            dm[b * GGUF_NR + c] = p ? -h3_f16_to_f32((uint16_t)(p[2] | p[3] << 8)) : 0.0f;
+            for (int j = 0; j < 8; j++) {
+                int s = 0, m = 0;
+                if (p) gguf_k4_scale_min(p + 4, j, &s, &m);
+                isc[(b * 8 + j) * GGUF_NR + c] = (uint8_t)s;
+                imn[(b * 8 + j) * GGUF_NR + c] = (uint8_t)m;
+            }
+        }
+}
+
+void gguf_ukr_kq_ref(int mr, int nsb, const int8_t *a, int64_t lda, const float *d, int64_t ldd, const int32_t *as,
+                     int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn, const float *ds,
+                     const float *dm, float *cb) {
+    for (int i = 0; i < mr; i++)
+        for (int c = 0; c < GGUF_NR; c++)
+            for (int b = 0; b < nsb; b++) {
+                int32_t S = 0, Mi = 0;
+                for (int j = 0; j < 8; j++) {
+                    const int s = b * 8 + j;
+                    int32_t dot = 0;
+                    for (int k = s * 32; k < s * 32 + 32; k++)
+                        dot += (int32_t)a[i * lda + k] * (int32_t)u[((k / 4) * GGUF_NR + c) * 4 + k % 4];
+                    S += (int32_t)isc[s * GGUF_NR + c] * dot;
+                    Mi += (int32_t)imn[s * GGUF_NR + c] * as[i * ldas + s];
+                }
+                const float h = fmaf((float)Mi, dm[b * GGUF_NR + c], (float)S * ds[b * GGUF_NR + c]);
+                cb[i * GGUF_NR + c] = fmaf(d[i * ldd + b], h, cb[i * GGUF_NR + c]);
+            }
+}

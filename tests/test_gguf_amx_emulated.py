@@ -1,6 +1,7 @@
-"""The GGUF GEMM's AMX tile micro-kernel (csrc/gguf_amx.c) against the scalar definition
-(gguf_ukr_ref), bit for bit, on any machine: tests/c/test_gguf_amx_emul.c compiles the kernel
-with the AVX-512/AMX intrinsics replaced by a plain-C emulation that follows Intel's pseudo-code
+"""The GGUF GEMM's AMX tile micro-kernels against their scalar definitions, bit for bit, on any
+machine: csrc/gguf_amx.c against gguf_ukr_ref, csrc/gguf_kq_amx.c (Q4_K / Q5_K, the integer
+super-block order) against gguf_ukr_kq_ref and, to 1e-6, the common order.
+tests/c/test_gguf_amx_emul.c compiles the kernels with the AVX-512/AMX intrinsics replaced by a plain-C emulation that follows Intel's pseudo-code
 and checks the tile shapes (tests/c/amx_emul/immintrin.h), under ASan/UBSan.  It covers every
 GGUF type the GEMM runs (32- and 16-value segments, with and without a min), row counts that
 are and are not multiples of the 16-row tiles, odd segment counts, a K block inside a longer
@@ -39,9 +40,13 @@ def test_gguf_amx_kernel_equals_ref_under_emulation(tmp_path):
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
-    # 10 types x their K blocks (32, 96, 256, 512 where the segment divides them) x 10 row counts
+    # 10 types x their K blocks (32, 96, 256, 512 where the segment divides them) x 10 row counts,
+    # then the K-quant kernel: 2 types x 1 and 2 super-blocks x 11 row counts (1..130: partial
+    # and whole 32-row blocks)
     m = re.search(r"^ok: (\d+) checks$", r.stdout, re.M)
-    assert m and int(m.group(1)) == 400, out[-2000:]
+    assert m and int(m.group(1)) == 400 + 44, out[-2000:]
+    m = re.search(r"^kq: largest difference from the common order (\S+) ", r.stdout, re.M)
+    assert m and 0 < float(m.group(1)) <= 1e-6, out[-2000:]
     # the rows past the last 16 went to the AVX-512 kernel whenever there were some (6 of the
     # 10 row counts), and only then (the driver fails otherwise)
     assert re.search(r"^tail runs: 240$", r.stdout, re.M), out[-2000:]

@@ -1,5 +1,7 @@
 /* tests/c/test_gguf_amx_emul.c — csrc/gguf_amx.c (the GGUF micro-kernel on AMX tiles) against
- * the scalar definition, gguf_ukr_ref (csrc/gguf_panel_ref.c), bit for bit, with the AVX-512
+ * the scalar definition, gguf_ukr_ref (csrc/gguf_panel_ref.c), bit for bit, and
+ * csrc/gguf_kq_amx.c (Q4_K / Q5_K in the integer super-block order) against its own,
+ * gguf_ukr_kq_ref, bit for bit and the common order's to 1e-6, with the AVX-512
  * and AMX intrinsics replaced by the plain-C emulation in tests/c/amx_emul/immintrin.h.  This
  * checks the kernel's own logic on any machine (tile shapes and addresses, the two-buffer
  * pipeline, the fold's float order, 16-row groups, odd segment counts, the rows past the last
@@ -9,47 +11,13 @@
  *   gcc -Itests/c/amx_emul -Icsrc tests/c/test_gguf_amx_emul.c csrc/gguf_panel_ref.c -lm
  * Prints "ok: N checks" and exits 0, or names the first mismatch and exits 1. */
 #include "gguf_amx.c"
+#include "gguf_kq_amx.c"
 
 #include <stdio.h>
 #include <stdlib.h>
 
-/* ---- what gguf_panel_ref.c links against, outside this test's scope ----------------- */
-void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *mn) { abort(); }
-int h3_gguf_type_size(int type, int *blk, int *bytes) { abort(); }
-h3_isa h3_isa_vector(h3_isa isa) { return isa; }
-int h3_cpu_has_avx512_vnni(void) { return 1; }
-void gguf_quant_act_row_avx2(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) { abort(); }
-void gguf_quant_act_row_avx2u(const float *x, int64_t K, int8_t *a, float *d, int32_t *as) { abort(); }
-void gguf_ukr_avx512(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
-                     int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
-                     const float *mn, float *cb) {
-    abort();
-}
-/* gguf_panel_signed_avx2 (gguf_decode_avx2.c, AVX2) in scalar C: the emulated kernel calls it */
-void gguf_panel_signed_avx2(const gguf_kind *t, int nseg, const uint8_t *u, int8_t *w, int32_t *start) {
-    for (int s = 0; s < nseg; s++)
-        for (int c = 0; c < 16; c++) {
-            int32_t sum = 0;
-            for (int k = 0; k < t->seg; k++) {
-                const int64_t i = ((int64_t)(s * t->seg + k) / 4 * 16 + c) * 4 + k % 4;
-                w[i] = (int8_t)(uint8_t)(u[i] - t->off);
-                sum += w[i];
-            }
-            if (start) start[s * 16 + c] = -128 * sum;
-        }
-}
-void gguf_decode_panel_avx2(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn) {
-    abort();
-}
-void gguf_ukr_avx2(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
-                   const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc, const float *mn, float *cb) {
-    abort();
-}
-void gguf_ukr_avxvnni(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d,
-                      int64_t ldd, const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc,
-                      const float *mn, float *cb) {
-    abort();
-}
+#include "gguf_ref_stubs.h"
+
 /* the rows past the last 16: on the hardware the AVX-512 kernel, equal to ref by the driver
  * tests; here ref itself, counted so that the test knows the tail was taken */
 static int tail_calls;
@@ -66,6 +34,75 @@ static uint32_t rnd(void) {
     return (uint32_t)(rng >> 11);
 }
 static float rndf(void) { return ((float)(rnd() % 2000001) - 1000000.0f) / 1000000.0f; } /* [-1, 1] */
+
+
+/* gguf_kq_amx.c against gguf_ukr_kq_ref bit for bit, and both against the common order
+ * (gguf_ukr_ref on sc = ds * isc, mn = dm * imn: exact float products) within 1e-6 of the
+ * largest output (observed ~3e-8: the common order rounds after each of 8 sub-blocks; a
+ * wrong tile, scale or min would be off by ~1e-2 or more) */
+static int check_kq(const int8_t *a, int64_t K, const float *d, const int32_t *as, float *cb0, float *cb1,
+                    int *checks) {
+    static const int mrs[] = {1, 15, 16, 17, 31, 32, 33, 48, 64, 80, 130};
+    static const int types[] = {H3_GGUF_Q4_K, H3_GGUF_Q5_K};
+    uint8_t u[512 * 16] __attribute__((aligned(64)));
+    uint8_t isc[16 * 16], imn[16 * 16];
+    float ds[2 * 16], dm[2 * 16], sc[16 * 16], mn[16 * 16];
+    float *cb2 = malloc(sizeof(float) * 130 * 16);
+    const int64_t ldas = K / 16 + K / 32;
+    double worst = 0;
+    for (int ti = 0; ti < 2; ti++) {
+        const gguf_kind *t = gguf_kind_of(types[ti]);
+        for (int nsb = 1; nsb <= 2; nsb++) {
+            const int nk = nsb * 256, nr = 9 + (int)(rnd() % 8);
+            const int64_t k0 = nk == 256 ? 512 : 256; /* a K block inside the row, on a group */
+            for (int c = 0; c < 16; c++) {
+                for (int k = 0; k < nk; k++)
+                    u[((k / 4) * 16 + c) * 4 + k % 4] = c < nr ? (uint8_t)(rnd() % (unsigned)(t->umax + 1)) : 0;
+                for (int b = 0; b < nsb; b++) {
+                    ds[b * 16 + c] = c < nr ? rndf() * 0.001f : 0.0f;
+                    dm[b * 16 + c] = c < nr ? -fabsf(rndf()) * 0.002f : 0.0f;
+                }
+                for (int s = 0; s < nk / 32; s++) {
+                    /* the extremes too: 63 * 31 in bl / bh, the largest mins */
+                    isc[s * 16 + c] = c < nr ? (uint8_t)(s % 5 == 0 ? 63 : rnd() % 64) : 0;
+                    imn[s * 16 + c] = c < nr ? (uint8_t)(s % 7 == 0 ? 63 : rnd() % 64) : 0;
+                    sc[s * 16 + c] = ds[(s / 8) * 16 + c] * (float)isc[s * 16 + c];
+                    mn[s * 16 + c] = dm[(s / 8) * 16 + c] * (float)imn[s * 16 + c];
+                }
+            }
+            const int32_t *asp = as + K / 16 + k0 / 32;
+            for (size_t mi = 0; mi < sizeof mrs / sizeof mrs[0]; mi++) {
+                const int mr = mrs[mi];
+                for (int e = 0; e < mr * 16; e++) cb0[e] = cb1[e] = cb2[e] = rndf();
+                gguf_ukr_kq_ref(mr, nsb, a + k0, K, d + k0 / GGUF_AG, K / 32, asp, ldas, u, isc, imn, ds, dm, cb0);
+                gguf_ukr_amx_kq(mr, nsb, a + k0, K, d + k0 / GGUF_AG, K / 32, asp, ldas, u, isc, imn, ds, dm, cb1);
+                gguf_ukr_ref(mr, t, nk / 32, a + k0, K, d + k0 / GGUF_AG, K / 32, asp, ldas, u, sc, mn, cb2);
+                double big = 0, diff = 0;
+                for (int e = 0; e < mr * 16; e++) {
+                    if (memcmp(&cb0[e], &cb1[e], 4)) {
+                        printf("FAIL kq type %d nsb %d mr %d row %d col %d: kq_ref %.9g amx_kq %.9g\n", types[ti], nsb,
+                               mr, e / 16, e % 16, cb0[e], cb1[e]);
+                        free(cb2);
+                        return 1;
+                    }
+                    big = fmax(big, fabs((double)cb2[e]));
+                    diff = fmax(diff, fabs((double)cb0[e] - (double)cb2[e]));
+                }
+                if (diff > 1e-6 * big) {
+                    printf("FAIL kq type %d nsb %d mr %d: %g from the common order (largest %g)\n", types[ti], nsb, mr,
+                           diff, big);
+                    free(cb2);
+                    return 1;
+                }
+                worst = fmax(worst, diff / big);
+                (*checks)++;
+            }
+        }
+    }
+    printf("kq: largest difference from the common order %.3g of the largest output\n", worst);
+    free(cb2);
+    return 0;
+}
 
 int main(void) {
     static const struct { int id; const char *name; } types[] = {
@@ -128,6 +165,7 @@ int main(void) {
             }
         }
     }
+    if (check_kq(a, K, d, as, cb0, cb1, &checks)) return 1;
     printf("tail runs: %d\n", tails);
     printf("ok: %d checks\n", checks);
     free(x); free(d); free(a); free(as); free(cb0); free(cb1);

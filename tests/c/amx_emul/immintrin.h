@@ -22,7 +22,8 @@
 #include <string.h>
 
 typedef struct { float f[16]; } __m512;
-typedef union { int32_t i[16]; int8_t b[64]; } __m512i;
+typedef union { int32_t i[16]; int16_t w[32]; int8_t b[64]; } __m512i;
+typedef struct { uint8_t b[16]; } __m128i;
 typedef uint16_t __mmask16;
 
 static inline __m512 _mm512_loadu_ps(const void *p) { __m512 v; memcpy(&v, p, 64); return v; }
@@ -58,6 +59,38 @@ static inline __m512i _mm512_set1_epi8(char x) { __m512i v; memset(&v, x, 64); r
 static inline __m512i _mm512_sub_epi8(__m512i a, __m512i b) {
     for (int l = 0; l < 64; l++) a.b[l] = (int8_t)(uint8_t)((uint8_t)a.b[l] - (uint8_t)b.b[l]);
     return a;
+}
+/* integer lane ops gguf_kq_amx.c uses (wrapping, as the instructions) */
+static inline __m512i _mm512_setzero_si512(void) { __m512i v; memset(&v, 0, 64); return v; }
+static inline void _mm512_storeu_si512(void *p, __m512i v) { memcpy(p, &v, 64); }
+static inline __m128i _mm_loadu_si128(const void *p) { __m128i v; memcpy(&v, p, 16); return v; }
+static inline __m512i _mm512_set1_epi32(int x) { __m512i v; for (int l = 0; l < 16; l++) v.i[l] = x; return v; }
+static inline __m512i _mm512_set1_epi16(short x) { __m512i v; for (int l = 0; l < 32; l++) v.w[l] = x; return v; }
+static inline __m512i _mm512_cvtepu8_epi32(__m128i a) { __m512i v; for (int l = 0; l < 16; l++) v.i[l] = a.b[l]; return v; }
+static inline __m512i _mm512_and_si512(__m512i a, __m512i b) { for (int l = 0; l < 16; l++) a.i[l] &= b.i[l]; return a; }
+static inline __m512i _mm512_or_si512(__m512i a, __m512i b) { for (int l = 0; l < 16; l++) a.i[l] |= b.i[l]; return a; }
+static inline __m512i _mm512_add_epi32(__m512i a, __m512i b) {
+    for (int l = 0; l < 16; l++) a.i[l] = (int32_t)((uint32_t)a.i[l] + (uint32_t)b.i[l]);
+    return a;
+}
+static inline __m512i _mm512_slli_epi32(__m512i a, int n) { for (int l = 0; l < 16; l++) a.i[l] = (int32_t)((uint32_t)a.i[l] << n); return a; }
+static inline __m512i _mm512_srli_epi32(__m512i a, int n) { for (int l = 0; l < 16; l++) a.i[l] = (int32_t)((uint32_t)a.i[l] >> n); return a; }
+static inline __m512i _mm512_slli_epi16(__m512i a, int n) { for (int l = 0; l < 32; l++) a.w[l] = (int16_t)(uint16_t)((uint16_t)a.w[l] << n); return a; }
+static inline __m512i _mm512_srli_epi16(__m512i a, int n) { for (int l = 0; l < 32; l++) a.w[l] = (int16_t)(uint16_t)((uint16_t)a.w[l] >> n); return a; }
+static inline __m512i _mm512_mullo_epi16(__m512i a, __m512i b) {
+    for (int l = 0; l < 32; l++) a.w[l] = (int16_t)(uint16_t)((uint32_t)(uint16_t)a.w[l] * (uint16_t)b.w[l]);
+    return a;
+}
+static inline __m512i _mm512_mullo_epi32(__m512i a, __m512i b) {
+    for (int l = 0; l < 16; l++) a.i[l] = (int32_t)((uint32_t)a.i[l] * (uint32_t)b.i[l]);
+    return a;
+}
+/* VPDPWSSD: src + the two signed 16-bit products of each lane (no saturation) */
+static inline __m512i _mm512_dpwssd_epi32(__m512i src, __m512i a, __m512i b) {
+    for (int l = 0; l < 16; l++)
+        src.i[l] = (int32_t)((uint32_t)src.i[l] + (uint32_t)((int32_t)a.w[2 * l] * b.w[2 * l]) +
+                             (uint32_t)((int32_t)a.w[2 * l + 1] * b.w[2 * l + 1]));
+    return src;
 }
 static inline __m512 _mm512_cvtepi32_ps(__m512i a) { __m512 v; for (int l = 0; l < 16; l++) v.f[l] = (float)a.i[l]; return v; }
 static inline __m512 _mm512_mul_ps(__m512 a, __m512 b) { for (int l = 0; l < 16; l++) a.f[l] *= b.f[l]; return a; }
@@ -103,7 +136,8 @@ static inline void emul_tile_stored(int t, void *base, long stride) {
     emul_tile *x = emul_get(t);
     for (int r = 0; r < x->rows; r++) memcpy((char *)base + (long)r * stride, x->data[r], (size_t)x->colsb);
 }
-static inline void emul_tile_dpbssd(int dst, int a, int b) {
+/* TDPBSSD (b_signed) or TDPBSUD (signed A, unsigned B) */
+static inline void emul_tile_dpbssd(int dst, int a, int b, int b_signed) {
     emul_tile *c = emul_get(dst), *ta = emul_get(a), *tb = emul_get(b);
     if (ta->rows != c->rows || ta->colsb != 4 * tb->rows || tb->colsb != c->colsb) {
         fprintf(stderr, "emul: tdpbssd shapes C %dx%d A %dx%d B %dx%d\n", c->rows, c->colsb, ta->rows, ta->colsb,
@@ -116,14 +150,16 @@ static inline void emul_tile_dpbssd(int dst, int a, int b) {
             memcpy(&acc, &c->data[m][4 * n], 4);
             for (int k = 0; k < ta->colsb / 4; k++)
                 for (int e = 0; e < 4; e++)
-                    acc += (int32_t)(int8_t)ta->data[m][4 * k + e] * (int32_t)(int8_t)tb->data[k][4 * n + e];
+                    acc += (int32_t)(int8_t)ta->data[m][4 * k + e] *
+                           (b_signed ? (int32_t)(int8_t)tb->data[k][4 * n + e] : (int32_t)tb->data[k][4 * n + e]);
             memcpy(&c->data[m][4 * n], &acc, 4);
         }
 }
 #define _tile_zero(t) emul_tile_zero(t)
 #define _tile_loadd(t, base, stride) emul_tile_loadd((t), (base), (long)(stride))
 #define _tile_stored(t, base, stride) emul_tile_stored((t), (base), (long)(stride))
-#define _tile_dpbssd(c, a, b) emul_tile_dpbssd((c), (a), (b))
+#define _tile_dpbssd(c, a, b) emul_tile_dpbssd((c), (a), (b), 1)
+#define _tile_dpbsud(c, a, b) emul_tile_dpbssd((c), (a), (b), 0)
 #define _tile_release() (emul_configured = 0)
 /* a hint: no effect on results (and none may be relied on) */
 #define _MM_HINT_T0 3
