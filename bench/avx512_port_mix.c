@@ -28,6 +28,9 @@
 #define MUL(r) "vmulps %%zmm30,%%zmm31,%%zmm" #r "\n\t"
 #define FMA(r) "vfmadd231ps %%zmm30,%%zmm31,%%zmm" #r "\n\t"
 #define BC(r) "vpbroadcastd (%0),%%zmm" #r "\n\t"
+#define MULLD(r) "vpmulld %%zmm30,%%zmm31,%%zmm" #r "\n\t"
+#define ADDD(r) "vpaddd %%zmm30,%%zmm31,%%zmm" #r "\n\t"
+#define WSSD(r) "vpdpwssd %%zmm30,%%zmm31,%%zmm" #r "\n\t"
 #define D8(D) D(0) D(1) D(2) D(3) D(4) D(5) D(6) D(7)
 
 static int32_t buf[16] __attribute__((aligned(64)));
@@ -56,5 +59,21 @@ int main(void) {
     MIX("8 vpdpbusd + 4 fma", 8, D8(DOTB) FMA(16) FMA(17) FMA(18) FMA(19));
     MIX("4 vpdpbusd + bcast + cvt + mul + fma (Q6_K-like, seg 16)", 4,
         DOTB(0) DOTB(1) DOTB(2) DOTB(3) BC(19) CVT(16) MUL(17) FMA(18));
+    /* Q4_K against int4 (session 27): what each must issue per row, 16 columns and 256 inputs
+     * (a Q4_K super-block; two int4 groups of 128), nothing else */
+    MIX("int4 g128: 64 vpdpbusd + 2 (cvt + fma)", 64, D8(DOTB) D8(DOTB) D8(DOTB) D8(DOTB) D8(DOTB) D8(DOTB) D8(DOTB)
+        D8(DOTB) CVT(16) FMA(17) CVT(18) FMA(19));
+    MIX("Q4_K now: 64 vpdpbusd + 8 (cvt + fma + fma) + fma", 64, D8(DOTB) CVT(16) FMA(17) FMA(18) D8(DOTB) CVT(16)
+        FMA(17) FMA(18) D8(DOTB) CVT(16) FMA(17) FMA(18) D8(DOTB) CVT(16) FMA(17) FMA(18) D8(DOTB) CVT(16) FMA(17)
+        FMA(18) D8(DOTB) CVT(16) FMA(17) FMA(18) D8(DOTB) CVT(16) FMA(17) FMA(18) D8(DOTB) CVT(16) FMA(17) FMA(18)
+        FMA(19));
+    MIX("Q4_K floor: 64 vpdpbusd + 8 (mulld + addd) + 4 wssd + 2 (cvt + fma) + fma", 64, D8(DOTB) MULLD(16) ADDD(17)
+        D8(DOTB) MULLD(16) ADDD(17) WSSD(18) D8(DOTB) MULLD(16) ADDD(17) D8(DOTB) MULLD(16) ADDD(17) WSSD(18) D8(DOTB)
+        MULLD(16) ADDD(17) D8(DOTB) MULLD(16) ADDD(17) WSSD(18) D8(DOTB) MULLD(16) ADDD(17) D8(DOTB) MULLD(16)
+        ADDD(17) WSSD(18) CVT(19) FMA(20) CVT(21) FMA(22) FMA(20));
+    MIX("the same, one activation scale a row (no d fma)", 64, D8(DOTB) MULLD(16) ADDD(17)
+        D8(DOTB) MULLD(16) ADDD(17) WSSD(18) D8(DOTB) MULLD(16) ADDD(17) D8(DOTB) MULLD(16) ADDD(17) WSSD(18) D8(DOTB)
+        MULLD(16) ADDD(17) D8(DOTB) MULLD(16) ADDD(17) WSSD(18) D8(DOTB) MULLD(16) ADDD(17) D8(DOTB) MULLD(16)
+        ADDD(17) WSSD(18) CVT(19) FMA(20) CVT(21) FMA(22));
     return 0;
 }

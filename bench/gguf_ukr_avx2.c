@@ -16,6 +16,9 @@
  *
  * The AMX tile kernel (signed activations; its rows past a multiple of 16 run the AVX-512 one):
  * the line above with -mamx-tile -mamx-int8 -DUKR_AMX -DUKR=gguf_ukr_amx and csrc/gguf_amx.c.
+ * Q4_K and Q5_K in the AMX path's integer super-block order (gguf_kq_amx.c; checked against
+ * gguf_ukr_kq_ref, the other types run gguf_ukr_amx): the AMX line with -DUKR_KQ and
+ * csrc/gguf_kq_amx.c; the decode time then includes gguf_kq_scales.
  * Two panels at once (gguf_ukr_avx512_x2, the panel twice): -DUKR=gguf_ukr_avx512 -DUKR_X2.
  * M x K bytes of activations past L2 (M = 768 at K = 5376 is 4 MB) shows what re-reading them
  * per panel costs, as the driver does.
@@ -120,6 +123,20 @@ static void run(const type_info *ti, const uint8_t *w, size_t rb, int64_t M, int
         for (int j = 0; j < GGUF_NR; j++) rows[j] = w + j * rb + (size_t)(k0 / blk) * (size_t)bytes;
         const double t0 = cpu_now();
         dec(ti->type, rows, GGUF_NR, nk, u, sm, sm + (GGUF_KB / GGUF_SUB) * GGUF_NR);
+#ifdef UKR_KQ
+        if (ti->type == H3_GGUF_Q4_K || ti->type == H3_GGUF_Q5_K) {
+            static uint8_t isc[GGUF_KB / 32 * GGUF_NR], imn[GGUF_KB / 32 * GGUF_NR];
+            static float ds[GGUF_KB / 256 * GGUF_NR], dm[GGUF_KB / 256 * GGUF_NR];
+            gguf_kq_scales(ti->type, rows, GGUF_NR, nk, isc, imn, ds, dm);
+            const double t1 = cpu_now();
+            (ukr == gguf_ukr_ref ? gguf_ukr_kq_ref : gguf_ukr_amx_kq)((int)M, nk / 256, a + k0, K, d + k0 / GGUF_AG,
+                                                                      K / 32, as + K / 16 + k0 / 32, K / 32 * 3, u,
+                                                                      isc, imn, ds, dm, cb);
+            *td += t1 - t0;
+            *tk += cpu_now() - t1;
+            continue;
+        }
+#endif
         const double t1 = cpu_now();
         /* gguf_ukr_avx512 reads its activations unsigned: the flipped copy after a */
         const int8_t *ak = ukr == gguf_ukr_avx512 ? a + M * K : a;
