@@ -84,6 +84,9 @@ static void quant(const pn_fmt *f, const h3_linear *l, int s, const float *x, ui
 /* H3CY_GGUF_KQ=0 runs Q4_K / Q5_K on the AMX path in the common order (gguf_amx.c) instead,
  * for A/B; read once, by gguf_panel_fmt */
 static int kq_on = -1;
+/* H3CY_GGUF_GROUP=G (1..16): column panels per pass over the K blocks (gemm_panel.c), for A/B;
+ * 0 (unset): the driver's default */
+static int group_env;
 
 /* decode weight rows [r0, r0 + nr) (nr <= 16) of the K block into buf (GGUF_DEC_BYTES); rows
  * (if not NULL) gets the rows' raw blocks of the K block and *type their type */
@@ -163,12 +166,14 @@ pn_fmt gguf_panel_fmt(const h3_linear *l) {
     two = k == gguf_ukr_avx512;
 #endif
     if (kq_on < 0) {
-        const char *e = getenv("H3CY_GGUF_KQ");
+        const char *e = getenv("H3CY_GGUF_KQ"), *g = getenv("H3CY_GGUF_GROUP");
+        const int gi = g ? atoi(g) : 0;
+        group_env = gi >= 1 && gi <= PN_GROUP_MAX ? gi : 0;
         kq_on = !(e && e[0] == '0');
     }
     pn_fmt f = {.nslots = 1, .sums = 3, .buf_bytes = (two ? 2 : 1) * GGUF_DEC_BYTES + GGUF_KQ_BYTES,
                 .nr = (two ? 2 : 1) * GGUF_NR, .mc = gguf_rows_per_block(l->K), .kb = GGUF_KB, .a_esize = 1,
-                .a_tile32 = 0, .quant = quant, .slot_of = slot_of, .kblock = kblock,
+                .a_tile32 = 0, .group = group_env, .quant = quant, .slot_of = slot_of, .kblock = kblock,
                 .ukr = (const void *)k, .decode = (const void *)gguf_decode_for(l->isa)};
     return f;
 }

@@ -16,14 +16,17 @@
  * (mc x K bytes, up to 4 MB) from L3 once per panel; G panels take each K block's activations
  * (mc x kb bytes, <= 512 KB) from L2 G - 1 times out of G.  Their float sums (G x mc x nr
  * floats, twice for SwiGLU pairs) stay in L2 beside them. */
-#ifndef H3_PN_GROUP /* build-time knob, for A/B (CFLAGS=-DH3_PN_GROUP=1 is the old order) */
+#ifndef H3_PN_GROUP /* build-time default for formats that set no f->group (CFLAGS=-D...) */
 #define H3_PN_GROUP 1
 #endif
-_Static_assert(H3_PN_GROUP >= 1 && H3_PN_GROUP <= 16, "panels per pass");
+_Static_assert(H3_PN_GROUP >= 1 && H3_PN_GROUP <= PN_GROUP_MAX, "panels per pass");
+
+/* G: the format's panels per pass, or the build's default */
+static int group_of(const pn_fmt *f) { return f->group >= 1 && f->group <= PN_GROUP_MAX ? f->group : H3_PN_GROUP; }
 
 /* per thread: the format's decoded K block and 2 G float panels of f->mc rows */
 static size_t thread_bytes(const pn_fmt *f) {
-    return H3_ALIGN_UP(f->buf_bytes, 64) + 2 * H3_PN_GROUP * (size_t)f->mc * (size_t)f->nr * 4;
+    return H3_ALIGN_UP(f->buf_bytes, 64) + 2 * (size_t)group_of(f) * (size_t)f->mc * (size_t)f->nr * 4;
 }
 /* rows of the activation layout: M, or M rounded up to whole tile groups */
 static int64_t a_rows(const pn_fmt *f, int64_t M) { return f->a_tile32 ? H3_ALIGN_UP(M, PN_TILE) : M; }
@@ -75,7 +78,7 @@ static void panels(const pn_ctx *c, int64_t m0, int64_t mc, const int64_t *r0, c
                    float *cb) {
     const h3_linear *l = c->l;
     const int64_t K = l->K, ea = c->f->a_esize, stride = mc * c->f->nr;
-    pn_act act[2 * H3_PN_GROUP];
+    pn_act act[2 * PN_GROUP_MAX];
     for (int p = 0; p < np; p++) {
         const int slot = c->f->slot_of(l, r0[p]); /* a panel never spans two parts */
         const pn_act a = {a_row(c->f, c->a[slot], m0, K), K * ea, c->d[slot] + m0 * (K / PN_ACT), K / PN_ACT,
@@ -139,12 +142,13 @@ static void mul_task(void *p, int ith, int nth) {
     char *buf = c->tws + (size_t)ith * thread_bytes(c->f);
     float *cb = (float *)(buf + H3_ALIGN_UP(c->f->buf_bytes, 64));
     const int64_t p0 = npan * ith / nth, p1 = npan * (ith + 1) / nth;
+    const int G = group_of(c->f);
     for (int64_t m0 = 0; m0 < c->M; m0 += MC) {
         const int64_t mc = H3_MIN(MC, c->M - m0), stride = mc * NR;
-        for (int64_t pg = p0; pg < p1; pg += H3_PN_GROUP) {
-            const int ng = (int)H3_MIN(H3_PN_GROUP, p1 - pg);
-            int64_t n0[H3_PN_GROUP], r0[2 * H3_PN_GROUP];
-            int nr[2 * H3_PN_GROUP], np = 0;
+        for (int64_t pg = p0; pg < p1; pg += G) {
+            const int ng = (int)H3_MIN(G, p1 - pg);
+            int64_t n0[PN_GROUP_MAX], r0[2 * PN_GROUP_MAX];
+            int nr[2 * PN_GROUP_MAX], np = 0;
             for (int q = 0; q < ng; q++) {
                 const int64_t pi = pg + q, lc = (pi % per) * NR;
                 n0[q] = (pi / per) * rows + lc;

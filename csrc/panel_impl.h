@@ -28,6 +28,7 @@
 #define PN_KB 512 /* inputs per decoded K block */
 #define PN_NR_MAX 32 /* the widest panel a format may ask for */
 #define PN_TILE 32   /* rows (and inputs per chunk) of the a_tile32 activation layout */
+#define PN_GROUP_MAX 16 /* column panels per pass over the K blocks, at most (pn_fmt.group) */
 _Static_assert(PN_MC % PN_TILE == 0, "blocks of whole tile groups");
 #define PN_ACT 32 /* inputs per activation scale */
 
@@ -51,6 +52,8 @@ struct pn_fmt {
                          PN_TILE), inputs per K block (a multiple of 32) */
     int a_esize;      /* bytes a quantised input takes (1, or 2: bf16) */
     int a_tile32;     /* 1: rows of a in the AMX tile layout (see above) */
+    int group;        /* column panels per pass over the K blocks (gemm_panel.c says why;
+                         0: the build's default, H3_PN_GROUP) */
     /* row x[K] of slot `slot` -> a [K], d [K/32], as [K/32 * sums] (as NULL unless sums);
      * a_tile32: a is the row's first 32 inputs (the next 32 are PN_TILE * PN_TILE values
      * on), and x is NULL for the zero rows past M */

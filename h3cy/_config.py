@@ -54,6 +54,9 @@ _ENV_CONV_IM2COL = os.environ.get("H3CY_CONV_IM2COL", "").strip() == "1"
 _ENV_ATTENTION = os.environ.get("H3CY_ATTENTION", "").strip().lower() or None
 
 _ENV_GGUF_TILES = os.environ.get("H3CY_GGUF_TILES", "").strip().lower()
+# read by the C library itself (csrc/gemm_gguf.c); checked here so a typo is an error
+_ENV_GGUF_KQ = os.environ.get("H3CY_GGUF_KQ", "").strip()
+_ENV_GGUF_GROUP = os.environ.get("H3CY_GGUF_GROUP", "").strip()
 
 _ENV_HUGEPAGES = os.environ.get("H3CY_HUGEPAGES", "") != "0"
 
@@ -95,6 +98,20 @@ def gguf_tiles():
         return "on" if v == "1" else "off"
     from .errors import H3ValueError
     raise H3ValueError(f"H3CY_GGUF_TILES={v!r}: expected auto, 1 (tiles for every type) or 0 (none)")
+
+
+def check_gguf_c_knobs():
+    """The GGUF GEMM's A/B switches that the C library reads from the environment itself
+    (csrc/gemm_gguf.c, once per process): H3CY_GGUF_KQ (1, the default: Q4_K / Q5_K on the
+    'amx' path in their integer super-block order, gguf_kq_amx.c; 0: the common order) and
+    H3CY_GGUF_GROUP (1..16 column panels per pass over the K blocks; unset: the driver's
+    default).  Any other value is a ValueError naming the variable; called at each GGUF
+    linear made."""
+    from .errors import H3ValueError
+    if _ENV_GGUF_KQ not in ("", "0", "1"):
+        raise H3ValueError(f"H3CY_GGUF_KQ={_ENV_GGUF_KQ!r}: expected 1 (the K-quant tile order) or 0")
+    if _ENV_GGUF_GROUP and not (_ENV_GGUF_GROUP.isdigit() and 1 <= int(_ENV_GGUF_GROUP) <= 16):
+        raise H3ValueError(f"H3CY_GGUF_GROUP={_ENV_GGUF_GROUP!r}: expected a panel count 1..16")
 
 
 def neon_extensions():

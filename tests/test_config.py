@@ -218,3 +218,28 @@ def test_env_gguf_tiles_picks_the_gguf_layers_path(value, tiles):
 def test_env_gguf_tiles_unknown_is_a_clear_error():
     r = run_py("from h3cy.weights.linears import gguf_isa; gguf_isa('amx', ['Q8_0'])", H3CY_GGUF_TILES="yes")
     assert r.returncode != 0 and "H3CY_GGUF_TILES" in r.stderr and "auto" in r.stderr
+
+
+@pytest.mark.parametrize("var, value", [("H3CY_GGUF_KQ", "yes"), ("H3CY_GGUF_KQ", "2"), ("H3CY_GGUF_GROUP", "0"),
+                                        ("H3CY_GGUF_GROUP", "17"), ("H3CY_GGUF_GROUP", "four")])
+def test_env_gguf_c_knobs_unknown_is_a_clear_error(var, value):
+    """H3CY_GGUF_KQ and H3CY_GGUF_GROUP are read by the C library (csrc/gemm_gguf.c), which
+    would ignore a bad value; h3cy checks them where a GGUF linear is made."""
+    r = run_py("from h3cy.weights.linears import gguf_isa; gguf_isa('avx2', ['Q8_0'])", **{var: value})
+    assert r.returncode != 0 and var in r.stderr
+
+
+def test_env_gguf_group_keeps_the_bits():
+    """H3CY_GGUF_GROUP moves only the order of the driver's panel loop (column panels per pass
+    over the K blocks), never a result: a Q4_K and a Q8_0 linear give the same bits with 3
+    panels a pass as with the default, on the machine's best path and ref."""
+    code = ("import numpy as np, hashlib; from h3cy import _kernels, ops; import sys; sys.path.insert(0, 'tests');"
+            "from _gguf_files import random_blocks, TYPES;"
+            "from h3cy.weights.linears import gguf_isa; rng = np.random.default_rng(1);"
+            "x = rng.standard_normal((70, 512)).astype(np.float32); h = hashlib.sha1();"
+            "[h.update(np.ascontiguousarray(_kernels.linear_attach_gguf([random_blocks(t, 90, 512, rng)], [TYPES[t][0]],"
+            " 90, 512, None, 0, gguf_isa(i, [t]), _kernels.ThreadPool(2)).forward(x, y := np.empty((70, 90), np.float32), 0)"
+            " or y).tobytes()) for i in ('ref', ops.active_isa()) for t in ('Q4_K', 'Q8_0')]; print(h.hexdigest())")
+    a, b = run_py(code), run_py(code, H3CY_GGUF_GROUP="3")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    assert a.stdout == b.stdout
