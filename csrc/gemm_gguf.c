@@ -159,6 +159,20 @@ static int gguf_rows_per_block(int64_t K) {
     return (int)H3_MAX(H3_GGUF_MIN_ROWS, H3_MIN(4 * PN_MC, mc));
 }
 
+/* Column panels per pass over the K blocks (gemm_panel.c): 4 on the AMX tiles, whose A tile
+ * loads from L3 were half the K-quant kernel's time at the 768-row blocks (one SPR core,
+ * bench/gguf_ukr_avx2.c -DUKR_KQ with the loads taken out: 2.2x); with each K block's
+ * activations reused from L2 by 4 panels the driver ran Q4_K / Q5_K 1.2-1.5x and Q8_0 1.15x
+ * faster on one core, on 16 within the host's noise (docs/gguf.md, session 27).  1 elsewhere:
+ * on 2 Zen 4 cores 4 measured 0.86x (session 26). */
+static int gguf_group(gguf_ukr_fn k) {
+#if H3_X86
+    if (k == gguf_ukr_amx) return 4;
+#endif
+    (void)k;
+    return 1;
+}
+
 pn_fmt gguf_panel_fmt(const h3_linear *l) {
     const gguf_ukr_fn k = gguf_ukr_for(l->isa);
     int two = 0; /* two panels a kernel call: the AVX-512 VNNI kernel's x2 form */
@@ -173,7 +187,7 @@ pn_fmt gguf_panel_fmt(const h3_linear *l) {
     }
     pn_fmt f = {.nslots = 1, .sums = 3, .buf_bytes = (two ? 2 : 1) * GGUF_DEC_BYTES + GGUF_KQ_BYTES,
                 .nr = (two ? 2 : 1) * GGUF_NR, .mc = gguf_rows_per_block(l->K), .kb = GGUF_KB, .a_esize = 1,
-                .a_tile32 = 0, .group = group_env, .quant = quant, .slot_of = slot_of, .kblock = kblock,
+                .a_tile32 = 0, .group = group_env ? group_env : gguf_group(k), .quant = quant, .slot_of = slot_of, .kblock = kblock,
                 .ukr = (const void *)k, .decode = (const void *)gguf_decode_for(l->isa)};
     return f;
 }

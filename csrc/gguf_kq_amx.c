@@ -25,10 +25,11 @@
 
 #include "amx_tiles.h"
 
-/* 1: each chunk prefetches the A lines of the same chunk of the next step (the activations
- * of a driver block are past L2: 768 rows x K); 0: none.  Build-time knob for A/B */
+/* 1: each chunk prefetches the A lines of the same chunk of the next step; 0 (default): none.
+ * Build-time knob for A/B: in the driver on one SPR core it measured 0.87x-1.6x, noise on a
+ * shared host either way, and with 4 panels a pass (gemm_gguf.c) the A lines come from L2 */
 #ifndef GGUF_KQ_PF
-#define GGUF_KQ_PF 1
+#define GGUF_KQ_PF 0
 #endif
 
 /* v * m per byte (the products fit a byte): 16-bit multiplies of the even and odd bytes */
