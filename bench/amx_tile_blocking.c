@@ -26,30 +26,10 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct {
-    uint8_t palette_id, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tilecfg;
+#include "amx_bench.h"
 
 static int8_t A[2][16 * 64] __attribute__((aligned(64))), B[2][16 * 64] __attribute__((aligned(64)));
 static int32_t C[4][256] __attribute__((aligned(64)));
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static void config(int k) {
-    tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette_id = 1;
-    for (int t = 0; t < 4; t++) { c.rows[t] = 16; c.colsb[t] = 64; }
-    for (int t = 4; t < 6; t++) { c.rows[t] = 16; c.colsb[t] = (uint16_t)k; }
-    for (int t = 6; t < 8; t++) { c.rows[t] = (uint8_t)(k / 4); c.colsb[t] = 64; }
-    _tile_loadconfig(&c);
-}
 
 #define N 100000 /* steps a timing (a multiple of 4) */
 #define FENCE() __asm__ volatile("" ::: "memory")
