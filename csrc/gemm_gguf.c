@@ -81,13 +81,6 @@ static void quant(const pn_fmt *f, const h3_linear *l, int s, const float *x, ui
  * per 256, after the decoded panel in buf */
 #define GGUF_KQ_BYTES (2 * (size_t)(GGUF_KB / 32) * GGUF_NR + 2 * (size_t)(GGUF_KB / 256) * GGUF_NR * 4)
 
-/* H3CY_GGUF_KQ=0 runs Q4_K / Q5_K on the AMX path in the common order (gguf_amx.c) instead,
- * for A/B; read once, by gguf_panel_fmt */
-static int kq_on = -1;
-/* H3CY_GGUF_GROUP=G (1..16): column panels per pass over the K blocks (gemm_panel.c), for A/B;
- * 0 (unset): the driver's default */
-static int group_env;
-
 /* decode weight rows [r0, r0 + nr) (nr <= 16) of the K block into buf (GGUF_DEC_BYTES); rows
  * (if not NULL) gets the rows' raw blocks of the K block and *type their type */
 static const gguf_kind *decode(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, char *buf,
@@ -123,7 +116,7 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
     const float *d = act->d + k0 / GGUF_AG;
     const int32_t *as = act->as + (t->seg == 16 ? k0 / 16 : l->K / 16 + k0 / 32);
 #if H3_X86
-    if (f->ukr == (const void *)gguf_ukr_amx && kq_on && (type == H3_GGUF_Q4_K || type == H3_GGUF_Q5_K)) {
+    if (f->ukr == (const void *)gguf_ukr_amx && !l->gguf_kq_off && (type == H3_GGUF_Q4_K || type == H3_GGUF_Q5_K)) {
         uint8_t *isc = (uint8_t *)buf + GGUF_DEC_BYTES, *imn = isc + (GGUF_KB / 32) * GGUF_NR;
         float *ds = (float *)(imn + (GGUF_KB / 32) * GGUF_NR), *dm = ds + (GGUF_KB / 256) * GGUF_NR;
         gguf_kq_scales(type, rows, nr0, nk, isc, imn, ds, dm);
@@ -164,7 +157,7 @@ static int gguf_rows_per_block(int64_t K) {
  * bench/gguf_ukr_avx2.c -DUKR_KQ with the loads taken out: 2.2x); with each K block's
  * activations reused from L2 by 4 panels the driver ran Q4_K / Q5_K 1.2-1.5x and Q8_0 1.15x
  * faster on one core, on 16 within the host's noise (docs/gguf.md, session 27).  1 elsewhere:
- * on 2 Zen 4 cores 4 measured 0.86x (session 26). */
+ * on 2 Zen 4 cores 4 measured 0.86x (session 26).  h3_linear_set_gguf_opts overrides it. */
 static int gguf_group(gguf_ukr_fn k) {
 #if H3_X86
     if (k == gguf_ukr_amx) return 4;
@@ -179,17 +172,21 @@ pn_fmt gguf_panel_fmt(const h3_linear *l) {
 #if H3_X86
     two = k == gguf_ukr_avx512;
 #endif
-    if (kq_on < 0) {
-        const char *e = getenv("H3CY_GGUF_KQ"), *g = getenv("H3CY_GGUF_GROUP");
-        const int gi = g ? atoi(g) : 0;
-        group_env = gi >= 1 && gi <= PN_GROUP_MAX ? gi : 0;
-        kq_on = !(e && e[0] == '0');
-    }
     pn_fmt f = {.nslots = 1, .sums = 3, .buf_bytes = (two ? 2 : 1) * GGUF_DEC_BYTES + GGUF_KQ_BYTES,
                 .nr = (two ? 2 : 1) * GGUF_NR, .mc = gguf_rows_per_block(l->K), .kb = GGUF_KB, .a_esize = 1,
-                .a_tile32 = 0, .group = group_env ? group_env : gguf_group(k), .quant = quant, .slot_of = slot_of, .kblock = kblock,
+                .a_tile32 = 0, .group = l->gguf_group ? l->gguf_group : gguf_group(k), .quant = quant, .slot_of = slot_of, .kblock = kblock,
                 .ukr = (const void *)k, .decode = (const void *)gguf_decode_for(l->isa)};
     return f;
+}
+
+h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, h3_err *err) {
+    if (!lin || lin->wtype != H3_DT_GGUF) return h3_fail(err, H3_EINVAL, "linear_set_gguf_opts: not a GGUF linear");
+    if ((kq != 0 && kq != 1) || group < 0 || group > PN_GROUP_MAX)
+        return h3_fail(err, H3_EINVAL, "linear_set_gguf_opts: kq %d (0 or 1), group %d (0..%d)", kq, group,
+                       PN_GROUP_MAX);
+    lin->gguf_kq_off = !kq;
+    lin->gguf_group = group;
+    return H3_OK;
 }
 
 h3_status gemm_gguf_dequant(const h3_linear *l, float *out, h3_err *err) {

@@ -301,6 +301,13 @@ h3_status h3_gguf_quant_act(const float *x, int64_t M, int64_t K, int8_t *q, flo
 h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int nparts, int64_t N,
                                 int64_t K, const float *bias, int pair, h3_isa isa,
                                 h3_linear **out, h3_err *err);
+/* Run-time choices of a GGUF linear, for A/B (the same results up to the order noted):
+ * kq 1 (default) runs Q4_K / Q5_K on the amx path in their integer super-block order
+ * (gguf_kq_amx.c, ~2e-7 from ref), 0 in the common order (ref's bits); group 1..16 column
+ * panels per pass over the K blocks, 0 the path's default (4 on amx, else 1; the same bits).
+ * h3cy._config fills them from H3CY_GGUF_KQ / H3CY_GGUF_GROUP.  H3_EINVAL for another value
+ * or a linear that is not GGUF. */
+h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, h3_err *err);
 
 /* ---- NVFP4 (ComfyUI "nvfp4"; gemm_nvfp4.c, nvfp4_*.c) --------------------------- */
 /* One tensor of an NVFP4 linear as the file stores it (comfy-kitchen's

@@ -54,7 +54,7 @@ _ENV_CONV_IM2COL = os.environ.get("H3CY_CONV_IM2COL", "").strip() == "1"
 _ENV_ATTENTION = os.environ.get("H3CY_ATTENTION", "").strip().lower() or None
 
 _ENV_GGUF_TILES = os.environ.get("H3CY_GGUF_TILES", "").strip().lower()
-# read by the C library itself (csrc/gemm_gguf.c); checked here so a typo is an error
+# passed to each GGUF linear (h3_linear_set_gguf_opts, by _kernels.linear_attach_gguf)
 _ENV_GGUF_KQ = os.environ.get("H3CY_GGUF_KQ", "").strip()
 _ENV_GGUF_GROUP = os.environ.get("H3CY_GGUF_GROUP", "").strip()
 
@@ -100,18 +100,27 @@ def gguf_tiles():
     raise H3ValueError(f"H3CY_GGUF_TILES={v!r}: expected auto, 1 (tiles for every type) or 0 (none)")
 
 
-def check_gguf_c_knobs():
-    """The GGUF GEMM's A/B switches that the C library reads from the environment itself
-    (csrc/gemm_gguf.c, once per process): H3CY_GGUF_KQ (1, the default: Q4_K / Q5_K on the
-    'amx' path in their integer super-block order, gguf_kq_amx.c; 0: the common order) and
-    H3CY_GGUF_GROUP (1..16 column panels per pass over the K blocks; unset: the driver's
-    default).  Any other value is a ValueError naming the variable; called at each GGUF
-    linear made."""
+def gguf_kq():
+    """H3CY_GGUF_KQ as 1 (unset or "1": Q4_K / Q5_K on the 'amx' path in their integer
+    super-block order, csrc/gguf_kq_amx.c, ~2e-7 from ref) or 0 (the common order, ref's bits);
+    another value is a ValueError naming the variable.  Read at each GGUF linear made."""
+    if _ENV_GGUF_KQ in ("", "0", "1"):
+        return 0 if _ENV_GGUF_KQ == "0" else 1
     from .errors import H3ValueError
-    if _ENV_GGUF_KQ not in ("", "0", "1"):
-        raise H3ValueError(f"H3CY_GGUF_KQ={_ENV_GGUF_KQ!r}: expected 1 (the K-quant tile order) or 0")
-    if _ENV_GGUF_GROUP and not (_ENV_GGUF_GROUP.isdigit() and 1 <= int(_ENV_GGUF_GROUP) <= 16):
-        raise H3ValueError(f"H3CY_GGUF_GROUP={_ENV_GGUF_GROUP!r}: expected a panel count 1..16")
+    raise H3ValueError(f"H3CY_GGUF_KQ={_ENV_GGUF_KQ!r}: expected 1 (the K-quant tile order) or 0")
+
+
+def gguf_group():
+    """H3CY_GGUF_GROUP as the GGUF GEMM's column panels per pass over the K blocks, 1..16, or
+    0 when unset (the path's default: 4 on 'amx', else 1; the same bits any way, for A/B);
+    another value is a ValueError naming the variable.  Read at each GGUF linear made."""
+    v = _ENV_GGUF_GROUP
+    if not v:
+        return 0
+    if v.isdigit() and 1 <= int(v) <= 16:
+        return int(v)
+    from .errors import H3ValueError
+    raise H3ValueError(f"H3CY_GGUF_GROUP={v!r}: expected a panel count 1..16")
 
 
 def neon_extensions():

@@ -425,7 +425,9 @@ def gguf_quant_act(const float[:, ::1] x, int8_t[:, ::1] q, float[:, ::1] d):
 def linear_attach_gguf(parts, types, int64_t N, int64_t K, bias, int pair, str isa, ThreadPool pool):
     """A LinearCore over GGUF blocks the caller keeps alive (parts: up to 3 C-contiguous
     uint8 arrays, each the N/len(parts) rows of one tensor as stored; types: their GGUF
-    type ids).  No copy; the core keeps the arrays."""
+    type ids).  No copy; the core keeps the arrays.  The A/B switches H3CY_GGUF_KQ and
+    H3CY_GGUF_GROUP (h3cy._config) are applied here (h3_linear_set_gguf_opts)."""
+    from h3cy import _config
     cdef const void *pp[3]
     cdef int tt[3]
     cdef int nparts = len(parts)
@@ -449,7 +451,9 @@ def linear_attach_gguf(parts, types, int64_t N, int64_t K, bias, int pair, str i
         pp[i] = cnp.PyArray_DATA(pa)
     bp = _fptr(bias, "bias", N)
     cdef LinearCore core = LinearCore(None, isa=isa, pool=pool)
+    cdef int kq = _config.gguf_kq(), group = _config.gguf_group()
     check(h3_linear_attach_gguf(pp, tt, nparts, N, K, bp, pair, isa_id(isa), &core.c, &err), &err)
+    check(h3_linear_set_gguf_opts(core.c, kq, group, &err), &err)
     core.N = N
     core.K = K
     core.pair = pair

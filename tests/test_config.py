@@ -223,9 +223,14 @@ def test_env_gguf_tiles_unknown_is_a_clear_error():
 @pytest.mark.parametrize("var, value", [("H3CY_GGUF_KQ", "yes"), ("H3CY_GGUF_KQ", "2"), ("H3CY_GGUF_GROUP", "0"),
                                         ("H3CY_GGUF_GROUP", "17"), ("H3CY_GGUF_GROUP", "four")])
 def test_env_gguf_c_knobs_unknown_is_a_clear_error(var, value):
-    """H3CY_GGUF_KQ and H3CY_GGUF_GROUP are read by the C library (csrc/gemm_gguf.c), which
-    would ignore a bad value; h3cy checks them where a GGUF linear is made."""
-    r = run_py("from h3cy.weights.linears import gguf_isa; gguf_isa('avx2', ['Q8_0'])", **{var: value})
+    """H3CY_GGUF_KQ and H3CY_GGUF_GROUP reach each GGUF linear through h3cy._config (the C
+    library reads no environment); a bad value is an error naming the variable where a GGUF
+    linear is made."""
+    code = ("import numpy as np, sys; sys.path.insert(0, 'tests'); from _gguf_files import random_blocks, TYPES;"
+            "from h3cy import _kernels; _kernels.linear_attach_gguf([random_blocks('Q8_0', 16, 64,"
+            " np.random.default_rng(0))], [TYPES['Q8_0'][0]], 16, 64, None, 0, 'ref', _kernels.ThreadPool(1))")
+    assert run_py(code).returncode == 0
+    r = run_py(code, **{var: value})
     assert r.returncode != 0 and var in r.stderr
 
 

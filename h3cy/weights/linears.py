@@ -43,7 +43,6 @@ def gguf_isa(isa, types=()):
     AMX tile kernel runs the types with one scale per 32 values and the AVX-512 VNNI kernel
     ("avx512") the others (Q2_K, Q3_K, Q6_K) -- what measured fastest (docs/gguf.md);
     H3CY_GGUF_TILES=1 / 0 puts every type on the tiles / on VNNI (the same bits, for A/B)."""
-    _config.check_gguf_c_knobs()
     if isa != "amx":
         return isa
     tiles = _config.gguf_tiles()
