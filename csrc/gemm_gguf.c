@@ -172,10 +172,15 @@ pn_fmt gguf_panel_fmt(const h3_linear *l) {
 #if H3_X86
     two = k == gguf_ukr_avx512;
 #endif
-    pn_fmt f = {.nslots = 1, .sums = 3, .buf_bytes = (two ? 2 : 1) * GGUF_DEC_BYTES + GGUF_KQ_BYTES,
+    int kq = 0; /* the amx path's K-quant scales after the decoded panel (kblock) */
+#if H3_X86
+    kq = k == gguf_ukr_amx;
+#endif
+    pn_fmt f = {.nslots = 1, .sums = 3, .buf_bytes = (two ? 2 : 1) * GGUF_DEC_BYTES + (kq ? GGUF_KQ_BYTES : 0),
                 .nr = (two ? 2 : 1) * GGUF_NR, .mc = gguf_rows_per_block(l->K), .kb = GGUF_KB, .a_esize = 1,
-                .a_tile32 = 0, .group = l->gguf_group ? l->gguf_group : gguf_group(k), .quant = quant, .slot_of = slot_of, .kblock = kblock,
-                .ukr = (const void *)k, .decode = (const void *)gguf_decode_for(l->isa)};
+                .a_tile32 = 0, .group = l->gguf_group ? l->gguf_group : gguf_group(k), .quant = quant,
+                .slot_of = slot_of, .kblock = kblock, .ukr = (const void *)k,
+                .decode = (const void *)gguf_decode_for(l->isa)};
     return f;
 }
 

@@ -25,13 +25,6 @@
 
 #include "amx_tiles.h"
 
-/* 1: each chunk prefetches the A lines of the same chunk of the next step; 0 (default): none.
- * Build-time knob for A/B: in the driver on one SPR core it measured 0.87x-1.6x, noise on a
- * shared host either way, and with 4 panels a pass (gemm_gguf.c) the A lines come from L2 */
-#ifndef GGUF_KQ_PF
-#define GGUF_KQ_PF 0
-#endif
-
 /* v * m per byte (the products fit a byte): 16-bit multiplies of the even and odd bytes */
 static inline __m512i mul_bytes(__m512i v, __m512i m) {
     const __m512i even = _mm512_and_si512(_mm512_mullo_epi16(v, m), _mm512_set1_epi16(0x00ff));
@@ -114,13 +107,6 @@ void gguf_ukr_amx_kq(int mr, int nsb, const int8_t *a, int64_t lda, const float 
         const int last = tail && blk == nblk - 1;
         const int8_t *a0 = last ? pad : a + (int64_t)blk * 32 * lda;
         const int64_t la = last ? nk : lda;
-#if GGUF_KQ_PF
-        /* the next step's rows: the same 32 at the next super-block, or the next 32 at the first */
-        const int nlast = tail && (b + 1 < nsb ? blk : blk + 1) == nblk - 1;
-        const int8_t *an = b + 1 < nsb ? a0 : nlast ? pad : a0 + 32 * la;
-        const int64_t lan = nlast ? nk : la, kn = b + 1 < nsb ? (int64_t)(b + 1) * 256 : 0;
-        const int pf = t + 1 < steps;
-#endif
         _tile_zero(0);
         _tile_zero(1);
         _tile_zero(2);
@@ -135,10 +121,6 @@ void gguf_ukr_amx_kq(int mr, int nsb, const int8_t *a, int64_t lda, const float 
             _tile_dpbsud(1, 4, 7);
             _tile_dpbsud(2, 5, 6);
             _tile_dpbsud(3, 5, 7);
-#if GGUF_KQ_PF
-            if (pf)
-                for (int r = 0; r < 32; r++) _mm_prefetch((const char *)(an + r * lan + kn + ch * 64), _MM_HINT_T0);
-#endif
             if (have) fold_quarter(ch, pnv, pr0, pb, pbuf, mp, ds, dm, d, ldd, as, ldas, cb);
         }
         int32_t *sbuf = cbuf[t & 1];

@@ -134,7 +134,9 @@ gguf_ukr_fn gguf_ukr_for(h3_isa isa) {
 
 void gguf_kq_scales(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *isc, uint8_t *imn, float *ds,
                     float *dm) {
-    const int bytes = type == H3_GGUF_Q5_K ? 176 : 144, nsb = nk / 256;
+    int blk = 256, bytes = 0;
+    h3_gguf_type_size(type, &blk, &bytes);
+    const int nsb = nk / blk;
     for (int c = 0; c < GGUF_NR; c++)
         for (int b = 0; b < nsb; b++) {
             const uint8_t *p = c < nr ? rows[c] + (int64_t)b * bytes : NULL;
