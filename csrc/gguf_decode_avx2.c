@@ -1,5 +1,5 @@
 /* gguf_decode_avx2.c — the GGUF GEMM's panel decoder in AVX2 for the types the published H3
- * files mostly use (Q8_0, Q3_K, Q4_K, Q5_K, Q6_K); every other type goes to the reference
+ * files mostly use (Q8_0, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL); every other type goes to the reference
  * (gguf_panel_ref.c), whose panel this one equals byte for byte (layout: gguf_impl.h).
  *
  * Why: the reference decodes a value at a time (~2.4 cycles a value on Zen 1), which at the
@@ -19,6 +19,14 @@ static inline __m256i bit_at(__m256i x, int s, int t) {
     const __m256i one = _mm256_set1_epi8(1);
     __m256i b = _mm256_and_si256(_mm256_srli_epi16(x, s), one);
     return _mm256_slli_epi16(b, t); /* b <= 1 per byte: no bit crosses into the next byte */
+}
+
+/* 32 IQ4 codes (16 bytes: low nibbles first) -> their levels + 128, by one table lookup */
+static inline __m256i iq4_32(const uint8_t *qs) {
+    const __m128i x = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(15);
+    const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)gguf_iq4_levels));
+    return _mm256_xor_si256(_mm256_shuffle_epi8(lut, codes), _mm256_set1_epi8((char)0x80));
 }
 
 /* one block's u[blk] (u = q + off, the panel's unsigned values) */
@@ -68,6 +76,12 @@ static void unpack(int type, const uint8_t *p, uint8_t *v) {
             st32(o + 64, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), c2));
             st32(o + 96, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), c3));
         }
+        return;
+    case H3_GGUF_IQ4_NL: /* u = level + 128 */
+        st32(v, iq4_32(p + 2));
+        return;
+    case H3_GGUF_IQ4_XS:
+        for (int j = 0; j < 8; j++) st32(v + 32 * j, iq4_32(p + 8 + 16 * j));
         return;
     default:
         return;
@@ -140,6 +154,11 @@ static inline __attribute__((always_inline)) void put_scales(const int type, con
     if (type == H3_GGUF_Q6_K) {
         const float d = f16_of(p + 208);
         for (int s = 0; s < 16; s++) sc[s * GGUF_NR] = d * (float)(int8_t)p[192 + s];
+    } else if (type == H3_GGUF_IQ4_NL) {
+        sc[0] = f16_of(p);
+    } else if (type == H3_GGUF_IQ4_XS) {
+        const float d = f16_of(p);
+        for (int j = 0; j < 8; j++) sc[j * GGUF_NR] = d * (float)(gguf_iq4xs_scale(p, j) - 32);
     } else if (type == H3_GGUF_Q3_K) {
         const float d = f16_of(p + 108);
         for (int s = 0; s < 16; s++) sc[s * GGUF_NR] = d * (float)gguf_k3_scale(p + 96, s);
@@ -195,6 +214,8 @@ void gguf_decode_panel_avx2(int type, const uint8_t *const *rows, int nr, int nk
     case H3_GGUF_Q5_K: decode_k(H3_GGUF_Q5_K, rows, nr, nk, u, sc, mn); return;
     case H3_GGUF_Q4_K: decode_k(H3_GGUF_Q4_K, rows, nr, nk, u, sc, mn); return;
     case H3_GGUF_Q3_K: decode_k(H3_GGUF_Q3_K, rows, nr, nk, u, sc, mn); return;
+    case H3_GGUF_IQ4_XS: decode_k(H3_GGUF_IQ4_XS, rows, nr, nk, u, sc, mn); return;
+    case H3_GGUF_IQ4_NL: decode_k(H3_GGUF_IQ4_NL, rows, nr, nk, u, sc, mn); return;
     default: gguf_decode_panel_ref(type, rows, nr, nk, u, sc, mn); return;
     }
 }

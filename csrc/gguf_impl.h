@@ -5,8 +5,9 @@
  *
  * Every quantised type, decoded, is small integers q with a float scale and offset per
  * sub-block of 16 or 32 values: w[k] = sc * q[k] + mn (mn = 0 for Q8_0, Q4_0, Q5_0, Q3_K,
- * Q6_K).  The GEMM's panel holds them unsigned, u = q + off (off: 128, 8, 16, 4, 32 for
- * those five, 0 for the types with an offset, whose q are unsigned already), so that one
+ * Q6_K, IQ4_NL, IQ4_XS; for the IQ4s q is the code's int8 level).  The GEMM's panel holds
+ * them unsigned, u = q + off (off: 128, 8, 16, 4, 32, 128, 128 for those seven, 0 for the
+ * types with an offset, whose q are unsigned already), so that one
  * x86 instruction (vpmaddubsw, vpdpbusd) multiplies u by the signed int8 activations a.
  * Each row of x is quantised per group of GGUF_AG = 256 inputs (one float scale d per group;
  * a row's last group may be shorter).  Per segment (the type's sub-block: 32 values where
@@ -60,6 +61,14 @@ static inline void gguf_k4_scale_min(const uint8_t *b, int j, int *sc, int *m) {
     }
 }
 
+/* IQ4_NL / IQ4_XS: the int8 level of each 4-bit code; IQ4_XS: the six-bit (biased by 32)
+ * scale of sub-block j (of 32 values) */
+extern const int8_t gguf_iq4_levels[16];
+static inline int gguf_iq4xs_scale(const uint8_t *b, int j) {
+    const int sh = b[2] | b[3] << 8;
+    return ((b[4 + j / 2] >> (4 * (j % 2))) & 15) | ((sh >> (2 * j)) & 3) << 4;
+}
+
 /* Q3_K: the six-bit scale of sub-block j (of 16 values), unbiased */
 static inline int gguf_k3_scale(const uint8_t *b, int j) {
     int lo = j < 8 ? (b[j] & 15) : (b[j - 8] >> 4);
@@ -91,7 +100,7 @@ void gguf_quant_act_row_avx2u(const float *x, int64_t K, int8_t *a, float *d, in
 typedef void (*gguf_decode_fn)(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
 void gguf_decode_panel_ref(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
 #if H3_X86
-/* the same panel (byte for byte): Q8_0 and the K-quants Q3_K..Q6_K unpacked 32 values at
+/* the same panel (byte for byte): Q8_0, the K-quants Q3_K..Q6_K and the IQ4s unpacked 32 values at
  * a time in AVX2, the other types by the reference */
 void gguf_decode_panel_avx2(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
 #endif

@@ -16,6 +16,8 @@ static const gguf_kind kinds[] = {
     [H3_GGUF_Q5_0] = {32, 16, 31, 4, 0},   [H3_GGUF_Q5_1] = {32, 0, 31, 4, 1}, [H3_GGUF_Q2_K] = {16, 0, 3, 4, 1},
     [H3_GGUF_Q3_K] = {16, 4, 7, 4, 0},     [H3_GGUF_Q4_K] = {32, 0, 15, 8, 1}, [H3_GGUF_Q5_K] = {32, 0, 31, 4, 1},
     [H3_GGUF_Q6_K] = {16, 32, 63, 2, 0},
+    /* the IQ4 levels span -127..113: full int8, Q8_0's route */
+    [H3_GGUF_IQ4_NL] = {32, 128, 255, 0, 0}, [H3_GGUF_IQ4_XS] = {32, 128, 255, 0, 0},
 };
 
 const gguf_kind *gguf_kind_of(int type) {

@@ -27,6 +27,12 @@
  *                     values): for l < 32, values l, l+32, l+64, l+96 take the low nibble of
  *                     ql[64h+l], ql[64h+l+32], then their high nibbles, with bits 0-1, 2-3,
  *                     4-5, 6-7 of qh[32h+l] on top; q - 32.        w = d*sc * (q - 32)
+ *   IQ4_NL (32, 18 B): f16 d; qs[16] as Q4_0, each 4-bit code an index into one table of 16
+ *                     non-uniform int8 levels (kvalues_iq4nl).        w = d * level
+ *   IQ4_XS (256,136 B): f16 d; u16 scales_h; u8 scales_l[4]; qs[128]: 8 sub-blocks of 32,
+ *                     sub-block j with the 6-bit ls = (scales_l[j/2] >> 4 (j%2) & 15) |
+ *                     (scales_h >> 2 j & 3) << 4 and its 16 bytes of qs laid out as IQ4_NL's.
+ *                                                     w = (d * (ls - 32)) * level
  * The six-bit scale packing of Q4_K/Q5_K (sub-block j < 8): j < 4: scale = b[j] & 63,
  * min = b[j+4] & 63; else scale = (b[j+4] & 15) | (b[j-4] >> 6) << 4,
  * min = (b[j+4] >> 4) | (b[j] >> 6) << 4.  Q3_K (j < 16): low 4 bits from b[j] (j < 8,
@@ -53,6 +59,8 @@ int h3_gguf_type_size(int type, int *blk, int *bytes) {
     case H3_GGUF_Q4_K: b = 256; n = 144; break;
     case H3_GGUF_Q5_K: b = 256; n = 176; break;
     case H3_GGUF_Q6_K: b = 256; n = 210; break;
+    case H3_GGUF_IQ4_NL: b = 32; n = 18; break;
+    case H3_GGUF_IQ4_XS: b = 256; n = 136; break;
     default: return 0;
     }
     if (blk) *blk = b;
@@ -70,6 +78,9 @@ int gguf_has_min(int type) {
            type == H3_GGUF_Q4_K || type == H3_GGUF_Q5_K;
 }
 
+/* IQ4_NL / IQ4_XS: the level of each 4-bit code (ggml's kvalues_iq4nl) */
+const int8_t gguf_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
 static float f16_at(const uint8_t *p) { return h3_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
 static uint32_t u32_at(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -78,7 +89,7 @@ static uint32_t u32_at(const uint8_t *p) {
 /* one block -> q[blk], sc/mn[blk/16] (the scales: gguf_decode_scales) */
 void gguf_decode_scales(int type, const uint8_t *p, float *sc, float *mn) {
     switch (type) {
-    case H3_GGUF_Q8_0: case H3_GGUF_Q4_0: case H3_GGUF_Q5_0:
+    case H3_GGUF_Q8_0: case H3_GGUF_Q4_0: case H3_GGUF_Q5_0: case H3_GGUF_IQ4_NL:
         sc[0] = sc[1] = f16_at(p);
         mn[0] = mn[1] = 0.0f;
         return;
@@ -110,6 +121,14 @@ void gguf_decode_scales(int type, const uint8_t *p, float *sc, float *mn) {
             gguf_k4_scale_min(p + 4, j, &s, &m);
             sc[2 * j] = sc[2 * j + 1] = d * (float)s;
             mn[2 * j] = mn[2 * j + 1] = -(dmin * (float)m);
+        }
+        return;
+    }
+    case H3_GGUF_IQ4_XS: {
+        const float d = f16_at(p);
+        for (int j = 0; j < 8; j++) {
+            sc[2 * j] = sc[2 * j + 1] = d * (float)(gguf_iq4xs_scale(p, j) - 32);
+            mn[2 * j] = mn[2 * j + 1] = 0.0f;
         }
         return;
     }
@@ -198,6 +217,16 @@ void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *
                 o[32] = (int8_t)(((b & 15) | ((c >> 2) & 3) << 4) - 32);
                 o[64] = (int8_t)(((a >> 4) | ((c >> 4) & 3) << 4) - 32);
                 o[96] = (int8_t)(((b >> 4) | ((c >> 6) & 3) << 4) - 32);
+            }
+        return;
+    }
+    case H3_GGUF_IQ4_NL: case H3_GGUF_IQ4_XS: {
+        const int nsub = type == H3_GGUF_IQ4_NL ? 1 : 8;
+        const uint8_t *qs = p + (type == H3_GGUF_IQ4_NL ? 2 : 8);
+        for (int j = 0; j < nsub; j++)
+            for (int l = 0; l < 16; l++) {
+                q[32 * j + l] = gguf_iq4_levels[qs[16 * j + l] & 15];
+                q[32 * j + 16 + l] = gguf_iq4_levels[qs[16 * j + l] >> 4];
             }
         return;
     }

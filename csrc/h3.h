@@ -277,11 +277,6 @@ int h3_gguf_type_size(int type, int *blk, int *bytes);
  * Float types are widened exactly; a quantised value is computed as the format defines it
  * (scale * q - min, in float32).  EINVAL on an unknown type or a partial block. */
 h3_status h3_gguf_dequant(int type, const void *src, int64_t n, float *out, h3_err *err);
-/* IQ4_NL and IQ4_XS (iq4_ref.c): decoded at load only (the GGUF linear does not take them
- * yet).  h3_iq4_type_size: 1 and the block's values and bytes for those two, else 0;
- * h3_iq4_dequant: as h3_gguf_dequant (EINVAL on another type or a partial block). */
-int h3_iq4_type_size(int type, int *blk, int *bytes);
-h3_status h3_iq4_dequant(int type, const void *src, int64_t n, float *out, h3_err *err);
 /* The activation quantiser the GGUF linear applies to each row of x, exposed for tests:
  * per group of 256 values of a row (the last group the rest of the row) d = max|x| / 127,
  * q = rint(x / d) (ties to even; 0 when d = 0).  x: [M, K] (K % 32 == 0) -> q [M, K] int8,

@@ -388,13 +388,11 @@ def gguf_type_size(int type):
 
 
 def gguf_dequant(int type, const uint8_t[::1] src, int64_t n, float[::1] out):
-    """out[:n] = the n values of GGUF type ``type`` stored in src (whole blocks); IQ4_NL
-    and IQ4_XS too (decoded at load only: the GGUF linear does not take them)."""
+    """out[:n] = the n values of GGUF type ``type`` stored in src (whole blocks)."""
     cdef int blk = 0, nb = 0
     cdef h3_err err
     cdef h3_status rc
-    cdef bint iq4 = h3_iq4_type_size(type, &blk, &nb)
-    if not iq4 and not h3_gguf_type_size(type, &blk, &nb):
+    if not h3_gguf_type_size(type, &blk, &nb):
         raise H3ValueError(f"unknown GGUF type {type}")
     if n < 0 or n % blk or <int64_t>src.shape[0] < n // blk * nb or out.shape[0] < n:
         raise H3ValueError(f"gguf_dequant: {n} values need {n // blk * nb} bytes (got {src.shape[0]}) "
@@ -402,10 +400,7 @@ def gguf_dequant(int type, const uint8_t[::1] src, int64_t n, float[::1] out):
     if n == 0:
         return
     with nogil:
-        if iq4:
-            rc = h3_iq4_dequant(type, &src[0], n, &out[0], &err)
-        else:
-            rc = h3_gguf_dequant(type, &src[0], n, &out[0], &err)
+        rc = h3_gguf_dequant(type, &src[0], n, &out[0], &err)
     check(rc, &err)
 
 

@@ -217,8 +217,6 @@ cdef extern from "h3.h" nogil:
                                      h3_linear **out, h3_err *err)
     int h3_gguf_type_size(int type, int *blk, int *nbytes)
     h3_status h3_gguf_dequant(int type, const void *src, int64_t n, float *out, h3_err *err)
-    int h3_iq4_type_size(int type, int *blk, int *nbytes)
-    h3_status h3_iq4_dequant(int type, const void *src, int64_t n, float *out, h3_err *err)
     h3_status h3_gguf_quant_act(const float *x, int64_t M, int64_t K, int8_t *q, float *d, h3_err *err)
     h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int nparts,
                                     int64_t N, int64_t K, const float *bias, int pair, h3_isa isa,

@@ -13,10 +13,8 @@ TYPES = {
     "Q3_K": (11, 256, 110, (108,)), "Q4_K": (12, 256, 144, (0, 2)), "Q5_K": (13, 256, 176, (0, 2)),
     "Q6_K": (14, 256, 210, (208,)), "IQ4_NL": (20, 32, 18, (0,)), "IQ4_XS": (23, 256, 136, (0,)),
 }
-# decoded at load only (h3cy.weights.gguf.DECODED_TYPES): no GGUF GEMM for them
-DECODED = ["IQ4_NL", "IQ4_XS"]
-# the quantised types the GGUF GEMM runs
-QUANT = [t for t, v in TYPES.items() if v[1] > 1 and t not in DECODED]
+# the quantised types the GGUF GEMM runs (all the quantised ones h3cy reads)
+QUANT = [t for t, v in TYPES.items() if v[1] > 1]
 
 
 def random_blocks(type_name, rows, K, rng, scale=0.01):

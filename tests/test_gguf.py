@@ -297,4 +297,4 @@ def test_attach_refuses_bad_input():
     with pytest.raises(ValueError):
         _kernels.linear_attach_gguf([b], [12], 2, 512, None, 0, "ref", pool)     # wrong byte count
     with pytest.raises(ValueError):
-        _kernels.linear_attach_gguf([b], [20], 2, 256, None, 0, "ref", pool)     # IQ4_NL: not read
+        _kernels.linear_attach_gguf([b], [16], 2, 256, None, 0, "ref", pool)     # IQ2_XXS: not read

@@ -24,7 +24,10 @@ def _gguf_dit(t, tmp_path, rng, cycle=CYCLE):
     for name, v in sd.items():
         a = v.float().numpy()
         if a.ndim == 2 and name.endswith(".weight") and ("blocks." in name) and a.shape[1] % 32 == 0:
-            tname = cycle[i % len(cycle)]
+            for j in range(len(cycle)):          # the next type in the cycle whose block divides K
+                tname = cycle[(i + j) % len(cycle)]
+                if a.shape[1] % TYPES[tname][1] == 0:
+                    break
             i += 1
             b = random_blocks(tname, a.shape[0], a.shape[1], rng, scale=float(np.abs(a).max()) / 8)
             tensors.append((name, tname, a.shape, b))
@@ -67,25 +70,53 @@ def test_gguf_dit_runs_as_stored_and_matches_the_dequantised_model(tiny_dit_fact
     assert len(quantised) >= 8   # 20 in config b
 
 
-def test_gguf_dit_with_iq4_nl_layers(tiny_dit_factory, tmp_path, capsys):
-    """IQ4_NL layers (found in published H3 sets) are decoded at load and run as int8 beside
-    the layers the GGUF GEMM runs as stored; `h3cy info` says so."""
+def test_gguf_dit_with_iq4_layers(tiny_dit_factory, tmp_path, capsys, monkeypatch):
+    """IQ4 layers (an IQ4_XS DiT is among the published H3 sets) run as stored on the GGUF
+    GEMM beside Q8_0 ones: weights="auto" matches the dequantised model to the activation
+    quantisation's error, and `h3cy info` counts their blocks at their size.  IQ4_NL here:
+    IQ4_XS blocks hold 256 values and no tiny-model layer has K % 256 == 0 (the GEMM and
+    dequantiser tests in test_gguf.py run IQ4_XS)."""
     from h3cy.cli import info_file
+    from h3cy.weights.gguf import GGUFFile
+    from h3cy.weights import linears
+    from h3cy.weights.gguf_info import gguf_memory
     t = tiny_dit_factory("b")
     gp, sp, _ = _gguf_dit(t, tmp_path, np.random.default_rng(6), cycle=["IQ4_NL", "Q8_0"])
+    g = GGUFFile(gp)
+    try:
+        iq4 = [ti for ti in g.tensors.values() if ti.dtype == "IQ4_NL"]
+        assert len(iq4) >= 4
+        # `h3cy info`'s memory: the IQ4 blocks at their own size under "auto" (int8: ~1.9x)
+        assert gguf_memory(iq4)["auto"] == sum(ti.nbytes for ti in iq4)
+    finally:
+        g.close()
+    ran = []                        # the type names of the linears the GGUF GEMM took as stored
+    real = linears._gguf_linear
+
+    def spy(w, *args):
+        lin = real(w, *args)
+        if lin is not None:
+            ran.extend(p.type_name for p in (w if isinstance(w, (list, tuple)) else [w]))
+        return lin
+    monkeypatch.setattr(linears, "_gguf_linear", spy)
     inputs = packed_inputs(t.config, seed=3)
-    got_v, _ = h3cy.DiT.from_pretrained(gp, threads=2).forward(**inputs)
-    want_v, _ = h3cy.DiT.from_pretrained(sp, weights="fp32", threads=2).forward(**inputs)
-    # h3cy's int8 (per output channel, over IQ4 rows whose block scales vary 4x) for the
-    # IQ4_NL layers, the GGUF GEMM's int8 activations for the Q8_0 ones: observed rel L2
-    # 1.0e-2 (deterministic: fixed seeds); a wrong IQ4 level table or nibble order gives O(1)
-    rel = np.linalg.norm(got_v - want_v) / np.linalg.norm(want_v)
-    assert rel <= 3e-2, rel
+    got_v, got_a = h3cy.DiT.from_pretrained(gp, threads=2).forward(**inputs)
+    monkeypatch.undo()
+    assert ran.count("IQ4_NL") == len(iq4), (ran, len(iq4))
+    want_v, want_a = h3cy.DiT.from_pretrained(sp, weights="fp32", threads=2).forward(**inputs)
+    # only the activation quantisation (int8 per group of 256) differs: observed rel L2
+    # 9.8e-3 / 1.16e-2 (video / audio; fixed seeds; as large as h3cy int8 gave when the
+    # loader decoded IQ4 to it, 1.0e-2, so the spy above is what shows the route); a wrong
+    # IQ4 level table, nibble order or sub-block scale gives O(1)
+    for got, want in ((got_v, want_v), (got_a, want_a)):
+        rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+        print(f"observed rel L2 {rel:.2e}")
+        assert rel <= 2e-2, rel
     # weights="fp32" dequantises everything: the dequantised model itself
     got32, _ = h3cy.DiT.from_pretrained(gp, weights="fp32", threads=2).forward(**inputs)
     assert_close(got32, want_v, max_rel_tol=1e-5, what="video")
     assert info_file(gp) == 0
-    assert "decoded at load: IQ4_NL" in capsys.readouterr().out
+    assert "decoded at load" not in capsys.readouterr().out
 
 
 def test_gguf_dit_streaming_and_weight_cache(tiny_dit_factory, tmp_path):

@@ -37,8 +37,8 @@ import numpy as np
 from ..errors import CheckpointError
 from .safetensors import MappedFile
 
-__all__ = ["GGUFFile", "GGUFWeight", "GGML_TYPES", "QUANT_TYPES", "RUNNABLE_TYPES", "DECODED_TYPES",
-           "READABLE_TYPES", "open_gguf"]
+__all__ = ["GGUFFile", "GGUFWeight", "GGML_TYPES", "QUANT_TYPES", "RUNNABLE_TYPES", "READABLE_TYPES",
+           "open_gguf"]
 
 log = logging.getLogger("h3cy")
 
@@ -63,12 +63,10 @@ TYPE_IDS = {v[0]: k for k, v in GGML_TYPES.items()}
 PLAIN = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"), "F64": np.dtype("<f8"),
          "I8": np.dtype("i1"), "I16": np.dtype("<i2"), "I32": np.dtype("<i4"), "I64": np.dtype("<i8")}
 QUANT_TYPES = tuple(v[0] for v in GGML_TYPES.values() if v[1] > 1)
-# the quantised types h3cy's GGUF GEMM runs (csrc/gguf_ref.c)
-RUNNABLE_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
-# quantised types h3cy decodes at load only (csrc/iq4_ref.c): dequantised, then converted as a
-# float weight in the load's mode (int8 under weights="auto"); the GEMM does not take them
-DECODED_TYPES = ("IQ4_NL", "IQ4_XS")
-READABLE_TYPES = RUNNABLE_TYPES + DECODED_TYPES
+# the quantised types h3cy's GGUF GEMM runs as stored (csrc/gguf_ref.c), which are all it reads
+RUNNABLE_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+                  "IQ4_NL", "IQ4_XS")
+READABLE_TYPES = RUNNABLE_TYPES
 
 # metadata value types: id -> (name, struct format or None)
 _VTYPES = {0: ("u8", "<B"), 1: ("i8", "<b"), 2: ("u16", "<H"), 3: ("i16", "<h"), 4: ("u32", "<I"),

@@ -9,13 +9,12 @@ used in place from the mapping (their pages are the file's, counted at their siz
 and BF16 matrices in place too, F16 ones widened to float32 once; "int8" given explicitly
 also runs the blocks as stored but converts the float matrices to int8; the other modes
 dequantise every block at load and convert it (fp32: 4 bytes a weight, BF16 ones in
-place; bf16/fp16: 2; int4: ~0.53).  IQ4_NL/IQ4_XS blocks are decoded at load in every mode
-(int8 under "auto").  Vectors (norms, biases) are float32 in every mode; a
+place; bf16/fp16: 2; int4: ~0.53).  Vectors (norms, biases) are float32 in every mode; a
 quantised embedding table stays as stored (only the looked-up rows are decoded).
 """
 import os
 
-from .gguf import DECODED_TYPES, GGML_TYPES, GGUFFile, PLAIN, READABLE_TYPES, RUNNABLE_TYPES
+from .gguf import GGML_TYPES, GGUFFile, PLAIN, READABLE_TYPES, RUNNABLE_TYPES
 
 __all__ = ["gguf_lines", "gguf_memory"]
 
@@ -47,7 +46,7 @@ def gguf_memory(tensors):
             for m in MODES:
                 need[m] += vec
             continue
-        stored = t.dtype in RUNNABLE_TYPES          # IQ4_*: decoded at load, converted to int8
+        stored = t.dtype in RUNNABLE_TYPES
         need["auto"] += t.nbytes if stored or t.dtype in ("F32", "BF16") else \
             (4 * n if t.dtype == "F16" else int(_INT8 * n))
         need["int8"] += t.nbytes if stored else int(_INT8 * n)
@@ -122,10 +121,6 @@ def gguf_lines(path, kind):
             out.append(f"  ... {len(skipped)} not read in all")
         runs = _runs(kind.component)
         bad = sorted((n, stored[n].dtype) for n in read if n in stored and stored[n].dtype not in runs)
-        decoded = sorted({stored[n].dtype for n in read if n in stored and stored[n].dtype in DECODED_TYPES})
-        if decoded:
-            out.append(f"  decoded at load: {', '.join(decoded)} tensors are dequantised and converted to "
-                       "int8 (weights='auto'): the GGUF GEMM does not run them as stored yet")
         for n, d in bad[:20]:
             out.append(f"  UNSUPPORTED: {kind.prefix + n} is {d}: h3cy has no decoder/GEMM for it; "
                        "loading this file fails")

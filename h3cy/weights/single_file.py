@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from .comfy_quant import parse_blob
 from .files import TensorFiles, checkpoint_error
+from .gguf import RUNNABLE_TYPES
 
 __all__ = ["FileKind", "detect", "detect_component", "COMPONENT_SIGNATURES"]
 
@@ -89,9 +90,8 @@ class FileKind:
 RUNNABLE_QUANT = ("int8_tensorwise", "int8_tensorwise+convrot")
 # what each component's loader reads: the int8 formats as stored; the text encoder NVFP4 too
 # (run as stored on the NVFP4 GEMM: csrc/gemm_nvfp4.c)
-# GGUF files (weights.gguf): the block types h3cy's GGUF GEMM runs as stored, and IQ4_NL /
-# IQ4_XS, decoded at load (weights.gguf.DECODED_TYPES)
-GGUF_QUANT = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS")
+# GGUF files (weights.gguf): the block types h3cy's GGUF GEMM runs as stored
+GGUF_QUANT = RUNNABLE_TYPES
 COMPONENT_QUANT = {"transformer": RUNNABLE_QUANT + GGUF_QUANT,
                    "text_encoder": RUNNABLE_QUANT + ("nvfp4",) + GGUF_QUANT,
                    "video_vae": RUNNABLE_QUANT, "audio_vae": ()}

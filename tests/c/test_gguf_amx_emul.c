@@ -108,7 +108,7 @@ int main(void) {
     static const struct { int id; const char *name; } types[] = {
         {H3_GGUF_Q8_0, "Q8_0"}, {H3_GGUF_Q4_0, "Q4_0"}, {H3_GGUF_Q4_1, "Q4_1"}, {H3_GGUF_Q5_0, "Q5_0"},
         {H3_GGUF_Q5_1, "Q5_1"}, {H3_GGUF_Q2_K, "Q2_K"}, {H3_GGUF_Q3_K, "Q3_K"}, {H3_GGUF_Q4_K, "Q4_K"},
-        {H3_GGUF_Q5_K, "Q5_K"}, {H3_GGUF_Q6_K, "Q6_K"}};
+        {H3_GGUF_Q5_K, "Q5_K"}, {H3_GGUF_Q6_K, "Q6_K"}, {H3_GGUF_IQ4_NL, "IQ4_NL"}, {H3_GGUF_IQ4_XS, "IQ4_XS"}};
     static const int mrs[] = {1, 15, 16, 17, 31, 32, 33, 48, 80, 130};
     static const int nks[] = {32, 96, 256, 512}; /* K block lengths (multiples of every type's block) */
     const int64_t K = 1024, MMAX = 130;
