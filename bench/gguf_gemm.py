@@ -42,7 +42,7 @@ TYPES = ("Q8_0", "Q6_K", "Q5_K", "Q4_K", "Q3_K")
 # byte offsets of each type's f16 scale fields in its block (ggml's block structs: Q8_0 d;
 # Q6_K d after ql, qh, scales; Q5_K/Q4_K d, dmin first; Q3_K d last)
 F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q2_K": (80, 82),
-              "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+              "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_NL": (0,), "IQ4_XS": (0,)}
 # relative L2 against float64 on the same weights at the first 8 rows (observed on the 2-core
 # AVX2 box: gguf ~5e-3 (the activation quantisation), int8 ~1.5e-2, int4 ~0.1-0.2 (it
 # re-rounds the GGUF values to 16 levels per 128 inputs))
