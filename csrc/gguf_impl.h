@@ -104,6 +104,10 @@ void gguf_decode_panel_ref(int type, const uint8_t *const *rows, int nr, int nk,
  * a time in AVX2, the other types by the reference */
 void gguf_decode_panel_avx2(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
 #endif
+#if H3_ARM64
+/* the same in AArch64 Advanced SIMD (gguf_decode_neon.c), for the same types */
+void gguf_decode_panel_neon(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
+#endif
 
 #if H3_X86
 /* Once per kernel call, for the kernels that take the panel signed (the VNNI ones on unsigned

@@ -114,6 +114,9 @@ gguf_quant_fn gguf_quant_for(h3_isa isa) {
 }
 
 gguf_decode_fn gguf_decode_for(h3_isa isa) {
+#if H3_ARM64
+    if (h3_isa_vector(isa) == H3_ISA_NEON) return gguf_decode_panel_neon;
+#endif
     return h3_isa_x86_simd(isa) ? H3_ON_X86(gguf_decode_panel_avx2) : gguf_decode_panel_ref;
 }
 
