@@ -42,7 +42,7 @@ from convrot_gemm import add_timing_args, alternated_ms  # noqa: E402
 from gguf_gemm import random_blocks  # noqa: E402
 from nvfp4_gemm import SHAPES  # noqa: E402
 
-ALL_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+ALL_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS")
 SPEED_TYPES = ("Q8_0", "Q6_K", "Q5_K", "Q4_K", "Q3_K")
 # run on the amx path in the K-quants' integer super-block order (csrc/gguf_kq_amx.c): checked
 # against ref to 1e-6 of the largest output, not bit for bit
