@@ -23,8 +23,8 @@ H3CY_NEON_EXT  which of the 'neon' path's ARMv8.6 extensions its GEMMs may use w
 H3CY_GGUF_TILES  which kernel GGUF-stored layers run on the 'amx' path (same bits on all):
               auto (default: the AMX tile kernel csrc/gguf_amx.c for the types with one
               scale per 32 values -- Q8_0, Q4_0/1, Q5_0/1, Q4_K, Q5_K -- and the AVX-512 VNNI
-              kernel for those with 16 -- Q6_K, Q3_K, Q2_K -- as measured fastest on the
-              16-core SPR, session 26) | 1 (tiles for every type) | 0 (VNNI for every
+              kernel for those with 16 -- Q6_K, Q3_K, Q2_K -- and the IQ4s, as measured
+              fastest on the 16-core SPR, sessions 26 and 28) | 1 (tiles for every type) | 0 (VNNI for every
               type; the pre-session-26 default).  For A/B.  The int8/int4 layers are on
               AMX either way.  Read at each GGUF linear h3cy.weights makes
               (h3cy.weights.linears.gguf_isa).

@@ -202,16 +202,16 @@ def test_env_neon_ext_unknown_is_a_clear_error(value):
 def test_env_gguf_tiles_picks_the_gguf_layers_path(value, tiles):
     """H3CY_GGUF_TILES is read by h3cy._config and moves only the GGUF layers of the 'amx'
     path: by default (auto) the types with a scale per 32 values to the AMX tile kernel
-    (csrc/gguf_amx.c; the same bits) and those per 16 (Q6_K, Q3_K, Q2_K; a linear with one
-    such part) to the AVX-512 VNNI kernel; 1 / 0 put every type on the tiles / on VNNI;
+    (csrc/gguf_amx.c; the same bits) and those per 16 (Q6_K, Q3_K, Q2_K) and the IQ4s (a
+    linear with one such part) to the AVX-512 VNNI kernel; 1 / 0 put every type on the tiles / on VNNI;
     every other path is kept."""
     code = ("from h3cy import _config; from h3cy.weights.linears import gguf_isa;"
             "print(_config.gguf_tiles(), *(gguf_isa(i, t) for i in ('amx', 'avx512', 'avx2', 'ref', 'neon')"
-            " for t in (['Q8_0'], ['Q4_K', 'Q5_K'], ['Q6_K'], ['Q4_K', 'Q6_K'])))")
+            " for t in (['Q8_0'], ['Q4_K', 'Q5_K'], ['Q6_K'], ['Q4_K', 'Q6_K'], ['IQ4_XS'])))")
     r = run_py(code, H3CY_GGUF_TILES=value)
     assert r.returncode == 0, r.stderr
-    amx = {"auto": ["amx", "amx", "avx512", "avx512"], "on": ["amx"] * 4, "off": ["avx512"] * 4}[tiles]
-    want = [tiles] + amx + [i for i in ("avx512", "avx2", "ref", "neon") for _ in range(4)]
+    amx = {"auto": ["amx", "amx", "avx512", "avx512", "avx512"], "on": ["amx"] * 5, "off": ["avx512"] * 5}[tiles]
+    want = [tiles] + amx + [i for i in ("avx512", "avx2", "ref", "neon") for _ in range(5)]
     assert r.stdout.split() == want
 
 

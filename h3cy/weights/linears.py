@@ -33,21 +33,23 @@ from .comfy_quant import Int8Weight, Nvfp4Weight
 from .gguf import GGUFWeight
 
 
-# GGUF types whose scales are per 16 values: on AMX, twice the tile stores per product, and
-# the tile kernel measured 0.6-0.9x the VNNI kernel for them (16-core SPR, session 26)
-_SEG16 = {"Q2_K", "Q3_K", "Q6_K"}
+# GGUF types the 'amx' path runs on the AVX-512 VNNI kernel: those whose scales are per 16
+# values (on AMX twice the tile stores per product; the tile kernel measured 0.6-0.9x VNNI for
+# them, 16-core SPR, session 26) and the IQ4s (tiles 0.70-0.95x VNNI in both rounds at M = 2048
+# and 128, session 28)
+_VNNI_ON_AMX = {"Q2_K", "Q3_K", "Q6_K", "IQ4_NL", "IQ4_XS"}
 
 
 def gguf_isa(isa, types=()):
     """The path a GGUF linear of these type names runs on: ``isa``, except "amx", where the
     AMX tile kernel runs the types with one scale per 32 values and the AVX-512 VNNI kernel
-    ("avx512") the others (Q2_K, Q3_K, Q6_K) -- what measured fastest (docs/gguf.md);
+    ("avx512") the others (Q2_K, Q3_K, Q6_K) and the IQ4s -- what measured fastest (docs/gguf.md);
     H3CY_GGUF_TILES=1 / 0 puts every type on the tiles / on VNNI (the same bits, for A/B)."""
     if isa != "amx":
         return isa
     tiles = _config.gguf_tiles()
     if tiles == "auto":
-        return "avx512" if any(t in _SEG16 for t in types) else "amx"
+        return "avx512" if any(t in _VNNI_ON_AMX for t in types) else "amx"
     return "amx" if tiles == "on" else "avx512"
 
 
