@@ -57,6 +57,7 @@ h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int 
         l->grow_bytes[i] = K / blk * bytes;
         wb += (size_t)(N / nparts) * (size_t)l->grow_bytes[i];
     }
+    if (!st) l->gguf_q8d = 1; /* h3_linear_set_gguf_opts's defaults: zero but this */
     return pn_attach_end(who, st, l, H3_DT_GGUF, N, K, bias, pair, isa, parts[0], wb, out, err);
 }
 
@@ -135,6 +136,70 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
     ((gguf_ukr_fn)f->ukr)(mc, t, nk / t->seg, a, act->lda, d, act->ldd, as, act->ldas, u, sc, t->has_min ? mn : NULL, cb);
 }
 
+/* ---- the Q8_0 tile route (gguf_q8d_amx.c): the file's blocks as the tiles' A operand ---- */
+
+/* row x quantised signed (the AVX-512 kernels' quantiser stores a + 128: not for the tiles),
+ * group by group (each group's scale is its own, so the values and d are the row's), written
+ * in the 16-row tile layout: input k at (k / 4) * 64 + k % 4 from the row's first chunk; x
+ * NULL: a zero row past M */
+static void quant_tiles(const pn_fmt *f, const h3_linear *l, int s, const float *x, uint8_t *a, float *d,
+                        int32_t *as) {
+    (void)f; (void)s; (void)as;
+    const int64_t K = l->K;
+    if (!x) {
+        for (int64_t j = 0; j < K / 4; j++) memset(a + j * 64, 0, 4);
+        return;
+    }
+    int8_t q[GGUF_AG];
+    int32_t sums[GGUF_AG / 16 + GGUF_AG / 32];
+    const gguf_quant_fn qf = h3_isa_x86_simd(l->isa) ? H3_ON_X86(gguf_quant_act_row_avx2) : gguf_quant_act_row_ref;
+    for (int64_t g = 0; g < K; g += GGUF_AG) {
+        const int64_t n = H3_MIN(GGUF_AG, K - g);
+        qf(x + g, n, q, d + g / GGUF_AG, sums);
+        for (int64_t j = 0; j < n / 4; j++) memcpy(a + (g / 4 + j) * 64, q + 4 * j, 4);
+    }
+}
+
+/* the tile kernel over the panel's rows in place: 16 weight rows of one part, ldw bytes apart;
+ * a partial panel (the part's last, fewer than 16 rows) is copied with zero rows after it */
+static void kblock_q8d(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, int mc,
+                       const pn_act *act, char *buf, float *cb) {
+    int type;
+    const uint8_t *w = grow_at(l, r0, &type) + k0 / 32 * 34;
+    int64_t ldw = l->grow_bytes[r0 / l->part_rows];
+    if (nr < GGUF_NR) {
+        const size_t rb = (size_t)nk / 32 * 34;
+        for (int j = 0; j < GGUF_NR; j++) {
+            if (j < nr) memcpy(buf + j * rb, w + j * ldw, rb);
+            else memset(buf + j * rb, 0, rb);
+        }
+        w = (const uint8_t *)buf;
+        ldw = (int64_t)rb;
+    }
+    gguf_ukr_q8d_fn k = gguf_ukr_q8d_ref;
+#if H3_X86
+    if (f->ukr == (const void *)gguf_ukr_amx) k = gguf_ukr_amx_q8d;
+#endif
+    k(mc, nk / 32, w, ldw, (const int8_t *)act->a + k0 * 16, act->lda * 16, act->d + k0 / GGUF_AG, act->ldd, cb, mc);
+}
+
+/* a linear whose parts are all Q8_0 takes the route on the amx path (q8d 1, the default), on
+ * every path (q8d 2: the scalar kernel off AMX, for tests) or on none (0) */
+static int q8d_route(const h3_linear *l, gguf_ukr_fn k) {
+    for (int i = 0; i < l->nparts; i++)
+        if (l->gtype[i] != H3_GGUF_Q8_0) return 0;
+    if (l->gguf_q8d == 2) return 1;
+#if H3_X86
+    if (l->gguf_q8d == 1 && k == gguf_ukr_amx) return 1;
+#endif
+    (void)k;
+    return 0;
+}
+
+int h3_linear_gguf_q8d(const h3_linear *l) {
+    return l && l->wtype == H3_DT_GGUF && q8d_route(l, gguf_ukr_for(l->isa));
+}
+
 /* Rows of x per block: each decoded K block of a panel serves them all, so more rows mean
  * less decode per row (Q8_0's decode was 18% of the AVX-512 VNNI kernel's time at 256 rows,
  * Zen 4), but each panel rereads the block's activations (rows x K bytes) and beyond a few MB
@@ -176,21 +241,30 @@ pn_fmt gguf_panel_fmt(const h3_linear *l) {
 #if H3_X86
     kq = k == gguf_ukr_amx;
 #endif
+    if (q8d_route(l, k)) { /* no decode: buf only for a partial panel's copy (16 rows of a K block) */
+        _Static_assert(GGUF_DEC_BYTES >= (size_t)GGUF_NR * (GGUF_KB / 32) * 34, "a partial panel fits buf");
+        pn_fmt f = {.nslots = 1, .sums = 0, .buf_bytes = GGUF_DEC_BYTES, .nr = GGUF_NR, .mc = gguf_rows_per_block(l->K),
+                    .kb = GGUF_KB, .a_esize = 1, .a_tile = 16, .a_chunk = 4, .cb_t = 1,
+                    .group = l->gguf_group ? l->gguf_group : gguf_group(k), .quant = quant_tiles, .slot_of = slot_of,
+                    .kblock = kblock_q8d, .ukr = (const void *)k, .decode = (const void *)gguf_decode_for(l->isa)};
+        return f;
+    }
     pn_fmt f = {.nslots = 1, .sums = 3, .buf_bytes = (two ? 2 : 1) * GGUF_DEC_BYTES + (kq ? GGUF_KQ_BYTES : 0),
                 .nr = (two ? 2 : 1) * GGUF_NR, .mc = gguf_rows_per_block(l->K), .kb = GGUF_KB, .a_esize = 1,
-                .a_tile32 = 0, .group = l->gguf_group ? l->gguf_group : gguf_group(k), .quant = quant,
+                .group = l->gguf_group ? l->gguf_group : gguf_group(k), .quant = quant,
                 .slot_of = slot_of, .kblock = kblock, .ukr = (const void *)k,
                 .decode = (const void *)gguf_decode_for(l->isa)};
     return f;
 }
 
-h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, h3_err *err) {
+h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, int q8d, h3_err *err) {
     if (!lin || lin->wtype != H3_DT_GGUF) return h3_fail(err, H3_EINVAL, "linear_set_gguf_opts: not a GGUF linear");
-    if ((kq != 0 && kq != 1) || group < 0 || group > PN_GROUP_MAX)
-        return h3_fail(err, H3_EINVAL, "linear_set_gguf_opts: kq %d (0 or 1), group %d (0..%d)", kq, group,
-                       PN_GROUP_MAX);
+    if ((kq != 0 && kq != 1) || group < 0 || group > PN_GROUP_MAX || q8d < 0 || q8d > 2)
+        return h3_fail(err, H3_EINVAL, "linear_set_gguf_opts: kq %d (0 or 1), group %d (0..%d), q8d %d (0..2)", kq,
+                       group, PN_GROUP_MAX, q8d);
     lin->gguf_kq_off = !kq;
     lin->gguf_group = group;
+    lin->gguf_q8d = q8d;
     return H3_OK;
 }
 

@@ -37,8 +37,9 @@ struct h3_linear {
     int64_t grow_bytes[H3_LINEAR_MAX_PARTS];
     /* run-time choices (h3_linear_set_gguf_opts; zero = the defaults): 1 runs Q4_K / Q5_K on
      * the amx path in the common order, not gguf_kq_amx.c's; column panels per pass (0: the
-     * path's default) */
-    int gguf_kq_off, gguf_group;
+     * path's default); where all-Q8_0 linears run gguf_q8d_amx.c's route (weights in place):
+     * 1 on amx, 2 on every path, 0 none (h3_linear_set_gguf_opts sets 1 by default) */
+    int gguf_kq_off, gguf_group, gguf_q8d;
     /* H3_DT_NVFP4 (gemm_nvfp4.c): nparts parts, owned; nv_slots distinct activation
      * variants (parts with the same AWQ pre-scale, or none, share one) */
     struct nvfp4_part *nv;

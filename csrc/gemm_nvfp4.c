@@ -177,14 +177,14 @@ static int bf16_route(const h3_linear *l, int64_t M) {
 pn_fmt nvfp4_panel_fmt(const h3_linear *l, int64_t M) {
     if (bf16_route(l, M)) {
         pn_fmt f = {.nslots = l->nv_slots, .sums = 0, .buf_bytes = (size_t)NV_BKB * NV_BNR * 2,
-                    .nr = NV_BNR, .mc = NV_BMC, .kb = NV_BKB, .a_esize = 2, .a_tile32 = 1,
+                    .nr = NV_BNR, .mc = NV_BMC, .kb = NV_BKB, .a_esize = 2, .a_tile = PN_TILE, .a_chunk = PN_TILE,
                     .quant = quant_bf16, .slot_of = slot_of, .kblock = kblock_bf16,
                     .ukr = (const void *)nvfp4_bukr_for(l->isa), .decode = (const void *)nvfp4_bdecode_for(l->isa)};
         return f;
     }
     pn_fmt f = {.nslots = l->nv_slots, .sums = 0,
                 .buf_bytes = (size_t)NV_KB * NV_NR + 2 * (size_t)(NV_KB / NV_SEG) * NV_NR * 4,
-                .nr = NV_NR, .mc = PN_MC, .kb = NV_KB, .a_esize = 1, .a_tile32 = 0,
+                .nr = NV_NR, .mc = PN_MC, .kb = NV_KB, .a_esize = 1,
                 .quant = quant, .slot_of = slot_of, .kblock = kblock,
                 .ukr = (const void *)nvfp4_ukr_for(l->isa), .decode = (const void *)nvfp4_decode_for(l->isa)};
     return f;

@@ -29,15 +29,16 @@ static size_t thread_bytes(const pn_fmt *f) {
     return H3_ALIGN_UP(f->buf_bytes, 64) + 2 * (size_t)group_of(f) * (size_t)f->mc * (size_t)f->nr * 4;
 }
 /* rows of the activation layout: M, or M rounded up to whole tile groups */
-static int64_t a_rows(const pn_fmt *f, int64_t M) { return f->a_tile32 ? H3_ALIGN_UP(M, PN_TILE) : M; }
+static int64_t a_rows(const pn_fmt *f, int64_t M) { return f->a_tile ? H3_ALIGN_UP(M, f->a_tile) : M; }
 static size_t a_bytes(const pn_fmt *f, int64_t M, int64_t K) {
     return H3_ALIGN_UP((size_t)a_rows(f, M) * (size_t)K * (size_t)f->a_esize, 64);
 }
 /* where row m of the activations starts */
 static uint8_t *a_row(const pn_fmt *f, uint8_t *a, int64_t m, int64_t K) {
     const size_t e = (size_t)f->a_esize;
-    if (!f->a_tile32) return a + (size_t)m * (size_t)K * e;
-    return a + (size_t)(m / PN_TILE) * PN_TILE * (size_t)K * e + (size_t)(m % PN_TILE) * PN_TILE * e;
+    if (!f->a_tile) return a + (size_t)m * (size_t)K * e;
+    const size_t T = (size_t)f->a_tile;
+    return a + (size_t)m / T * T * (size_t)K * e + (size_t)m % T * (size_t)f->a_chunk * e;
 }
 static size_t d_bytes(int64_t M, int64_t K) { return H3_ALIGN_UP((size_t)M * (size_t)(K / PN_ACT) * 4, 64); }
 static size_t s_bytes(const pn_fmt *f, int64_t M, int64_t K) {
@@ -64,7 +65,7 @@ typedef struct {
 
 static void quant_task(void *p, int ith, int nth) {
     pn_ctx *c = (pn_ctx *)p;
-    const int64_t K = c->l->K, rows = a_rows(c->f, c->M); /* the rows past M: zero (a_tile32) */
+    const int64_t K = c->l->K, rows = a_rows(c->f, c->M); /* the rows past M: zero (a tile layout) */
     for (int s = 0; s < c->f->nslots; s++)
         for (int64_t m = rows * ith / nth; m < rows * (ith + 1) / nth; m++)
             c->f->quant(c->f, c->l, s, m < c->M ? c->x + m * K : NULL, a_row(c->f, c->a[s], m, K),
@@ -92,16 +93,24 @@ static void panels(const pn_ctx *c, int64_t m0, int64_t mc, const int64_t *r0, c
                          cb + p * stride);
 }
 
+/* row i of a panel's float sums: in g itself ([mc][NR]) or, cb_t ([NR][mc]), gathered into tmp */
+static float *sums_row(const pn_fmt *f, float *g, int64_t mc, int64_t i, int nr, float *tmp) {
+    if (!f->cb_t) return g + i * f->nr;
+    for (int j = 0; j < nr; j++) tmp[j] = g[j * mc + i];
+    return tmp;
+}
+
 /* panel [n0, n0 + nr) of the output from its float sums g (and v: SwiGLU's second half) */
-static void epilogue(const pn_ctx *c, int64_t m0, int64_t mc, int64_t n0, int nr, float *g, const float *v) {
+static void epilogue(const pn_ctx *c, int64_t m0, int64_t mc, int64_t n0, int nr, float *g, float *v) {
     const h3_linear *l = c->l;
     const int kind = c->epi ? c->epi->kind : H3_EPI_NONE;
     const int64_t ncol = kind == H3_EPI_SWIGLU ? l->H : l->N;
-    const int NR = c->f->nr;
+    float tg[PN_NR_MAX], tv[PN_NR_MAX];
     if (kind == H3_EPI_SWIGLU) {
         for (int64_t i = 0; i < mc; i++) {
-            float *gi = g + i * NR;
-            gemm_swiglu_row_ref(gi, v + i * NR, nr, l->bias ? l->bias + n0 : NULL, l->bias ? l->bias + l->H + n0 : NULL);
+            float *gi = sums_row(c->f, g, mc, i, nr, tg);
+            gemm_swiglu_row_ref(gi, sums_row(c->f, v, mc, i, nr, tv), nr, l->bias ? l->bias + n0 : NULL,
+                                l->bias ? l->bias + l->H + n0 : NULL);
             memcpy(c->y + (m0 + i) * ncol + n0, gi, (size_t)nr * sizeof(float));
         }
         return;
@@ -109,7 +118,7 @@ static void epilogue(const pn_ctx *c, int64_t m0, int64_t mc, int64_t n0, int nr
     if (kind != H3_EPI_RESID) { /* the common case as plain loops the compiler vectorises */
         for (int64_t i = 0; i < mc; i++) {
             float *yr = c->y + (m0 + i) * ncol + n0;
-            const float *gi = g + i * NR;
+            const float *gi = sums_row(c->f, g, mc, i, nr, tg);
             if (l->bias)
                 for (int j = 0; j < nr; j++) yr[j] = gi[j] + l->bias[n0 + j];
             else
@@ -119,9 +128,10 @@ static void epilogue(const pn_ctx *c, int64_t m0, int64_t mc, int64_t n0, int nr
     }
     for (int64_t i = 0; i < mc; i++) {
         const int64_t m = m0 + i;
+        const float *gi = sums_row(c->f, g, mc, i, nr, tg);
         for (int j = 0; j < nr; j++) {
             const int64_t n = n0 + j;
-            float acc = g[i * NR + j];
+            float acc = gi[j];
             if (l->bias) acc += l->bias[n];
             const h3_epilogue *e = c->epi;
             if (e->gate) acc *= e->gate[(e->gate_row ? e->gate_row[m] : m) * ncol + n];

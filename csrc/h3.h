@@ -299,10 +299,15 @@ h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int 
 /* Run-time choices of a GGUF linear, for A/B (the same results up to the order noted):
  * kq 1 (default) runs Q4_K / Q5_K on the amx path in their integer super-block order
  * (gguf_kq_amx.c, ~2e-7 from ref), 0 in the common order (ref's bits); group 1..16 column
- * panels per pass over the K blocks, 0 the path's default (4 on amx, else 1; the same bits).
- * h3cy._config fills them from H3CY_GGUF_KQ / H3CY_GGUF_GROUP.  H3_EINVAL for another value
- * or a linear that is not GGUF. */
-h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, h3_err *err);
+ * panels per pass over the K blocks, 0 the path's default (4 on amx, else 1; the same bits);
+ * q8d 1 (default) runs a linear whose parts are all Q8_0 on the amx path with its weights as
+ * the tiles' A operand, read in place (gguf_q8d_amx.c), 0 on the per-segment tile kernel over
+ * decoded panels (the same bits), 2 that route on every path (its scalar kernel off AMX: for
+ * testing the driver's side anywhere).  h3cy._config fills them from H3CY_GGUF_KQ /
+ * H3CY_GGUF_GROUP / H3CY_GGUF_Q8D.  H3_EINVAL for another value or a linear that is not GGUF.
+ * h3_linear_gguf_q8d: 1 when the linear's forward takes that route. */
+h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, int q8d, h3_err *err);
+int h3_linear_gguf_q8d(const h3_linear *lin);
 
 /* ---- NVFP4 (ComfyUI "nvfp4"; gemm_nvfp4.c, nvfp4_*.c) --------------------------- */
 /* One tensor of an NVFP4 linear as the file stores it (comfy-kitchen's

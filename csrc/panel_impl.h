@@ -15,9 +15,11 @@
  * The decode costs ~1/PN_MC of the dots.
  *
  * A format may change the panel's geometry (pn_fmt nr, mc, kb: NVFP4's bf16 route on AMX
- * tiles runs 32 columns, 1024-input K blocks) and hold its activations as 2-byte values in
- * the AMX tile layout (a_esize 2, a_tile32: per 32 rows, [K / 32][32 rows][32 inputs], the
- * rows of x past M zero), which the driver addresses; the defaults are the PN_* above. */
+ * tiles runs 32 columns, 1024-input K blocks), hold its activations in a tile layout (a_tile
+ * rows a group, a_chunk inputs a chunk: [K / a_chunk][a_tile rows][a_chunk inputs] per group,
+ * the rows of x past M zero; NVFP4's bf16 route: 32 x 32 of 2-byte values, the GGUF Q8_0 tile
+ * route: 16 x 4, AMX's B layout), which the driver addresses, and keep its float sums
+ * transposed (cb_t: [nr][mc], the epilogue reads them so); the defaults are the PN_* above. */
 #ifndef H3_PANEL_IMPL_H
 #define H3_PANEL_IMPL_H
 
@@ -27,7 +29,8 @@
 #define PN_MC 256 /* rows of x per block: the decoded panel is reused by all of them */
 #define PN_KB 512 /* inputs per decoded K block */
 #define PN_NR_MAX 32 /* the widest panel a format may ask for */
-#define PN_TILE 32   /* rows (and inputs per chunk) of the a_tile32 activation layout */
+#define PN_TILE 32   /* rows (and inputs per chunk) of NVFP4's bf16 activation layout; the most
+                        rows a tile group may have (a format's mc is a multiple of it) */
 #define PN_GROUP_MAX 16 /* column panels per pass over the K blocks, at most (pn_fmt.group) */
 _Static_assert(PN_MC % PN_TILE == 0, "blocks of whole tile groups");
 #define PN_ACT 32 /* inputs per activation scale */
@@ -35,8 +38,8 @@ _Static_assert(PN_MC % PN_TILE == 0, "blocks of whole tile groups");
 /* the quantised activations of the block's first row (row i at a + i * lda, ...) */
 typedef struct {
     const uint8_t *a; /* [K] values of a_esize bytes (the format says how to read them) */
-    int64_t lda;      /* bytes from one row to the next (a_tile32: from one 32-row group to the
-                         next is 32 * lda) */
+    int64_t lda;      /* bytes from one row to the next (a tile layout: from one group to the
+                         next is a_tile * lda) */
     const float *d; /* [K / 32] scales */
     int64_t ldd;
     const int32_t *as; /* [K / 32 * sums] integer sums (NULL where the format needs none) */
@@ -51,17 +54,20 @@ struct pn_fmt {
     int nr, mc, kb;   /* panel width (<= PN_NR_MAX), rows of x per block (a multiple of
                          PN_TILE), inputs per K block (a multiple of 32) */
     int a_esize;      /* bytes a quantised input takes (1, or 2: bf16) */
-    int a_tile32;     /* 1: rows of a in the AMX tile layout (see above) */
+    int a_tile, a_chunk; /* 0: rows of a one after the other; else the tile layout (see above:
+                            a_tile rows a group, a divisor of PN_TILE, a_chunk inputs a chunk) */
+    int cb_t;         /* 1: the kernel keeps cb transposed, [nr][mc] (see kblock) */
     int group;        /* column panels per pass over the K blocks (gemm_panel.c says why;
                          0: the build's default, H3_PN_GROUP) */
     /* row x[K] of slot `slot` -> a [K], d [K/32], as [K/32 * sums] (as NULL unless sums);
-     * a_tile32: a is the row's first 32 inputs (the next 32 are PN_TILE * PN_TILE values
-     * on), and x is NULL for the zero rows past M */
+     * a tile layout: a is the row's first chunk (the next is a_tile * a_chunk values on), and
+     * x is NULL (d, as too) for the zero rows past M */
     void (*quant)(const pn_fmt *f, const h3_linear *l, int slot, const float *x, uint8_t *a, float *d, int32_t *as);
     /* the slot logical weight row r multiplies */
     int (*slot_of)(const h3_linear *l, int64_t r);
-    /* cb[mc][f->nr] += the sums of inputs [k0, k0 + nk) of the block's mc rows by logical
-     * weight rows [r0, r0 + nr) (nr <= f->nr, one part; columns past nr come out 0) */
+    /* cb[mc][f->nr] (cb_t: cb[f->nr][mc]) += the sums of inputs [k0, k0 + nk) of the block's
+     * mc rows by logical weight rows [r0, r0 + nr) (nr <= f->nr, one part; columns past nr
+     * come out 0) */
     void (*kblock)(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, int mc,
                    const pn_act *act, char *buf, float *cb);
     const void *ukr; /* the format's micro-kernel for the linear's path */

@@ -57,6 +57,7 @@ _ENV_GGUF_TILES = os.environ.get("H3CY_GGUF_TILES", "").strip().lower()
 # passed to each GGUF linear (h3_linear_set_gguf_opts, by _kernels.linear_attach_gguf)
 _ENV_GGUF_KQ = os.environ.get("H3CY_GGUF_KQ", "").strip()
 _ENV_GGUF_GROUP = os.environ.get("H3CY_GGUF_GROUP", "").strip()
+_ENV_GGUF_Q8D = os.environ.get("H3CY_GGUF_Q8D", "").strip()
 
 _ENV_HUGEPAGES = os.environ.get("H3CY_HUGEPAGES", "") != "0"
 
@@ -108,6 +109,19 @@ def gguf_kq():
         return 0 if _ENV_GGUF_KQ == "0" else 1
     from .errors import H3ValueError
     raise H3ValueError(f"H3CY_GGUF_KQ={_ENV_GGUF_KQ!r}: expected 1 (the K-quant tile order) or 0")
+
+
+def gguf_q8d():
+    """H3CY_GGUF_Q8D as 1 (unset or "1": a GGUF linear whose parts are all Q8_0 runs on the
+    'amx' path with the file's blocks read in place as the tiles' A operand, csrc/gguf_q8d_amx.c),
+    0 (the per-segment tile kernel over decoded panels; the same bits, for A/B) or 2 (that route
+    on every path, its scalar kernel off AMX: for testing it on any machine); another value is a
+    ValueError naming the variable.  Read at each GGUF linear made."""
+    if _ENV_GGUF_Q8D in ("", "0", "1", "2"):
+        return 1 if not _ENV_GGUF_Q8D else int(_ENV_GGUF_Q8D)
+    from .errors import H3ValueError
+    raise H3ValueError(f"H3CY_GGUF_Q8D={_ENV_GGUF_Q8D!r}: expected 1 (Q8_0 blocks in place on the amx tiles), "
+                       "0 (never) or 2 (on every path)")
 
 
 def gguf_group():

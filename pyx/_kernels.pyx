@@ -235,6 +235,12 @@ cdef class LinearCore:
         return h3_linear_weight_bytes(self.c)
 
     @property
+    def gguf_q8d(self):
+        """True when this GGUF linear runs Q8_0 blocks in place on the tile route
+        (csrc/gguf_q8d_amx.c; H3CY_GGUF_Q8D)."""
+        return bool(h3_linear_gguf_q8d(self.c))
+
+    @property
     def bf16_activations(self):
         return bool(h3_linear_bf16_activations(self.c))
 
@@ -420,8 +426,8 @@ def gguf_quant_act(const float[:, ::1] x, int8_t[:, ::1] q, float[:, ::1] d):
 def linear_attach_gguf(parts, types, int64_t N, int64_t K, bias, int pair, str isa, ThreadPool pool):
     """A LinearCore over GGUF blocks the caller keeps alive (parts: up to 3 C-contiguous
     uint8 arrays, each the N/len(parts) rows of one tensor as stored; types: their GGUF
-    type ids).  No copy; the core keeps the arrays.  The A/B switches H3CY_GGUF_KQ and
-    H3CY_GGUF_GROUP (h3cy._config) are applied here (h3_linear_set_gguf_opts)."""
+    type ids).  No copy; the core keeps the arrays.  The A/B switches H3CY_GGUF_KQ,
+    H3CY_GGUF_GROUP and H3CY_GGUF_Q8D (h3cy._config) are applied here (h3_linear_set_gguf_opts)."""
     from h3cy import _config
     cdef const void *pp[3]
     cdef int tt[3]
@@ -446,9 +452,9 @@ def linear_attach_gguf(parts, types, int64_t N, int64_t K, bias, int pair, str i
         pp[i] = cnp.PyArray_DATA(pa)
     bp = _fptr(bias, "bias", N)
     cdef LinearCore core = LinearCore(None, isa=isa, pool=pool)
-    cdef int kq = _config.gguf_kq(), group = _config.gguf_group()
+    cdef int kq = _config.gguf_kq(), group = _config.gguf_group(), q8d = _config.gguf_q8d()
     check(h3_linear_attach_gguf(pp, tt, nparts, N, K, bp, pair, isa_id(isa), &core.c, &err), &err)
-    check(h3_linear_set_gguf_opts(core.c, kq, group, &err), &err)
+    check(h3_linear_set_gguf_opts(core.c, kq, group, q8d, &err), &err)
     core.N = N
     core.K = K
     core.pair = pair

@@ -221,7 +221,8 @@ cdef extern from "h3.h" nogil:
     h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int nparts,
                                     int64_t N, int64_t K, const float *bias, int pair, h3_isa isa,
                                     h3_linear **out, h3_err *err)
-    h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, h3_err *err)
+    h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, int q8d, h3_err *err)
+    int h3_linear_gguf_q8d(const h3_linear *lin)
     ctypedef struct h3_nvfp4_part:
         const uint8_t *codes
         int64_t ld

@@ -221,9 +221,10 @@ def test_env_gguf_tiles_unknown_is_a_clear_error():
 
 
 @pytest.mark.parametrize("var, value", [("H3CY_GGUF_KQ", "yes"), ("H3CY_GGUF_KQ", "2"), ("H3CY_GGUF_GROUP", "0"),
-                                        ("H3CY_GGUF_GROUP", "17"), ("H3CY_GGUF_GROUP", "four")])
+                                        ("H3CY_GGUF_GROUP", "17"), ("H3CY_GGUF_GROUP", "four"),
+                                        ("H3CY_GGUF_Q8D", "on"), ("H3CY_GGUF_Q8D", "3")])
 def test_env_gguf_c_knobs_unknown_is_a_clear_error(var, value):
-    """H3CY_GGUF_KQ and H3CY_GGUF_GROUP reach each GGUF linear through h3cy._config (the C
+    """H3CY_GGUF_KQ, H3CY_GGUF_GROUP and H3CY_GGUF_Q8D reach each GGUF linear through h3cy._config (the C
     library reads no environment); a bad value is an error naming the variable where a GGUF
     linear is made."""
     code = ("import numpy as np, sys; sys.path.insert(0, 'tests'); from _gguf_files import random_blocks, TYPES;"

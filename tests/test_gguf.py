@@ -289,6 +289,62 @@ def test_gemm_parts_pair_and_residual(isa):
     assert np.linalg.norm(y3 - want3) / np.linalg.norm(want3) <= 1e-5
 
 
+@pytest.mark.parametrize("isa", _isas())
+def test_q8_0_tile_route_keeps_the_bits(monkeypatch, isa):
+    """The Q8_0 tile route (csrc/gguf_q8d_amx.c: the file's blocks in place as the tiles' A
+    operand, the activations in the 16-row tile layout, the float sums transposed), which
+    all-Q8_0 linears take on the amx path, forced on this path (H3CY_GGUF_Q8D=2: its scalar
+    kernel off AMX) so that the driver's side is tested on any machine: the same bits as the
+    panel route for row counts around the 16-row tiles and past a row block (1100), a
+    partial 16-column panel (N = 53), a last activation group of 32 inputs (K = 544), the
+    bias, the gated residual and SwiGLU epilogues over fused parts, 1 and 2 threads."""
+    from h3cy import _config
+    rng = np.random.default_rng(17)
+    N, K, H = 53, 544, 21
+    q8 = TYPES["Q8_0"][0]
+    b = random_blocks("Q8_0", N, K, rng)
+    bias = rng.standard_normal(N).astype(np.float32)
+    parts = [random_blocks("Q8_0", H, K, rng) for _ in range(3)]
+
+    def cores():
+        return (_kernels.linear_attach_gguf([b], [q8], N, K, bias, 0, isa, _kernels.ThreadPool(2)),
+                _kernels.linear_attach_gguf(parts, [q8] * 3, 3 * H, K, None, 0, isa, _kernels.ThreadPool(1)),
+                _kernels.linear_attach_gguf(parts[:2], [q8] * 2, 2 * H, K, bias[:2 * H], 1, isa,
+                                            _kernels.ThreadPool(2)))
+
+    def run(cs):
+        out = []
+        for M in (1, 16, 17, 130, 1100):
+            x = rng.standard_normal((M, K)).astype(np.float32)
+            y = np.empty((M, N), np.float32)
+            cs[0].forward(x, y, 0)
+            resid = rng.standard_normal((M, 3 * H)).astype(np.float32)
+            gate = rng.standard_normal((2, 3 * H)).astype(np.float32)
+            y2 = np.empty((M, 3 * H), np.float32)
+            cs[1].forward(x, y2, 2, resid=resid, gate=gate, gate_row=(np.arange(M) % 2).astype(np.int32))
+            y3 = np.empty((M, H), np.float32)
+            cs[2].forward(x, y3, 1)
+            out += [y, y2, y3]
+        return out
+
+    monkeypatch.setattr(_config, "_ENV_GGUF_Q8D", "0")
+    panel = cores()
+    assert not any(c.gguf_q8d for c in panel)
+    state = rng.bit_generator.state
+    want = run(panel)
+    monkeypatch.setattr(_config, "_ENV_GGUF_Q8D", "2")
+    tiles = cores()
+    assert all(c.gguf_q8d for c in tiles)
+    rng.bit_generator.state = state
+    got = run(tiles)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    # a linear with a part of another type never takes it
+    mixed = _kernels.linear_attach_gguf([parts[0], random_blocks("Q4_0", H, K, rng)], [q8, TYPES["Q4_0"][0]],
+                                        2 * H, K, None, 0, isa, _kernels.ThreadPool(1))
+    assert not mixed.gguf_q8d
+
+
 def test_attach_refuses_bad_input():
     pool = _kernels.ThreadPool(1)
     b = random_blocks("Q4_K", 2, 256, np.random.default_rng(8))

@@ -54,6 +54,19 @@ static inline __m512i _mm512_maskz_loadu_epi32(__mmask16 k, const void *p) {
     }
     return v;
 }
+/* masked float lanes (gguf_q8d_amx.c's last row tile): masked lanes neither read nor written */
+static inline __m512 _mm512_maskz_loadu_ps(__mmask16 k, const void *p) {
+    __m512 v;
+    for (int l = 0; l < 16; l++) {
+        v.f[l] = 0.0f;
+        if (k >> l & 1) memcpy(&v.f[l], (const char *)p + 4 * l, 4);
+    }
+    return v;
+}
+static inline void _mm512_mask_storeu_ps(void *p, __mmask16 k, __m512 v) {
+    for (int l = 0; l < 16; l++)
+        if (k >> l & 1) memcpy((char *)p + 4 * l, &v.f[l], 4);
+}
 static inline __m512 _mm512_set1_ps(float x) { __m512 v; for (int l = 0; l < 16; l++) v.f[l] = x; return v; }
 static inline __m512i _mm512_set1_epi8(char x) { __m512i v; memset(&v, x, 64); return v; }
 static inline __m512i _mm512_sub_epi8(__m512i a, __m512i b) {

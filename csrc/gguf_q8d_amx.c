@@ -1,0 +1,136 @@
+/* gguf_q8d_amx.c — Q8_0 on AMX tiles read from the file's blocks as stored: the weights are
+ * the tiles' A operand, the activations their B.
+ *
+ * Why: a Q8_0 block is a float16 scale and 32 signed bytes, so 16 weight rows' bytes of one
+ * block are already an A tile (16 rows x 32 bytes, the rows one tensor row apart).  The
+ * per-segment kernel (gguf_amx.c) has them as B instead, which needs AMX's VNNI layout
+ * ([quad][16 columns][4]): a decode and a signed copy of each 16-row K block per call, which
+ * at the text encoder's 128 rows serve only 8 row tiles (docs/gguf.md: the per-call work was
+ * the reason h3cy trailed ggml's repacked AMX kernels there).  Here the activations take the
+ * VNNI layout instead, once per forward (the driver's 16-row tile layout: per 16 rows,
+ * [K / 4][16 rows][4], so one segment of a row tile is 512 contiguous bytes), and no weight
+ * byte is copied.
+ *
+ * The product of step (row tile i, segment s) is C[n][m] = sum_k q[n][k] a[m][k]: 16 weight
+ * rows by 16 rows of x, the exact int32 dots of gguf_impl.h's order (Q8_0: off 128, so
+ * sum u a - 128 asum = sum q a).  The fold is gguf_amx.c's with the roles turned: register
+ * h_n holds weight row n's group sums for the 16 rows of x, h_n = fma((float)dot, sc_n, h_n)
+ * per segment, and at a group's end cb_t[n][m] = fma(d_m, h_n[m], cb_t[n][m]), the float sums
+ * kept transposed ([16][ldc]: the driver's cb_t) -- per element the reference's operations,
+ * so its bits.  The 4 C tiles rotate as in gguf_amx.c (product, store 2 steps later, fold
+ * the step after).  Rows of x past mr are the layout's zero rows: their sums are not written.
+ *
+ * gguf_ukr_amx_q8d(mr, nseg, w, ldw, a, ldg, d, ldd, cbt, ldc):
+ *   w   the K block's first Q8_0 block of 16 weight rows, ldw bytes apart (all 16 readable);
+ *   a   the first row tile's K block in the tile layout, the next row tile ldg bytes on;
+ *   d   + i * ldd: row i's activation scales from the K block's first group. */
+#include "gguf_impl.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "amx_tiles.h"
+
+#define Q8_BYTES 34 /* a Q8_0 block: float16 scale, 32 int8 */
+
+/* C tmm0..3 16 x 16 int32; A (weights) tmm4/5 16 rows x 32 bytes; B (activations) tmm6/7
+ * 8 quads x 64 bytes */
+static amx_tilecfg q8d_cfg(void) {
+    amx_tilecfg c;
+    memset(&c, 0, sizeof c);
+    c.palette_id = 1;
+    for (int t = 0; t < 4; t++) { c.rows[t] = 16; c.colsb[t] = 64; }
+    for (int t = 4; t < 6; t++) { c.rows[t] = 16; c.colsb[t] = 32; }
+    for (int t = 6; t < 8; t++) { c.rows[t] = 8; c.colsb[t] = 64; }
+    return c;
+}
+
+#define Q8D_PRODUCT(C, A, B)           \
+    do {                           \
+        _tile_loadd(A, wp, ldw);   \
+        _tile_loadd(B, ap, 64);    \
+        _tile_zero(C);             \
+        _tile_dpbssd(C, A, B);     \
+    } while (0)
+
+static inline __attribute__((always_inline)) void q8d_product(int k, const uint8_t *wp, int64_t ldw, const int8_t *ap) {
+    switch (k) {
+    case 0: Q8D_PRODUCT(0, 4, 6); break;
+    case 1: Q8D_PRODUCT(1, 5, 7); break;
+    case 2: Q8D_PRODUCT(2, 4, 6); break;
+    default: Q8D_PRODUCT(3, 5, 7); break;
+    }
+}
+
+static inline __attribute__((always_inline)) void q8d_store(int k, int32_t *buf) {
+    switch (k) {
+    case 0: _tile_stored(0, buf, 64); break;
+    case 1: _tile_stored(1, buf, 64); break;
+    case 2: _tile_stored(2, buf, 64); break;
+    default: _tile_stored(3, buf, 64); break;
+    }
+}
+
+/* steps between a tile's product and its store (gguf_amx.c's GGUF_AMX_LAG) */
+#define Q8D_LAG 2
+
+#define Q8D_H16(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define Q8D_ZERO(r) h##r = _mm512_setzero_ps();
+#define Q8D_SEG(r) \
+    h##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(dots + r * 16))), \
+                           _mm512_set1_ps(sc[s * 16 + r]), h##r);
+#define Q8D_END(r)                                                                              \
+    {                                                                                         \
+        float *c = cbt + r * ldc + i0;                                                        \
+        _mm512_mask_storeu_ps(c, live, _mm512_fmadd_ps(dv, h##r, _mm512_maskz_loadu_ps(live, c))); \
+    }
+
+/* step t's stored dots (row tile fi, segment fs) into the group sums; at a group's end (of
+ * 256 inputs, or of the call) cb_t += d * the sums for the tile's live rows */
+#define Q8D_FOLD(t)                                                                                   \
+    do {                                                                                          \
+        const int s = fs;                                                                         \
+        const int64_t i0 = fi * 16;                                                               \
+        const int32_t *dots = buf[(t) & 3];                                                       \
+        if (s % gs == 0) { Q8D_H16(Q8D_ZERO) }                                                          \
+        Q8D_H16(Q8D_SEG)                                                                                \
+        if ((s + 1) % gs == 0 || s + 1 == nseg) {                                                 \
+            const int nl = mr - (int)i0 < 16 ? mr - (int)i0 : 16;                                 \
+            const __mmask16 live = (__mmask16)((1u << nl) - 1u);                                  \
+            float dl[16] __attribute__((aligned(64)));                                            \
+            for (int m = 0; m < 16; m++) dl[m] = m < nl ? d[(i0 + m) * ldd + s / gs] : 0.0f;      \
+            const __m512 dv = _mm512_load_ps(dl);                                                 \
+            Q8D_H16(Q8D_END)                                                                            \
+        }                                                                                         \
+    } while (0)
+
+void gguf_ukr_amx_q8d(int mr, int nseg, const uint8_t *w, int64_t ldw, const int8_t *a, int64_t ldg, const float *d,
+                      int64_t ldd, float *cbt, int64_t ldc) {
+    float sc[(GGUF_KB / 32) * 16] __attribute__((aligned(64))); /* [segment][weight row] */
+    int32_t buf[4][256] __attribute__((aligned(64)));
+    __m512 h0, h1, h2, h3, h4, h5, h6, h7, h8, h9, h10, h11, h12, h13, h14, h15;
+    const int gs = GGUF_AG / 32, tiles = (mr + 15) / 16, steps = tiles * nseg;
+    for (int s = 0; s < nseg; s++)
+        for (int r = 0; r < 16; r++) {
+            const uint8_t *p = w + r * ldw + s * Q8_BYTES;
+            sc[s * 16 + r] = h3_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+        }
+    const amx_tilecfg cfg = q8d_cfg();
+    _tile_loadconfig(&cfg);
+    Q8D_H16(Q8D_ZERO)
+    int64_t ti = 0, fi = 0; /* the row tile and segment of step t, and of the step folded */
+    int ts = 0, fs = 0;
+    for (int t = 0; t < steps + Q8D_LAG + 1; t++) {
+        if (t < steps) {
+            q8d_product(t & 3, w + ts * Q8_BYTES + 2, ldw, a + ti * ldg + ts * 512);
+            if (++ts == nseg) { ts = 0; ti++; }
+        }
+        const int st = t - Q8D_LAG;
+        if (st >= 0 && st < steps) q8d_store(st & 3, buf[st & 3]);
+        MEMORY_FENCE();
+        if (st >= 1) {
+            Q8D_FOLD(st - 1);
+            if (++fs == nseg) { fs = 0; fi++; }
+        }
+    }
+}
