@@ -86,14 +86,14 @@ static void quant(const pn_fmt *f, const h3_linear *l, int s, const float *x, ui
  * (if not NULL) gets the rows' raw blocks of the K block and *type their type */
 static const gguf_kind *decode(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, char *buf,
                                const uint8_t **u, const float **sc, const float **mn, const uint8_t **rows_out,
-                               int *type_out) {
+                               int *type_out, int no_scales) {
     const uint8_t *rows[GGUF_NR];
     int type = 0, blk = 1, bytes = 0;
     for (int j = 0; j < nr; j++) rows[j] = grow_at(l, r0 + j, &type); /* a panel never spans two parts */
     h3_gguf_type_size(type, &blk, &bytes);
     for (int j = 0; j < nr; j++) rows[j] += k0 / blk * bytes;
     float *s = (float *)(buf + GGUF_KB * GGUF_NR), *m = s + (GGUF_KB / GGUF_SUB) * GGUF_NR;
-    ((gguf_decode_fn)f->decode)(type, rows, nr, nk, (uint8_t *)buf, s, m);
+    ((gguf_decode_fn)f->decode)(type, rows, nr, nk, (uint8_t *)buf, no_scales ? NULL : s, no_scales ? NULL : m);
     *u = (const uint8_t *)buf;
     *sc = s;
     *mn = m;
@@ -112,21 +112,26 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
     const uint8_t *rows[GGUF_NR];
     int type = 0;
     const int nr0 = H3_MIN(nr, GGUF_NR);
-    const gguf_kind *t = decode(f, l, r0, nr0, k0, nk, buf, &u, &sc, &mn, rows, &type);
+    grow_at(l, r0, &type);
+    int kq = 0; /* the amx path's Q4_K / Q5_K order: its own scales, the decoder's u alone */
+#if H3_X86
+    kq = f->ukr == (const void *)gguf_ukr_amx && !l->gguf_kq_off && (type == H3_GGUF_Q4_K || type == H3_GGUF_Q5_K);
+#endif
+    const gguf_kind *t = decode(f, l, r0, nr0, k0, nk, buf, &u, &sc, &mn, rows, &type, kq);
     const int8_t *a = (const int8_t *)act->a + k0;
     const float *d = act->d + k0 / GGUF_AG;
     const int32_t *as = act->as + (t->seg == 16 ? k0 / 16 : l->K / 16 + k0 / 32);
 #if H3_X86
-    if (f->ukr == (const void *)gguf_ukr_amx && !l->gguf_kq_off && (type == H3_GGUF_Q4_K || type == H3_GGUF_Q5_K)) {
+    if (kq) {
         uint8_t *isc = (uint8_t *)buf + GGUF_DEC_BYTES, *imn = isc + (GGUF_KB / 32) * GGUF_NR;
         float *ds = (float *)(imn + (GGUF_KB / 32) * GGUF_NR), *dm = ds + (GGUF_KB / 256) * GGUF_NR;
-        gguf_kq_scales(type, rows, nr0, nk, isc, imn, ds, dm);
+        gguf_kq_scales_avx512(type, rows, nr0, nk, isc, imn, ds, dm);
         gguf_ukr_amx_kq(mc, nk / 256, a, act->lda, d, act->ldd, as, act->ldas, u, isc, imn, ds, dm, cb);
         return;
     }
     if (f->nr == 2 * GGUF_NR) { /* a second panel past 16 rows (else the first again, its sums unused) */
         if (nr > GGUF_NR)
-            decode(f, l, r0 + GGUF_NR, nr - GGUF_NR, k0, nk, buf + GGUF_DEC_BYTES, &u1, &sc1, &mn1, NULL, NULL);
+            decode(f, l, r0 + GGUF_NR, nr - GGUF_NR, k0, nk, buf + GGUF_DEC_BYTES, &u1, &sc1, &mn1, NULL, NULL, 0);
         else { u1 = u; sc1 = sc; mn1 = mn; }
         gguf_ukr_avx512_x2(mc, t, nk / t->seg, a, act->lda, d, act->ldd, as, act->ldas, u, sc, t->has_min ? mn : NULL, u1,
                            sc1, t->has_min ? mn1 : NULL, cb);
@@ -167,7 +172,7 @@ static void kblock_q8d(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, 
     int type;
     const uint8_t *w = grow_at(l, r0, &type) + k0 / 32 * 34;
     int64_t ldw = l->grow_bytes[r0 / l->part_rows];
-    if (nr < GGUF_NR) {
+    if (nr < GGUF_NR || ldw > INT32_MAX / GGUF_NR) { /* (rows past 2^27 values: the kernel's 32-bit offsets) */
         const size_t rb = (size_t)nk / 32 * 34;
         for (int j = 0; j < GGUF_NR; j++) {
             if (j < nr) memcpy(buf + j * rb, w + j * ldw, rb);

@@ -185,10 +185,11 @@ static inline __attribute__((always_inline)) void decode_k(const int type, const
             /* 8 columns' blocks unpacked, then 32 values (8 quads) of each at a time
              * transposed so that each quad's 8 words are one 32-byte store */
             for (int c = c0; c < c0 + 8; c++) {
-                float *scc = sc + (b * blk / seg) * GGUF_NR + c, *mnc = mn + (b * blk / seg) * GGUF_NR + c;
+                float *scc = sc ? sc + (b * blk / seg) * GGUF_NR + c : NULL;
+                float *mnc = sc && mn ? mn + (b * blk / seg) * GGUF_NR + c : NULL;
                 if (c >= nr) {
                     memset(v[c - c0], 0, (size_t)blk);
-                    for (int s = 0; s < blk / seg; s++) {
+                    for (int s = 0; sc && s < blk / seg; s++) {
                         scc[s * GGUF_NR] = 0.0f;
                         if (t->has_min) mnc[s * GGUF_NR] = 0.0f;
                     }
@@ -196,7 +197,7 @@ static inline __attribute__((always_inline)) void decode_k(const int type, const
                 }
                 const uint8_t *p = rows[c] + (int64_t)b * bytes;
                 unpack(type, p, v[c - c0]);
-                put_scales(type, p, scc, mnc);
+                if (sc) put_scales(type, p, scc, mnc);
             }
             for (int r = 0; r < blk / 32; r++) {
                 __m256i x[8];

@@ -101,7 +101,8 @@ typedef void (*gguf_decode_fn)(int type, const uint8_t *const *rows, int nr, int
 void gguf_decode_panel_ref(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
 #if H3_X86
 /* the same panel (byte for byte): Q8_0, the K-quants Q3_K..Q6_K and the IQ4s unpacked 32 values at
- * a time in AVX2, the other types by the reference */
+ * a time in AVX2, the other types by the reference; for Q3_K..Q6_K and the IQ4s, sc NULL decodes u
+ * alone (the amx path's Q4_K / Q5_K take their scales from gguf_kq_scales_avx512) */
 void gguf_decode_panel_avx2(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
 #endif
 #if H3_ARM64
@@ -164,6 +165,11 @@ void gguf_ukr_amx(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t
  * the panel's column c (u as gguf_decode_fn writes it) in that order. */
 void gguf_kq_scales(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *isc, uint8_t *imn, float *ds,
                     float *dm);
+#if H3_X86
+/* the same bytes and floats, 16 columns a vector (gguf_kq_scales_avx512.c; AVX-512F) */
+void gguf_kq_scales_avx512(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *isc, uint8_t *imn,
+                           float *ds, float *dm);
+#endif
 void gguf_ukr_kq_ref(int mr, int nsb, const int8_t *a, int64_t lda, const float *d, int64_t ldd, const int32_t *as,
                      int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn, const float *ds,
                      const float *dm, float *cb);

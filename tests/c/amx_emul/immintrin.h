@@ -25,6 +25,8 @@ typedef struct { float f[16]; } __m512;
 typedef union { int32_t i[16]; int16_t w[32]; int8_t b[64]; } __m512i;
 typedef struct { uint8_t b[16]; } __m128i;
 typedef uint16_t __mmask16;
+typedef struct { uint16_t w[16]; } __m256i; /* only as 16 float16 lanes (gguf_q8d_amx.c's scales) */
+float h3_f16_to_f32(uint16_t h); /* the stubs' exact binary16 -> float */
 
 static inline __m512 _mm512_loadu_ps(const void *p) { __m512 v; memcpy(&v, p, 64); return v; }
 static inline void _mm512_storeu_ps(void *p, __m512 v) { memcpy(p, &v, 64); }
@@ -52,6 +54,30 @@ static inline __m512i _mm512_maskz_loadu_epi32(__mmask16 k, const void *p) {
         v.i[l] = 0;
         if (k >> l & 1) memcpy(&v.i[l], (const char *)p + 4 * l, 4); /* masked lanes are not read */
     }
+    return v;
+}
+/* gguf_q8d_amx.c's scale gather: 16 int32 from base + idx[l] * scale bytes, their low 16 bits,
+ * float16 -> float */
+static inline __m512i _mm512_setr_epi32(int e0, int e1, int e2, int e3, int e4, int e5, int e6, int e7, int e8,
+                                        int e9, int e10, int e11, int e12, int e13, int e14, int e15) {
+    const int e[16] = {e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15};
+    __m512i v;
+    for (int l = 0; l < 16; l++) v.i[l] = e[l];
+    return v;
+}
+static inline __m512i _mm512_i32gather_epi32(__m512i idx, const void *base, int scale) {
+    __m512i v;
+    for (int l = 0; l < 16; l++) memcpy(&v.i[l], (const char *)base + (int64_t)idx.i[l] * scale, 4);
+    return v;
+}
+static inline __m256i _mm512_cvtepi32_epi16(__m512i a) {
+    __m256i v;
+    for (int l = 0; l < 16; l++) v.w[l] = (uint16_t)a.i[l];
+    return v;
+}
+static inline __m512 _mm512_cvtph_ps(__m256i a) {
+    __m512 v;
+    for (int l = 0; l < 16; l++) v.f[l] = h3_f16_to_f32(a.w[l]);
     return v;
 }
 /* masked float lanes (gguf_q8d_amx.c's last row tile): masked lanes neither read nor written */
