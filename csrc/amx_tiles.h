@@ -1,6 +1,6 @@
-/* amx_tiles.h — what the AMX kernel files (gemm_amx.c, attn_amx.c) share: the tile
- * configuration they both use (palette 1, all eight tiles 16 rows x 64 bytes) and the
- * compiler fence around tile loads and stores.  Included only by *_amx.c files, which are
+/* amx_tiles.h — what the AMX kernel files (gemm_amx.c, attn_amx.c, the GGUF ones) share: the tile
+ * configurations (palette 1: all eight tiles 16 rows x 64 bytes; the GGUF kernels' rotating C
+ * tiles), the bf16 product loop and the compiler fence around tile loads and stores.  Included only by *_amx.c files, which are
  * compiled with -mamx-tile. */
 #ifndef H3_AMX_TILES_H
 #define H3_AMX_TILES_H
@@ -32,6 +32,45 @@ static inline void amx_config_tiles(void) {
         cfg.colsb[t] = 64;
     }
     _tile_loadconfig(&cfg);
+}
+
+/* The per-segment GGUF kernels' tiles (gguf_amx.c, gguf_q8d_amx.c): C tmm0..3 16 x 16 int32, one
+ * per step in rotation; A tmm4 / tmm5 16 rows x acolsb bytes; B tmm6 / tmm7 acolsb / 4 quads x 64
+ * bytes.  Product k (of the rotation) loads A from a (rows lda bytes apart) and B from b (ldb
+ * apart), zeroes C tile k mod 4 and adds the signed dots; amx_rot_store stores that tile.  The
+ * tile numbers must be immediates, hence one case per slot. */
+static inline amx_tilecfg amx_rot_cfg(int acolsb) {
+    amx_tilecfg c;
+    memset(&c, 0, sizeof c);
+    c.palette_id = 1;
+    for (int t = 0; t < 4; t++) { c.rows[t] = 16; c.colsb[t] = 64; }
+    for (int t = 4; t < 6; t++) { c.rows[t] = 16; c.colsb[t] = (uint16_t)acolsb; }
+    for (int t = 6; t < 8; t++) { c.rows[t] = (uint8_t)(acolsb / 4); c.colsb[t] = 64; }
+    return c;
+}
+#define AMX_ROT_PRODUCT(C, A, B)  \
+    do {                          \
+        _tile_loadd(A, a, lda);   \
+        _tile_loadd(B, b, ldb);   \
+        _tile_zero(C);            \
+        _tile_dpbssd(C, A, B);    \
+    } while (0)
+static inline __attribute__((always_inline)) void amx_rot_product(int k, const void *a, int64_t lda, const void *b,
+                                                                  int64_t ldb) {
+    switch (k) {
+    case 0: AMX_ROT_PRODUCT(0, 4, 6); break;
+    case 1: AMX_ROT_PRODUCT(1, 5, 7); break;
+    case 2: AMX_ROT_PRODUCT(2, 4, 6); break;
+    default: AMX_ROT_PRODUCT(3, 5, 7); break;
+    }
+}
+static inline __attribute__((always_inline)) void amx_rot_store(int k, int32_t *buf) {
+    switch (k) {
+    case 0: _tile_stored(0, buf, 64); break;
+    case 1: _tile_stored(1, buf, 64); break;
+    case 2: _tile_stored(2, buf, 64); break;
+    default: _tile_stored(3, buf, 64); break;
+    }
 }
 
 /* C tiles 0..3 (a 32x32 block of 4-byte elements, int32 or float, as tiles 0 1 / 2 3) ->

@@ -46,43 +46,6 @@
 #endif
 _Static_assert(GGUF_AMX_LAG >= 1 && GGUF_AMX_LAG <= 3, "a C tile is stored before its next product");
 
-static amx_tilecfg make_cfg(int seg) {
-    amx_tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette_id = 1;
-    for (int t = 0; t < 4; t++) { c.rows[t] = 16; c.colsb[t] = 64; }
-    for (int t = 4; t < 6; t++) { c.rows[t] = 16; c.colsb[t] = (uint16_t)seg; }
-    for (int t = 6; t < 8; t++) { c.rows[t] = (uint8_t)(seg / 4); c.colsb[t] = 64; }
-    return c;
-}
-
-/* the tile intrinsics take tile numbers as immediates: one case per rotation slot */
-#define PRODUCT(C, A, B)           \
-    do {                           \
-        _tile_loadd(A, ap, lda);   \
-        _tile_loadd(B, bp, 64);    \
-        _tile_zero(C);             \
-        _tile_dpbssd(C, A, B);     \
-    } while (0)
-
-static inline __attribute__((always_inline)) void product(int k, const int8_t *ap, int64_t lda, const int8_t *bp) {
-    switch (k) {
-    case 0: PRODUCT(0, 4, 6); break;
-    case 1: PRODUCT(1, 5, 7); break;
-    case 2: PRODUCT(2, 4, 6); break;
-    default: PRODUCT(3, 5, 7); break;
-    }
-}
-
-static inline __attribute__((always_inline)) void store(int k, int32_t *buf) {
-    switch (k) {
-    case 0: _tile_stored(0, buf, 64); break;
-    case 1: _tile_stored(1, buf, 64); break;
-    case 2: _tile_stored(2, buf, 64); break;
-    default: _tile_stored(3, buf, 64); break;
-    }
-}
-
 /* fas[r][s] = (float)as of row i0 + r, segment s < nseg (<= 32) */
 static inline void float_sums(int64_t i0, int nseg, const int32_t *as, int64_t ldas, float *fas) {
     const __mmask16 k0 = nseg >= 16 ? 0xffff : (__mmask16)((1u << nseg) - 1u);
@@ -139,7 +102,7 @@ static inline __attribute__((always_inline)) void body(const int SEG, const int 
             q = qb;
             MEMORY_FENCE();
         }
-        const amx_tilecfg cfg = make_cfg(SEG);
+        const amx_tilecfg cfg = amx_rot_cfg(SEG);
         _tile_loadconfig(&cfg);
         H16(H_ZERO)
         const int steps = tiles * nseg;
@@ -155,11 +118,11 @@ static inline __attribute__((always_inline)) void body(const int SEG, const int 
                         for (int i = 0; i < 16; i++) _mm_prefetch((const char *)(a + (r + i) * lda + o), _MM_HINT_T0);
                 }
 #endif
-                product(t & 3, a + ti * 16 * lda + ts * SEG, lda, q + ts * SEG * GGUF_NR);
+                amx_rot_product(t & 3, a + ti * 16 * lda + ts * SEG, lda, q + ts * SEG * GGUF_NR, 64);
                 if (++ts == nseg) { ts = 0; ti++; }
             }
             const int st = t - GGUF_AMX_LAG;
-            if (st >= 0 && st < steps) store(st & 3, buf[st & 3]);
+            if (st >= 0 && st < steps) amx_rot_store(st & 3, buf[st & 3]);
             MEMORY_FENCE();
             if (st >= 1) {
                 FOLD(st - 1);

@@ -34,44 +34,6 @@
 
 #define Q8_BYTES 34 /* a Q8_0 block: float16 scale, 32 int8 */
 
-/* C tmm0..3 16 x 16 int32; A (weights) tmm4/5 16 rows x 32 bytes; B (activations) tmm6/7
- * 8 quads x 64 bytes */
-static amx_tilecfg q8d_cfg(void) {
-    amx_tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette_id = 1;
-    for (int t = 0; t < 4; t++) { c.rows[t] = 16; c.colsb[t] = 64; }
-    for (int t = 4; t < 6; t++) { c.rows[t] = 16; c.colsb[t] = 32; }
-    for (int t = 6; t < 8; t++) { c.rows[t] = 8; c.colsb[t] = 64; }
-    return c;
-}
-
-#define Q8D_PRODUCT(C, A, B)           \
-    do {                           \
-        _tile_loadd(A, wp, ldw);   \
-        _tile_loadd(B, ap, 64);    \
-        _tile_zero(C);             \
-        _tile_dpbssd(C, A, B);     \
-    } while (0)
-
-static inline __attribute__((always_inline)) void q8d_product(int k, const uint8_t *wp, int64_t ldw, const int8_t *ap) {
-    switch (k) {
-    case 0: Q8D_PRODUCT(0, 4, 6); break;
-    case 1: Q8D_PRODUCT(1, 5, 7); break;
-    case 2: Q8D_PRODUCT(2, 4, 6); break;
-    default: Q8D_PRODUCT(3, 5, 7); break;
-    }
-}
-
-static inline __attribute__((always_inline)) void q8d_store(int k, int32_t *buf) {
-    switch (k) {
-    case 0: _tile_stored(0, buf, 64); break;
-    case 1: _tile_stored(1, buf, 64); break;
-    case 2: _tile_stored(2, buf, 64); break;
-    default: _tile_stored(3, buf, 64); break;
-    }
-}
-
 /* steps between a tile's product and its store (gguf_amx.c's GGUF_AMX_LAG) */
 #define Q8D_LAG 2
 
@@ -119,18 +81,18 @@ void gguf_ukr_amx_q8d(int mr, int nseg, const uint8_t *w, int64_t ldw, const int
         const __m512i h = _mm512_i32gather_epi32(rows, (const void *)(w + s * Q8_BYTES), 1);
         _mm512_store_ps(sc + s * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
     }
-    const amx_tilecfg cfg = q8d_cfg();
+    const amx_tilecfg cfg = amx_rot_cfg(32); /* A: the weights' 32 bytes; B: the activations' 8 quads */
     _tile_loadconfig(&cfg);
     Q8D_H16(Q8D_ZERO)
     int64_t ti = 0, fi = 0; /* the row tile and segment of step t, and of the step folded */
     int ts = 0, fs = 0;
     for (int t = 0; t < steps + Q8D_LAG + 1; t++) {
         if (t < steps) {
-            q8d_product(t & 3, w + ts * Q8_BYTES + 2, ldw, a + ti * ldg + ts * 512);
+            amx_rot_product(t & 3, w + ts * Q8_BYTES + 2, ldw, a + ti * ldg + ts * 512, 64);
             if (++ts == nseg) { ts = 0; ti++; }
         }
         const int st = t - Q8D_LAG;
-        if (st >= 0 && st < steps) q8d_store(st & 3, buf[st & 3]);
+        if (st >= 0 && st < steps) amx_rot_store(st & 3, buf[st & 3]);
         MEMORY_FENCE();
         if (st >= 1) {
             Q8D_FOLD(st - 1);
