@@ -5,8 +5,9 @@
  * block are already an A tile (16 rows x 32 bytes, the rows one tensor row apart).  The
  * per-segment kernel (gguf_amx.c) has them as B instead, which needs AMX's VNNI layout
  * ([quad][16 columns][4]): a decode and a signed copy of each 16-row K block per call, which
- * at the text encoder's 128 rows serve only 8 row tiles (docs/gguf.md: the per-call work was
- * the reason h3cy trailed ggml's repacked AMX kernels there).  Here the activations take the
+ * at the text encoder's 128 rows serve only 8 row tiles (where h3cy trailed ggml's AMX kernels,
+ * which repack at load; in place measured 1.04-1.21x the decoded panels, docs/gguf.md session
+ * 29).  Here the activations take the
  * VNNI layout instead, once per forward (the driver's 16-row tile layout: per 16 rows,
  * [K / 4][16 rows][4], so one segment of a row tile is 512 contiguous bytes), and no weight
  * byte is copied.
