@@ -188,11 +188,7 @@ static inline __attribute__((always_inline)) void decode_k(const int type, const
                 float *scc = sc ? sc + (b * blk / seg) * GGUF_NR + c : NULL;
                 float *mnc = sc && mn ? mn + (b * blk / seg) * GGUF_NR + c : NULL;
                 if (c >= nr) {
-                    memset(v[c - c0], 0, (size_t)blk);
-                    for (int s = 0; sc && s < blk / seg; s++) {
-                        scc[s * GGUF_NR] = 0.0f;
-                        if (t->has_min) mnc[s * GGUF_NR] = 0.0f;
-                    }
+                    gguf_panel_zero_column(v[c - c0], blk, blk / seg, t->has_min, scc, mnc);
                     continue;
                 }
                 const uint8_t *p = rows[c] + (int64_t)b * bytes;

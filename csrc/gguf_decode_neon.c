@@ -156,17 +156,14 @@ void gguf_decode_panel_neon(int type, const uint8_t *const *rows, int nr, int nk
         for (int c0 = 0; c0 < GGUF_NR; c0 += 4) {
             for (int c = c0; c < c0 + 4; c++) {
                 float *scc = sc + (b * blk / seg) * GGUF_NR + c;
-                if (c >= nr) { /* the reference's zero column */
-                    memset(v[c - c0], 0, (size_t)blk);
-                    for (int s = 0; s < blk / seg; s++) {
-                        scc[s * GGUF_NR] = 0.0f;
-                        if (t->has_min) mn[(b * blk / seg + s) * GGUF_NR + c] = 0.0f;
-                    }
+                float *mnc = t->has_min ? mn + (b * blk / seg) * GGUF_NR + c : NULL;
+                if (c >= nr) {
+                    gguf_panel_zero_column(v[c - c0], blk, blk / seg, t->has_min, scc, mnc);
                     continue;
                 }
                 const uint8_t *p = rows[c] + (int64_t)b * bytes;
                 unpack(type, p, v[c - c0]);
-                put_scales(type, p, scc, t->has_min ? mn + (b * blk / seg) * GGUF_NR + c : NULL);
+                put_scales(type, p, scc, mnc);
             }
             for (int r = 0; r < blk / 16; r++) {
                 const uint8_t *rr[4] = {v[0] + 16 * r, v[1] + 16 * r, v[2] + 16 * r, v[3] + 16 * r};

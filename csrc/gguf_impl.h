@@ -99,6 +99,16 @@ void gguf_quant_act_row_avx2u(const float *x, int64_t K, int8_t *a, float *d, in
  *   sc [nk / seg][16], mn [nk / seg][16] (mn only for types with an offset) */
 typedef void (*gguf_decode_fn)(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
 void gguf_decode_panel_ref(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
+/* the SIMD decoders' column past nr of one block (the reference's zero column): its blk values
+ * in v zero, its nseg scales (a segment GGUF_NR floats on from sc; none when sc is NULL) and,
+ * where the type has them, mins zero */
+static inline void gguf_panel_zero_column(uint8_t *v, int blk, int nseg, int has_min, float *sc, float *mn) {
+    memset(v, 0, (size_t)blk);
+    for (int s = 0; sc && s < nseg; s++) {
+        sc[s * GGUF_NR] = 0.0f;
+        if (has_min) mn[s * GGUF_NR] = 0.0f;
+    }
+}
 #if H3_X86
 /* the same panel (byte for byte): Q8_0, the K-quants Q3_K..Q6_K and the IQ4s unpacked 32 values at
  * a time in AVX2, the other types by the reference; for Q3_K..Q6_K and the IQ4s, sc NULL decodes u

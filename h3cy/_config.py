@@ -21,13 +21,18 @@ H3CY_NEON_EXT  which of the 'neon' path's ARMv8.6 extensions its GEMMs may use w
               bf16-valued inputs.  For A/B on ARM; passed to the C library with each linear
               it makes (h3_linear_opts.ext_off); Linear.extensions says what one uses.
 H3CY_GGUF_TILES  which kernel GGUF-stored layers run on the 'amx' path (same bits on all):
-              auto (default: the AMX tile kernel csrc/gguf_amx.c for the types with one
-              scale per 32 values -- Q8_0, Q4_0/1, Q5_0/1, Q4_K, Q5_K -- and the AVX-512 VNNI
+              auto (default: the AMX tile kernels -- csrc/gguf_amx.c, gguf_kq_amx.c,
+              gguf_q8d_amx.c -- for the types with one scale per 32 values -- Q8_0, Q4_0/1,
+              Q5_0/1, Q4_K, Q5_K -- and the AVX-512 VNNI
               kernel for those with 16 -- Q6_K, Q3_K, Q2_K -- and the IQ4s, as measured
               fastest on the 16-core SPR, sessions 26 and 28) | 1 (tiles for every type) | 0 (VNNI for every
               type; the pre-session-26 default).  For A/B.  The int8/int4 layers are on
               AMX either way.  Read at each GGUF linear h3cy.weights makes
               (h3cy.weights.linears.gguf_isa).
+H3CY_GGUF_KQ, H3CY_GGUF_GROUP, H3CY_GGUF_Q8D  the GGUF GEMM's A/B switches, passed to each
+              GGUF linear made (h3_linear_set_gguf_opts): Q4_K/Q5_K's tile order on amx, column
+              panels per pass, Q8_0 read in place on the tiles; see gguf_kq, gguf_group and
+              gguf_q8d below.
 H3CY_NVFP4_ROUTE  the product NVFP4 linears (ComfyUI text encoder files) compute: auto
               (default: on the amx path the bf16 route, AMX bf16 tiles on bf16-rounded
               activations; elsewhere int8) | int8 (activations int8 per 32: on amx the
