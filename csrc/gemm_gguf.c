@@ -57,7 +57,7 @@ h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int 
         l->grow_bytes[i] = K / blk * bytes;
         wb += (size_t)(N / nparts) * (size_t)l->grow_bytes[i];
     }
-    if (!st) l->gguf_q8d = 1; /* h3_linear_set_gguf_opts's defaults: zero but this */
+    if (!st) l->gguf_q8d = l->gguf_pf = 1; /* the run-time choices' defaults: zero but these */
     return pn_attach_end(who, st, l, H3_DT_GGUF, N, K, bias, pair, isa, parts[0], wb, out, err);
 }
 
@@ -102,6 +102,23 @@ static const gguf_kind *decode(const pn_fmt *f, const h3_linear *l, int64_t r0, 
     return gguf_kind_of(type);
 }
 
+/* Prefetch weight rows [r0, r0 + nr)'s next K block (after k0's): the rows are nr streams
+ * ldw bytes apart, which a panel's calls walk K block by K block; called before a K block's
+ * kernel, whose run hides the memory's latency from the next call's reads */
+static void prefetch_next_kblock(const h3_linear *l, int64_t r0, int nr, int64_t k0, int kb) {
+    const int64_t k1 = k0 + kb;
+    if (!l->gguf_pf || k1 >= l->K) return;
+    int type, blk = 1, bytes = 0;
+    const uint8_t *w = grow_at(l, r0, &type); /* a panel never spans two parts */
+    h3_gguf_type_size(type, &blk, &bytes);
+    const int64_t ldw = l->grow_bytes[r0 / l->part_rows], off = k1 / blk * bytes;
+    const int64_t len = H3_MIN((int64_t)kb, l->K - k1) / blk * bytes;
+    for (int j = 0; j < nr; j++) {
+        const uintptr_t a = (uintptr_t)(w + j * ldw + off), e = a + (uintptr_t)len;
+        for (uintptr_t p = a & ~(uintptr_t)63; p < e; p += 64) __builtin_prefetch((const void *)p, 0, 3);
+    }
+}
+
 /* decode the panel's K block and run the path's micro-kernel over the block's rows: one
  * 16-row panel, or (AVX-512 VNNI: f->nr = 32) two, whose kernel shares each broadcast
  * activation between them (+5-6% on one Zen 4 core, bench/gguf_ukr_avx2.c -DUKR_X2) */
@@ -112,6 +129,7 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
     const uint8_t *rows[GGUF_NR];
     int type = 0;
     const int nr0 = H3_MIN(nr, GGUF_NR);
+    prefetch_next_kblock(l, r0, nr, k0, f->kb);
     grow_at(l, r0, &type);
     int kq = 0; /* the amx path's Q4_K / Q5_K order: its own scales, the decoder's u alone */
 #if H3_X86
@@ -170,6 +188,7 @@ static void quant_tiles(const pn_fmt *f, const h3_linear *l, int s, const float 
 static void kblock_q8d(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, int mc,
                        const pn_act *act, char *buf, float *cb) {
     int type;
+    prefetch_next_kblock(l, r0, nr, k0, f->kb);
     const uint8_t *w = grow_at(l, r0, &type) + k0 / 32 * 34;
     int64_t ldw = l->grow_bytes[r0 / l->part_rows];
     if (nr < GGUF_NR || ldw > INT32_MAX / GGUF_NR) { /* (rows past 2^27 values: the kernel's 32-bit offsets) */
@@ -270,6 +289,13 @@ h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, int q8d, h3
     lin->gguf_kq_off = !kq;
     lin->gguf_group = group;
     lin->gguf_q8d = q8d;
+    return H3_OK;
+}
+
+h3_status h3_linear_set_gguf_prefetch(h3_linear *lin, int on, h3_err *err) {
+    if (!lin || lin->wtype != H3_DT_GGUF) return h3_fail(err, H3_EINVAL, "linear_set_gguf_prefetch: not a GGUF linear");
+    if (on != 0 && on != 1) return h3_fail(err, H3_EINVAL, "linear_set_gguf_prefetch: on %d (0 or 1)", on);
+    lin->gguf_pf = on;
     return H3_OK;
 }
 

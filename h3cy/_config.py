@@ -29,10 +29,11 @@ H3CY_GGUF_TILES  which kernel GGUF-stored layers run on the 'amx' path (same bit
               type; the pre-session-26 default).  For A/B.  The int8/int4 layers are on
               AMX either way.  Read at each GGUF linear h3cy.weights makes
               (h3cy.weights.linears.gguf_isa).
-H3CY_GGUF_KQ, H3CY_GGUF_GROUP, H3CY_GGUF_Q8D  the GGUF GEMM's A/B switches, passed to each
-              GGUF linear made (h3_linear_set_gguf_opts): Q4_K/Q5_K's tile order on amx, column
-              panels per pass, Q8_0 read in place on the tiles; see gguf_kq, gguf_group and
-              gguf_q8d below.
+H3CY_GGUF_KQ, H3CY_GGUF_GROUP, H3CY_GGUF_Q8D, H3CY_GGUF_PF  the GGUF GEMM's A/B switches,
+              passed to each GGUF linear made (h3_linear_set_gguf_opts,
+              h3_linear_set_gguf_prefetch): Q4_K/Q5_K's tile order on amx, column panels per
+              pass, Q8_0 read in place on the tiles, the next K block's weights prefetched;
+              see gguf_kq, gguf_group, gguf_q8d and gguf_pf below.
 H3CY_NVFP4_ROUTE  the product NVFP4 linears (ComfyUI text encoder files) compute: auto
               (default: on the amx path the bf16 route, AMX bf16 tiles on bf16-rounded
               activations; elsewhere int8) | int8 (activations int8 per 32: on amx the
@@ -63,6 +64,7 @@ _ENV_GGUF_TILES = os.environ.get("H3CY_GGUF_TILES", "").strip().lower()
 _ENV_GGUF_KQ = os.environ.get("H3CY_GGUF_KQ", "").strip()
 _ENV_GGUF_GROUP = os.environ.get("H3CY_GGUF_GROUP", "").strip()
 _ENV_GGUF_Q8D = os.environ.get("H3CY_GGUF_Q8D", "").strip()
+_ENV_GGUF_PF = os.environ.get("H3CY_GGUF_PF", "").strip()
 
 _ENV_HUGEPAGES = os.environ.get("H3CY_HUGEPAGES", "") != "0"
 
@@ -127,6 +129,17 @@ def gguf_q8d():
     from .errors import H3ValueError
     raise H3ValueError(f"H3CY_GGUF_Q8D={_ENV_GGUF_Q8D!r}: expected 1 (Q8_0 blocks in place on the amx tiles), "
                        "0 (never) or 2 (on every path)")
+
+
+def gguf_pf():
+    """H3CY_GGUF_PF as 1 (unset or "1": each K block's kernel call of a GGUF linear first
+    prefetches the panel's next K block of weights) or 0 (left to the hardware prefetchers;
+    the same bits, for A/B); another value is a ValueError naming the variable.  Read at
+    each GGUF linear made."""
+    if _ENV_GGUF_PF in ("", "0", "1"):
+        return 0 if _ENV_GGUF_PF == "0" else 1
+    from .errors import H3ValueError
+    raise H3ValueError(f"H3CY_GGUF_PF={_ENV_GGUF_PF!r}: expected 1 (prefetch the next K block's weights) or 0")
 
 
 def gguf_group():

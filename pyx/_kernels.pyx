@@ -427,7 +427,8 @@ def linear_attach_gguf(parts, types, int64_t N, int64_t K, bias, int pair, str i
     """A LinearCore over GGUF blocks the caller keeps alive (parts: up to 3 C-contiguous
     uint8 arrays, each the N/len(parts) rows of one tensor as stored; types: their GGUF
     type ids).  No copy; the core keeps the arrays.  The A/B switches H3CY_GGUF_KQ,
-    H3CY_GGUF_GROUP and H3CY_GGUF_Q8D (h3cy._config) are applied here (h3_linear_set_gguf_opts)."""
+    H3CY_GGUF_GROUP, H3CY_GGUF_Q8D and H3CY_GGUF_PF (h3cy._config) are applied here
+    (h3_linear_set_gguf_opts, h3_linear_set_gguf_prefetch)."""
     from h3cy import _config
     cdef const void *pp[3]
     cdef int tt[3]
@@ -453,8 +454,10 @@ def linear_attach_gguf(parts, types, int64_t N, int64_t K, bias, int pair, str i
     bp = _fptr(bias, "bias", N)
     cdef LinearCore core = LinearCore(None, isa=isa, pool=pool)
     cdef int kq = _config.gguf_kq(), group = _config.gguf_group(), q8d = _config.gguf_q8d()
+    cdef int pf = _config.gguf_pf()
     check(h3_linear_attach_gguf(pp, tt, nparts, N, K, bp, pair, isa_id(isa), &core.c, &err), &err)
     check(h3_linear_set_gguf_opts(core.c, kq, group, q8d, &err), &err)
+    check(h3_linear_set_gguf_prefetch(core.c, pf, &err), &err)
     core.N = N
     core.K = K
     core.pair = pair

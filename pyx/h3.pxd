@@ -222,6 +222,7 @@ cdef extern from "h3.h" nogil:
                                     int64_t N, int64_t K, const float *bias, int pair, h3_isa isa,
                                     h3_linear **out, h3_err *err)
     h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, int q8d, h3_err *err)
+    h3_status h3_linear_set_gguf_prefetch(h3_linear *lin, int on, h3_err *err)
     int h3_linear_gguf_q8d(const h3_linear *lin)
     ctypedef struct h3_nvfp4_part:
         const uint8_t *codes
