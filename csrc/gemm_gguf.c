@@ -104,7 +104,12 @@ static const gguf_kind *decode(const pn_fmt *f, const h3_linear *l, int64_t r0, 
 
 /* Prefetch weight rows [r0, r0 + nr)'s next K block (after k0's): the rows are nr streams
  * ldw bytes apart, which a panel's calls walk K block by K block; called before a K block's
- * kernel, whose run hides the memory's latency from the next call's reads */
+ * kernel, whose run hides the memory's latency from the next call's reads.  At the text
+ * encoder's M = 128 the decoder waited on them (13-15% of the samples on 2 Zen 4 cores, 0.08x
+ * the kernel warm): with the prefetch Q4_K ran 1.24x, Q5_K 1.15x, Q6_K 1.13x, Q8_0 1.01-1.05x
+ * (bench/gguf_switch_ab.py --switch PF, docs/gguf.md session 30); M = 2048 unchanged.  Into
+ * the outer caches (locality 1): into L1 (3) the 9-17 KB a call evicted the kernel's
+ * activations first (Q8_0 0.99x, Q4_K 1.07x). */
 static void prefetch_next_kblock(const h3_linear *l, int64_t r0, int nr, int64_t k0, int kb) {
     const int64_t k1 = k0 + kb;
     if (!l->gguf_pf || k1 >= l->K) return;
@@ -115,7 +120,7 @@ static void prefetch_next_kblock(const h3_linear *l, int64_t r0, int nr, int64_t
     const int64_t len = H3_MIN((int64_t)kb, l->K - k1) / blk * bytes;
     for (int j = 0; j < nr; j++) {
         const uintptr_t a = (uintptr_t)(w + j * ldw + off), e = a + (uintptr_t)len;
-        for (uintptr_t p = a & ~(uintptr_t)63; p < e; p += 64) __builtin_prefetch((const void *)p, 0, 3);
+        for (uintptr_t p = a & ~(uintptr_t)63; p < e; p += 64) __builtin_prefetch((const void *)p, 0, 1);
     }
 }
 
