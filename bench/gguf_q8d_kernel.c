@@ -1,7 +1,8 @@
 /* gguf_q8d_kernel.c — gguf_ukr_amx_q8d (csrc/gguf_q8d_amx.c) timed alone, called as the panel
  * driver calls it (gemm_panel.c: per row block of mc rows and group of 4 panels, K blocks outer,
- * panels inner), against bench/amx_q8_fold.c's floor for one 16 x 16 x 32 step.  Build it with
- * -DQ8D_PF=n to try prefetching the activations' tile n steps ahead.
+ * panels inner), against bench/amx_q8_fold.c's floor for one 16 x 16 x 32 step.  (Session 30
+ * built it with the activations' tile prefetched 2, 4 or 8 steps ahead: no change beyond the
+ * host's noise, bench/results/amx_q8_fold_spr16_s30.txt; the switch is not kept.)
  *
  *   gcc -O3 -std=c11 -D_GNU_SOURCE -ffp-contract=off -fno-math-errno -mavx2 -mfma -mf16c -mavx512f \
  *       -mavx512bw -mavx512vl -mavx512dq -mamx-tile -mamx-int8 -Icsrc bench/gguf_q8d_kernel.c \
@@ -33,10 +34,6 @@ static double now(void) {
 static uint64_t rng = 88172645463325252ull;
 static uint8_t rb(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint8_t)rng; }
 
-#ifndef Q8D_PF
-#define Q8D_PF 0
-#endif
-
 int main(int argc, char **argv) {
     if (syscall(SYS_arch_prctl, 0x1023, 18)) { fprintf(stderr, "no AMX tile permission\n"); return 2; }
     const int M = argc > 1 ? atoi(argv[1]) : 768, K = argc > 2 ? atoi(argv[2]) : 5376;
@@ -60,7 +57,7 @@ int main(int argc, char **argv) {
     gguf_ukr_q8d_ref(M, GGUF_KB / 32, w, ldw, a, ldg, d, ldd, cr, ldc);
     const int bits = !memcmp(cb, cr, sizeof(float) * 16 * ldc);
     const double steps = (double)tiles * (K / 32) * G;
-    printf("# Q8D_PF %d, M %d, K %d: bits %s\n", Q8D_PF, M, K, bits ? "ok" : "DIFFER");
+    printf("# M %d, K %d: bits %s\n", M, K, bits ? "ok" : "DIFFER");
     for (int mode = 0; mode < 2; mode++) {
         double best = 1e9;
         for (int r = 0; r < 5; r++) {

@@ -38,12 +38,6 @@
 /* steps between a tile's product and its store (gguf_amx.c's GGUF_AMX_LAG) */
 #define Q8D_LAG 2
 
-/* steps ahead that the activations' tile is prefetched into L1 (0: none; a timing switch,
- * bench/gguf_q8d_kernel.c) */
-#ifndef Q8D_PF
-#define Q8D_PF 0
-#endif
-
 #define Q8D_H16(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 #define Q8D_ZERO(r) h##r = _mm512_setzero_ps();
 #define Q8D_SEG(r) \
@@ -93,16 +87,7 @@ void gguf_ukr_amx_q8d(int mr, int nseg, const uint8_t *w, int64_t ldw, const int
     Q8D_H16(Q8D_ZERO)
     int64_t ti = 0, fi = 0; /* the row tile and segment of step t, and of the step folded */
     int ts = 0, fs = 0;
-    int64_t pi = 0; /* the row tile and segment of step t + Q8D_PF */
-    int ps = 0;
-    for (int t = 0; t < Q8D_PF; t++)
-        if (++ps == nseg) { ps = 0; pi++; }
     for (int t = 0; t < steps + Q8D_LAG + 1; t++) {
-        if (Q8D_PF && t + Q8D_PF < steps) {
-            const char *p = (const char *)(a + pi * ldg + ps * 512);
-            for (int l = 0; l < 512; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
-            if (++ps == nseg) { ps = 0; pi++; }
-        }
         if (t < steps) {
             amx_rot_product(t & 3, w + ts * Q8_BYTES + 2, ldw, a + ti * ldg + ts * 512, 64);
             if (++ts == nseg) { ts = 0; ti++; }
