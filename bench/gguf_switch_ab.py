@@ -10,7 +10,8 @@ the ratios are medians of the per-round ratios.
 --switch Q8D, --a 0 --b 1 (the defaults): Q8_0 on the 'amx' path over decoded panels (0) and
 with the file's blocks in place on the tiles (1, csrc/gguf_q8d_amx.c); --isa another path with
 --b 2 runs the route there on its scalar kernel, a smoke test of this script off AMX.
---switch PF --a 0 --b 1: the next K block's weights left to the hardware (0) or prefetched (1).
+--switch PF --a 0 --b 2: the next K block's weights left to the hardware (0) or prefetched (2; 1, the
+default, prefetches off the amx path only).
 --switch GROUP / KQ likewise (see h3cy._config)."""
 import argparse
 import os

@@ -109,10 +109,12 @@ static const gguf_kind *decode(const pn_fmt *f, const h3_linear *l, int64_t r0, 
  * the kernel warm): with the prefetch Q4_K ran 1.24x, Q5_K 1.15x, Q6_K 1.13x, Q8_0 1.01-1.05x
  * (bench/gguf_switch_ab.py --switch PF, docs/gguf.md session 30); M = 2048 unchanged.  Into
  * the outer caches (locality 1): into L1 (3) the 9-17 KB a call evicted the kernel's
- * activations first (Q8_0 0.99x, Q4_K 1.07x). */
+ * activations first (Q8_0 0.99x, Q4_K 1.07x).  Not on the amx path by default (gguf_pf 1):
+ * on the 16-core SPR it measured 0.96-1.05x (Q8_0 in place 0.955-0.99x), its hardware
+ * prefetchers already keeping up; gguf_pf 2 prefetches there too. */
 static void prefetch_next_kblock(const h3_linear *l, int64_t r0, int nr, int64_t k0, int kb) {
     const int64_t k1 = k0 + kb;
-    if (!l->gguf_pf || k1 >= l->K) return;
+    if (!l->gguf_pf || (l->gguf_pf == 1 && l->isa == H3_ISA_AMX) || k1 >= l->K) return;
     int type, blk = 1, bytes = 0;
     const uint8_t *w = grow_at(l, r0, &type); /* a panel never spans two parts */
     h3_gguf_type_size(type, &blk, &bytes);
@@ -299,7 +301,7 @@ h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, int q8d, h3
 
 h3_status h3_linear_set_gguf_prefetch(h3_linear *lin, int on, h3_err *err) {
     if (!lin || lin->wtype != H3_DT_GGUF) return h3_fail(err, H3_EINVAL, "linear_set_gguf_prefetch: not a GGUF linear");
-    if (on != 0 && on != 1) return h3_fail(err, H3_EINVAL, "linear_set_gguf_prefetch: on %d (0 or 1)", on);
+    if (on < 0 || on > 2) return h3_fail(err, H3_EINVAL, "linear_set_gguf_prefetch: on %d (0, 1 or 2)", on);
     lin->gguf_pf = on;
     return H3_OK;
 }

@@ -40,8 +40,8 @@ struct h3_linear {
      * path's default); where all-Q8_0 linears run gguf_q8d_amx.c's route (weights in place):
      * 1 on amx, 2 on every path, 0 none (h3_linear_set_gguf_opts sets 1 by default) */
     int gguf_kq_off, gguf_group, gguf_q8d;
-    /* 1: each K block's call prefetches the panel's next K block of weights
-     * (h3_linear_set_gguf_prefetch; attach sets 1) */
+    /* each K block's call prefetches the panel's next K block of weights: 1 off the amx path,
+     * 2 on every path, 0 never (h3_linear_set_gguf_prefetch; attach sets 1) */
     int gguf_pf;
     /* H3_DT_NVFP4 (gemm_nvfp4.c): nparts parts, owned; nv_slots distinct activation
      * variants (parts with the same AWQ pre-scale, or none, share one) */

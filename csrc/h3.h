@@ -308,9 +308,10 @@ h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int 
  * h3_linear_gguf_q8d: 1 when the linear's forward takes that route. */
 h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, int q8d, h3_err *err);
 int h3_linear_gguf_q8d(const h3_linear *lin);
-/* on 1 (attach's default): each K block's kernel call first prefetches the panel's next K
- * block of weights, so the next call's reads of the file's rows (one stream a weight row) do
- * not wait on memory; 0 leaves it to the hardware (the same bits; for A/B; h3cy._config
+/* on 1 (attach's default): off the amx path, each K block's kernel call first prefetches the
+ * panel's next K block of weights, so the next call's reads of the file's rows (one stream a
+ * weight row) do not wait on memory (on the amx path the SPR's hardware prefetchers kept up:
+ * left to them); 2 prefetches on every path, 0 on none (the same bits; for A/B; h3cy._config
  * fills it from H3CY_GGUF_PF).  H3_EINVAL for another value or a linear that is not GGUF. */
 h3_status h3_linear_set_gguf_prefetch(h3_linear *lin, int on, h3_err *err);
 

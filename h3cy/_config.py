@@ -132,14 +132,15 @@ def gguf_q8d():
 
 
 def gguf_pf():
-    """H3CY_GGUF_PF as 1 (unset or "1": each K block's kernel call of a GGUF linear first
-    prefetches the panel's next K block of weights) or 0 (left to the hardware prefetchers;
-    the same bits, for A/B); another value is a ValueError naming the variable.  Read at
-    each GGUF linear made."""
-    if _ENV_GGUF_PF in ("", "0", "1"):
-        return 0 if _ENV_GGUF_PF == "0" else 1
+    """H3CY_GGUF_PF as 1 (unset or "1": off the 'amx' path, each K block's kernel call of a
+    GGUF linear first prefetches the panel's next K block of weights; on 'amx' the hardware
+    prefetchers kept up), 2 (on every path) or 0 (on none; the same bits, for A/B); another
+    value is a ValueError naming the variable.  Read at each GGUF linear made."""
+    if _ENV_GGUF_PF in ("", "0", "1", "2"):
+        return 1 if not _ENV_GGUF_PF else int(_ENV_GGUF_PF)
     from .errors import H3ValueError
-    raise H3ValueError(f"H3CY_GGUF_PF={_ENV_GGUF_PF!r}: expected 1 (prefetch the next K block's weights) or 0")
+    raise H3ValueError(f"H3CY_GGUF_PF={_ENV_GGUF_PF!r}: expected 1 (prefetch the next K block's weights off "
+                       "the amx path), 2 (on every path) or 0 (never)")
 
 
 def gguf_group():

@@ -223,7 +223,7 @@ def test_env_gguf_tiles_unknown_is_a_clear_error():
 @pytest.mark.parametrize("var, value", [("H3CY_GGUF_KQ", "yes"), ("H3CY_GGUF_KQ", "2"), ("H3CY_GGUF_GROUP", "0"),
                                         ("H3CY_GGUF_GROUP", "17"), ("H3CY_GGUF_GROUP", "four"),
                                         ("H3CY_GGUF_Q8D", "on"), ("H3CY_GGUF_Q8D", "3"), ("H3CY_GGUF_PF", "on"),
-                                        ("H3CY_GGUF_PF", "2")])
+                                        ("H3CY_GGUF_PF", "3")])
 def test_env_gguf_c_knobs_unknown_is_a_clear_error(var, value):
     """H3CY_GGUF_KQ, H3CY_GGUF_GROUP, H3CY_GGUF_Q8D and H3CY_GGUF_PF reach each GGUF linear through h3cy._config (the C
     library reads no environment); a bad value is an error naming the variable where a GGUF
@@ -238,9 +238,9 @@ def test_env_gguf_c_knobs_unknown_is_a_clear_error(var, value):
 
 def test_env_gguf_group_and_prefetch_keep_the_bits():
     """H3CY_GGUF_GROUP moves only the order of the driver's panel loop (column panels per pass
-    over the K blocks), and H3CY_GGUF_PF=0 only drops the prefetch of the next K block's weights,
-    never a result: a Q4_K and a Q8_0 linear give the same bits with 3 panels a pass, and
-    without the prefetch, as with the defaults, on the machine's best path and ref."""
+    over the K blocks), and H3CY_GGUF_PF=0 / 2 only drop or add the prefetch of the next K
+    block's weights, never a result: a Q4_K and a Q8_0 linear give the same bits with 3 panels
+    a pass, without the prefetch and with it on every path, as with the defaults, on the machine's best path and ref."""
     code = ("import numpy as np, hashlib; from h3cy import _kernels, ops; import sys; sys.path.insert(0, 'tests');"
             "from _gguf_files import random_blocks, TYPES;"
             "from h3cy.weights.linears import gguf_isa; rng = np.random.default_rng(1);"
@@ -248,6 +248,7 @@ def test_env_gguf_group_and_prefetch_keep_the_bits():
             "[h.update(np.ascontiguousarray(_kernels.linear_attach_gguf([random_blocks(t, 90, 512, rng)], [TYPES[t][0]],"
             " 90, 512, None, 0, gguf_isa(i, [t]), _kernels.ThreadPool(2)).forward(x, y := np.empty((70, 90), np.float32), 0)"
             " or y).tobytes()) for i in ('ref', ops.active_isa()) for t in ('Q4_K', 'Q8_0')]; print(h.hexdigest())")
-    a, b, c = run_py(code), run_py(code, H3CY_GGUF_GROUP="3"), run_py(code, H3CY_GGUF_PF="0")
-    assert a.returncode == 0 and b.returncode == 0 and c.returncode == 0, a.stderr + b.stderr + c.stderr
-    assert a.stdout == b.stdout == c.stdout
+    runs = [run_py(code), run_py(code, H3CY_GGUF_GROUP="3"), run_py(code, H3CY_GGUF_PF="0"),
+            run_py(code, H3CY_GGUF_PF="2")]
+    assert all(r.returncode == 0 for r in runs), "".join(r.stderr for r in runs)
+    assert len({r.stdout for r in runs}) == 1
