@@ -81,6 +81,18 @@ static void config_bf16(void) { /* C tmm0..3; A tmm4, 5 16 x 64 bytes; B tmm6, 7
 #define STEP_B(k, ka, kb, ks) _tile_loadd(ka, W + 1024 * ((k) & 1), 64); _tile_loadd(kb, B[(k) & 1], 64); \
     _tile_zero(k); _tile_dpbf16ps(k, ka, kb); _tile_stored(ks, C[ks], 64);
 
+/* four steps (slots 0..3), each followed by the fold of the tile its slot stored a step before;
+ * PRE before each step (the L2 modes' prefetch, or nothing) */
+#define NOTHING
+#define FOUR_FOLDED(STEP, FOLD, PRE)                                             \
+    {                                                                            \
+        const int32_t *dots;                                                     \
+        PRE STEP(0, 4, 6, 2) FENCE(); dots = C[1]; H16(FOLD) FENCE();            \
+        PRE STEP(1, 5, 7, 3) FENCE(); dots = C[2]; H16(FOLD) FENCE();            \
+        PRE STEP(2, 4, 6, 0) FENCE(); dots = C[3]; H16(FOLD) FENCE();            \
+        PRE STEP(3, 5, 7, 1) FENCE(); dots = C[0]; H16(FOLD) FENCE();            \
+    }
+
 static double run(int mode) {
     H16(DECL)
     const double t0 = now();
@@ -97,13 +109,7 @@ static double run(int mode) {
         }
         break;
     case TILE_FOLD: /* fold the tile stored in the step before: slot k stored at step k + 2 */
-        for (int i = 0; i < N; i += 4) {
-            const int32_t *dots;
-            STEP_I(0, 4, 6, 2) FENCE(); dots = C[1]; H16(FOLD_I) FENCE();
-            STEP_I(1, 5, 7, 3) FENCE(); dots = C[2]; H16(FOLD_I) FENCE();
-            STEP_I(2, 4, 6, 0) FENCE(); dots = C[3]; H16(FOLD_I) FENCE();
-            STEP_I(3, 5, 7, 1) FENCE(); dots = C[0]; H16(FOLD_I) FENCE();
-        }
+        for (int i = 0; i < N; i += 4) FOUR_FOLDED(STEP_I, FOLD_I, NOTHING)
         break;
     case TILE_FOLD4:
         for (int i = 0; i < N; i += 4) {
@@ -126,13 +132,7 @@ static double run(int mode) {
     case TILE_FOLD_L2PF: { /* the same, each B prefetched 4 steps ahead */
         int bo = 0;
         const int pf = mode == TILE_FOLD_L2PF;
-        for (int i = 0; i < N; i += 4) {
-            const int32_t *dots;
-            if (pf) { PF8(bo + 4 * 512) } STEP_L2(0, 4, 6, 2) FENCE(); dots = C[1]; H16(FOLD_I) FENCE();
-            if (pf) { PF8(bo + 4 * 512) } STEP_L2(1, 5, 7, 3) FENCE(); dots = C[2]; H16(FOLD_I) FENCE();
-            if (pf) { PF8(bo + 4 * 512) } STEP_L2(2, 4, 6, 0) FENCE(); dots = C[3]; H16(FOLD_I) FENCE();
-            if (pf) { PF8(bo + 4 * 512) } STEP_L2(3, 5, 7, 1) FENCE(); dots = C[0]; H16(FOLD_I) FENCE();
-        }
+        for (int i = 0; i < N; i += 4) FOUR_FOLDED(STEP_L2, FOLD_I, if (pf) { PF8(bo + 4 * 512) })
         break;
     }
     case BF16:
@@ -141,13 +141,7 @@ static double run(int mode) {
         }
         break;
     case BF16_FOLD:
-        for (int i = 0; i < N; i += 4) {
-            const int32_t *dots;
-            STEP_B(0, 4, 6, 2) FENCE(); dots = C[1]; H16(FOLD_F) FENCE();
-            STEP_B(1, 5, 7, 3) FENCE(); dots = C[2]; H16(FOLD_F) FENCE();
-            STEP_B(2, 4, 6, 0) FENCE(); dots = C[3]; H16(FOLD_F) FENCE();
-            STEP_B(3, 5, 7, 1) FENCE(); dots = C[0]; H16(FOLD_F) FENCE();
-        }
+        for (int i = 0; i < N; i += 4) FOUR_FOLDED(STEP_B, FOLD_F, NOTHING)
         break;
     default:
         for (int i = 0; i < N; i++) {
