@@ -180,6 +180,23 @@ void gguf_kq_scales(int type, const uint8_t *const *rows, int nr, int nk, uint8_
         }
 }
 
+void gguf_k4_float_scales_ref(int type, const uint8_t *const *rows, int nr, int nk, float *sc, float *mn) {
+    int blk = 256, bytes = 0;
+    h3_gguf_type_size(type, &blk, &bytes);
+    for (int c = 0; c < GGUF_NR; c++)
+        for (int b = 0; b < nk / blk; b++) {
+            const uint8_t *p = c < nr ? rows[c] + (int64_t)b * bytes : NULL;
+            const float d = p ? h3_f16_to_f32((uint16_t)(p[0] | p[1] << 8)) : 0.0f;
+            const float dmin = p ? h3_f16_to_f32((uint16_t)(p[2] | p[3] << 8)) : 0.0f;
+            for (int j = 0; j < 8; j++) {
+                int s = 0, m = 0;
+                if (p) gguf_k4_scale_min(p + 4, j, &s, &m);
+                sc[(b * 8 + j) * GGUF_NR + c] = p ? d * (float)s : 0.0f;
+                mn[(b * 8 + j) * GGUF_NR + c] = p ? -(dmin * (float)m) : 0.0f;
+            }
+        }
+}
+
 void gguf_ukr_kq_ref(int mr, int nsb, const int8_t *a, int64_t lda, const float *d, int64_t ldd, const int32_t *as,
                      int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn, const float *ds,
                      const float *dm, float *cb) {
