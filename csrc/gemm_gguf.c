@@ -93,15 +93,15 @@ static const gguf_kind *decode(const pn_fmt *f, const h3_linear *l, int64_t r0, 
     h3_gguf_type_size(type, &blk, &bytes);
     for (int j = 0; j < nr; j++) rows[j] += k0 / blk * bytes;
     float *s = (float *)(buf + GGUF_KB * GGUF_NR), *m = s + (GGUF_KB / GGUF_SUB) * GGUF_NR;
-    int k4v = 0; /* Q4_K / Q5_K's float scales 16 columns a vector where the path has AVX-512 */
+    int k4v = 0; /* Q4_K / Q5_K / Q6_K's float scales 16 columns a vector where the path has AVX-512 */
 #if H3_X86
-    k4v = !no_scales && (type == H3_GGUF_Q4_K || type == H3_GGUF_Q5_K) &&
+    k4v = !no_scales && (type == H3_GGUF_Q4_K || type == H3_GGUF_Q5_K || type == H3_GGUF_Q6_K) &&
           (l->isa == H3_ISA_AVX512 || l->isa == H3_ISA_AMX) && f->decode == (const void *)gguf_decode_panel_avx2;
 #endif
     ((gguf_decode_fn)f->decode)(type, rows, nr, nk, (uint8_t *)buf, no_scales || k4v ? NULL : s,
                                 no_scales || k4v ? NULL : m);
 #if H3_X86
-    if (k4v) gguf_k4_float_scales_avx512(type, rows, nr, nk, s, m);
+    if (k4v) gguf_float_scales_avx512(type, rows, nr, nk, s, m);
 #endif
     *u = (const uint8_t *)buf;
     *sc = s;

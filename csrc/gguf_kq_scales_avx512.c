@@ -6,10 +6,12 @@
  *                                (gguf_panel_ref.c; the AMX path's K-quant kernel).  Why: the
  *                                scalar version ran once per 16-row K block and call, 15-20% of
  *                                the kq kernel's time at the text encoder's M = 128 (session 27);
- *   gguf_k4_float_scales_avx512  the panel decoder's float segment scales d * s and offsets
- *                                -(dmin * m) (gguf_decode_panel_ref), for the AVX-512 VNNI kernel.
- *                                Why: the AVX2 decoder made them a column and segment at a time,
- *                                about half its Q4_K / Q5_K time (session 30).
+ *   gguf_float_scales_avx512     the panel decoder's float segment scales d * s and offsets
+ *                                -(dmin * m) (gguf_decode_panel_ref), for the AVX-512 VNNI kernel;
+ *                                also Q6_K's d * its int8 scales (four gathers of its 16 scale
+ *                                bytes, d from the dword at 206).  Why: the AVX2 decoder made
+ *                                them a column and segment at a time, about half its K-quant time
+ *                                (session 30).
  * The same bytes and floats as the reference (the C driver checks them).  Needs AVX-512F. */
 #include "gguf_impl.h"
 
@@ -79,16 +81,33 @@ void gguf_kq_scales_avx512(int type, const uint8_t *const *rows, int nr, int nk,
     }
 }
 
-void gguf_k4_float_scales_avx512(int type, const uint8_t *const *rows, int nr, int nk, float *sc, float *mn) {
+void gguf_float_scales_avx512(int type, const uint8_t *const *rows, int nr, int nk, float *sc, float *mn) {
     int blk = 256, bytes = 0;
     h3_gguf_type_size(type, &blk, &bytes);
     int32_t off[GGUF_NR];
     if (!lane_offsets(rows, nr, off)) {
-        gguf_k4_float_scales_ref(type, rows, nr, nk, sc, mn);
+        gguf_float_scales_ref(type, rows, nr, nk, sc, mn);
         return;
     }
     const __mmask16 live = nr >= GGUF_NR ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1u);
     const __m512i vo = _mm512_loadu_si512(off);
+    if (type == H3_GGUF_Q6_K) {
+        const __m512i z = _mm512_setzero_si512();
+        for (int b = 0; b < nk / blk; b++) {
+            const uint8_t *p = rows[0] + (int64_t)b * bytes;
+            /* d: the high half of the dword at 206 (the block's last 4 bytes: no read past it) */
+            const __m512i dd = _mm512_mask_i32gather_epi32(z, live, vo, (const void *)(p + 206), 1);
+            const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+            for (int k = 0; k < 4; k++) {
+                const __m512i q = _mm512_mask_i32gather_epi32(z, live, vo, (const void *)(p + 192 + 4 * k), 1);
+                for (int j = 0; j < 4; j++) { /* scale 4k + j, sign-extended */
+                    const __m512i sj = _mm512_srai_epi32(_mm512_slli_epi32(q, 24 - 8 * j), 24);
+                    _mm512_storeu_ps(sc + (b * 16 + 4 * k + j) * GGUF_NR, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sj)));
+                }
+            }
+        }
+        return;
+    }
     for (int b = 0; b < nk / blk; b++) {
         __m512 d, dmin;
         __m512i s[8], m[8];

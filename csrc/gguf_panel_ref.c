@@ -180,9 +180,18 @@ void gguf_kq_scales(int type, const uint8_t *const *rows, int nr, int nk, uint8_
         }
 }
 
-void gguf_k4_float_scales_ref(int type, const uint8_t *const *rows, int nr, int nk, float *sc, float *mn) {
+void gguf_float_scales_ref(int type, const uint8_t *const *rows, int nr, int nk, float *sc, float *mn) {
     int blk = 256, bytes = 0;
     h3_gguf_type_size(type, &blk, &bytes);
+    if (type == H3_GGUF_Q6_K) { /* 16 segments of 16 a super-block: d * the int8 scale; no mins */
+        for (int c = 0; c < GGUF_NR; c++)
+            for (int b = 0; b < nk / blk; b++) {
+                const uint8_t *p = c < nr ? rows[c] + (int64_t)b * bytes : NULL;
+                const float d = p ? h3_f16_to_f32((uint16_t)(p[208] | p[209] << 8)) : 0.0f;
+                for (int j = 0; j < 16; j++) sc[(b * 16 + j) * GGUF_NR + c] = p ? d * (float)(int8_t)p[192 + j] : 0.0f;
+            }
+        return;
+    }
     for (int c = 0; c < GGUF_NR; c++)
         for (int b = 0; b < nk / blk; b++) {
             const uint8_t *p = c < nr ? rows[c] + (int64_t)b * bytes : NULL;
