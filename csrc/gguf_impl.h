@@ -175,12 +175,12 @@ void gguf_ukr_amx(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t
  * the panel's column c (u as gguf_decode_fn writes it) in that order. */
 void gguf_kq_scales(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *isc, uint8_t *imn, float *ds,
                     float *dm);
-/* Q4_K / Q5_K / Q6_K: the panel decoder's float segment scales (and, Q4_K / Q5_K, offsets)
- * alone, as gguf_decode_panel_ref writes them (sc, mn: [segment][GGUF_NR], the columns past nr
- * 0.0; Q6_K leaves mn alone) */
+/* the panel decoder's float segment scales (and, for the types with them, offsets) alone, as
+ * gguf_decode_panel_ref writes them (sc, mn: [segment][GGUF_NR], the columns past nr 0.0; mn
+ * untouched for the types without); the reference of gguf_float_scales_avx512 */
 void gguf_float_scales_ref(int type, const uint8_t *const *rows, int nr, int nk, float *sc, float *mn);
 #if H3_X86
-/* the same floats, 16 columns a vector (gguf_kq_scales_avx512.c; AVX-512F) */
+/* the same floats for Q4_K, Q5_K and Q6_K, 16 columns a vector (gguf_kq_scales_avx512.c; AVX-512F) */
 void gguf_float_scales_avx512(int type, const uint8_t *const *rows, int nr, int nk, float *sc, float *mn);
 /* the same bytes and floats, 16 columns a vector (gguf_kq_scales_avx512.c; AVX-512F) */
 void gguf_kq_scales_avx512(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *isc, uint8_t *imn,

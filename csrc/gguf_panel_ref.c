@@ -181,27 +181,17 @@ void gguf_kq_scales(int type, const uint8_t *const *rows, int nr, int nk, uint8_
 }
 
 void gguf_float_scales_ref(int type, const uint8_t *const *rows, int nr, int nk, float *sc, float *mn) {
-    int blk = 256, bytes = 0;
+    const gguf_kind *t = gguf_kind_of(type);
+    int blk = 1, bytes = 0;
     h3_gguf_type_size(type, &blk, &bytes);
-    if (type == H3_GGUF_Q6_K) { /* 16 segments of 16 a super-block: d * the int8 scale; no mins */
-        for (int c = 0; c < GGUF_NR; c++)
-            for (int b = 0; b < nk / blk; b++) {
-                const uint8_t *p = c < nr ? rows[c] + (int64_t)b * bytes : NULL;
-                const float d = p ? h3_f16_to_f32((uint16_t)(p[208] | p[209] << 8)) : 0.0f;
-                for (int j = 0; j < 16; j++) sc[(b * 16 + j) * GGUF_NR + c] = p ? d * (float)(int8_t)p[192 + j] : 0.0f;
-            }
-        return;
-    }
+    const int seg = t->seg;
+    float s16[256 / GGUF_SUB], m16[256 / GGUF_SUB];
     for (int c = 0; c < GGUF_NR; c++)
         for (int b = 0; b < nk / blk; b++) {
-            const uint8_t *p = c < nr ? rows[c] + (int64_t)b * bytes : NULL;
-            const float d = p ? h3_f16_to_f32((uint16_t)(p[0] | p[1] << 8)) : 0.0f;
-            const float dmin = p ? h3_f16_to_f32((uint16_t)(p[2] | p[3] << 8)) : 0.0f;
-            for (int j = 0; j < 8; j++) {
-                int s = 0, m = 0;
-                if (p) gguf_k4_scale_min(p + 4, j, &s, &m);
-                sc[(b * 8 + j) * GGUF_NR + c] = p ? d * (float)s : 0.0f;
-                mn[(b * 8 + j) * GGUF_NR + c] = p ? -(dmin * (float)m) : 0.0f;
+            if (c < nr) gguf_decode_scales(type, rows[c] + (int64_t)b * bytes, s16, m16);
+            for (int s = 0; s < blk / seg; s++) { /* gguf_decode_panel_ref's scales; 0.0 past nr */
+                sc[(b * blk / seg + s) * GGUF_NR + c] = c < nr ? s16[s * seg / GGUF_SUB] : 0.0f;
+                if (t->has_min) mn[(b * blk / seg + s) * GGUF_NR + c] = c < nr ? m16[s * seg / GGUF_SUB] : 0.0f;
             }
         }
 }
