@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 void gguf_decode_block(int type, const uint8_t *p, int8_t *q, float *sc, float *mn) { abort(); }
+void gguf_decode_scales(int type, const uint8_t *p, float *sc, float *mn) { abort(); }
 int h3_gguf_type_size(int type, int *blk, int *bytes) { abort(); }
 h3_isa h3_isa_vector(h3_isa isa) { return isa; }
 int h3_cpu_has_avx512_vnni(void) { return 1; }
