@@ -13,6 +13,9 @@
  * Lines: ns per step (best of 5 timings) for
  *   hot    one panel group's K blocks in turn, the same 4 panels every pass (weights in L1/L2)
  *   cold   a new panel group every pass (weights from memory, as the driver walks its share)
+ * each with np 1 (one panel a call: the 4 panels read each K block's activations from L2) and
+ * np 4 (the 4 in one call, as the driver calls it since session 31: each row tile's
+ * activations from L1 for 3 of them)
  * and the results against gguf_ukr_q8d_ref (bits) once. */
 #include "gguf_impl.h"
 
@@ -53,29 +56,36 @@ int main(int argc, char **argv) {
     /* bits: one K block of panel 0 */
     memset(cb, 0, sizeof(float) * 16 * ldc);
     memset(cr, 0, sizeof(float) * 16 * ldc);
-    gguf_ukr_amx_q8d(M, GGUF_KB / 32, w, ldw, a, ldg, d, ldd, cb, ldc);
-    gguf_ukr_q8d_ref(M, GGUF_KB / 32, w, ldw, a, ldg, d, ldd, cr, ldc);
+    const uint8_t *w1[1] = {w};
+    const int64_t ldw1[1] = {ldw}, ldws[4] = {ldw, ldw, ldw, ldw};
+    gguf_ukr_amx_q8d(M, GGUF_KB / 32, 1, w1, ldw1, a, ldg, d, ldd, cb, 0, ldc);
+    gguf_ukr_q8d_ref(M, GGUF_KB / 32, 1, w1, ldw1, a, ldg, d, ldd, cr, 0, ldc);
     const int bits = !memcmp(cb, cr, sizeof(float) * 16 * ldc);
     const double steps = (double)tiles * (K / 32) * G;
     printf("# M %d, K %d: bits %s\n", M, K, bits ? "ok" : "DIFFER");
-    for (int mode = 0; mode < 2; mode++) {
+    for (int mode = 0; mode < 4; mode++) { /* hot / cold, one panel a call / 4 */
+        const int np = mode < 2 ? 1 : G;
         double best = 1e9;
         for (int r = 0; r < 5; r++) {
             const int passes = 8;
             const double t0 = now();
             for (int pass = 0; pass < passes; pass++) {
-                const uint8_t *wg = w + (mode ? pass % ngroups : 0) * G * 16 * ldw;
+                const uint8_t *wg = w + (mode % 2 ? pass % ngroups : 0) * G * 16 * ldw;
                 for (int k0 = 0; k0 < K; k0 += GGUF_KB) {
                     const int nk = K - k0 < GGUF_KB ? K - k0 : GGUF_KB;
-                    for (int p = 0; p < G; p++)
-                        gguf_ukr_amx_q8d(M, nk / 32, wg + p * 16 * ldw + k0 / 32 * 34, ldw, a + k0 * 16, ldg,
-                                         d + k0 / GGUF_AG, ldd, cb + (int64_t)p * 16 * ldc, ldc);
+                    for (int p = 0; p < G; p += np) {
+                        const uint8_t *wp[4];
+                        for (int j = 0; j < np; j++) wp[j] = wg + (p + j) * 16 * ldw + k0 / 32 * 34;
+                        gguf_ukr_amx_q8d(M, nk / 32, np, wp, ldws, a + k0 * 16, ldg, d + k0 / GGUF_AG, ldd,
+                                         cb + (int64_t)p * 16 * ldc, 16 * ldc, ldc);
+                    }
                 }
             }
             const double t = (now() - t0) / passes / steps;
             if (t < best) best = t;
         }
-        printf("%-5s %6.2f ns a step  %7.1f GOP/s\n", mode ? "cold" : "hot", best * 1e9, 2.0 * 8192 / best * 1e-9);
+        printf("%-5s np %d %6.2f ns a step  %7.1f GOP/s\n", mode % 2 ? "cold" : "hot", np, best * 1e9,
+               2.0 * 8192 / best * 1e-9);
     }
     return !bits;
 }

@@ -21,11 +21,12 @@
  * so its bits.  The 4 C tiles rotate as in gguf_amx.c (product, store 2 steps later, fold
  * the step after).  Rows of x past mr are the layout's zero rows: their sums are not written.
  *
- * gguf_ukr_amx_q8d(mr, nseg, w, ldw, a, ldg, d, ldd, cbt, ldc):
- *   w   the K block's first Q8_0 block of 16 weight rows, ldw bytes apart (all 16 readable;
- *       15 * ldw < 2^31: the scales' gather takes 32-bit offsets);
- *   a   the first row tile's K block in the tile layout, the next row tile ldg bytes on;
- *   d   + i * ldd: row i's activation scales from the K block's first group. */
+ * gguf_ukr_amx_q8d(mr, nseg, np, w, ldw, a, ldg, d, ldd, cbt, ldp, ldc): np <= GGUF_Q8D_NP panels
+ *   w[p]  panel p's K block's first Q8_0 block of 16 weight rows, ldw[p] bytes apart (all 16
+ *         readable; 15 * ldw[p] < 2^31: the scales' gather takes 32-bit offsets);
+ *   a     the first row tile's K block in the tile layout, the next row tile ldg bytes on;
+ *   d     + i * ldd: row i's activation scales from the K block's first group;
+ *   cbt   + p * ldp: panel p's float sums, [16][ldc]. */
 #include "gguf_impl.h"
 
 #include <immintrin.h>
@@ -38,66 +39,89 @@
 /* steps between a tile's product and its store (gguf_amx.c's GGUF_AMX_LAG) */
 #define Q8D_LAG 2
 
+/* Where a step is: the order is activation group (g0: its first segment) outer, then row tile
+ * ti, panel p, segment s of the group.  A row tile's segments of one group (8 x 512 bytes of
+ * activations) then serve all np panels from L1; panel-outer order (one panel a call) read
+ * them from L2 once per panel (session 31: docs/gguf.md).  h_n holds one (row tile, panel,
+ * group) unit's sums, so a unit's steps are consecutive. */
+typedef struct {
+    int g0, ge, s, p, ti;
+} q8d_pos;
+static inline void q8d_next(q8d_pos *q, int np, int tiles, int nseg, int gs) {
+    if (++q->s < q->ge) return;
+    q->s = q->g0;
+    if (++q->p < np) return;
+    q->p = 0;
+    if (++q->ti < tiles) return;
+    q->ti = 0;
+    q->g0 += gs;
+    q->ge = q->g0 + gs < nseg ? q->g0 + gs : nseg;
+    q->s = q->g0;
+}
+
 #define Q8D_H16(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 #define Q8D_ZERO(r) h##r = _mm512_setzero_ps();
 #define Q8D_SEG(r) \
     h##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(dots + r * 16))), \
-                           _mm512_set1_ps(sc[s * 16 + r]), h##r);
+                           _mm512_set1_ps(scs[r]), h##r);
 #define Q8D_END(r)                                                                              \
     {                                                                                         \
-        float *c = cbt + r * ldc + i0;                                                        \
+        float *c = cp + r * ldc + i0;                                                         \
         _mm512_mask_storeu_ps(c, live, _mm512_fmadd_ps(dv, h##r, _mm512_maskz_loadu_ps(live, c))); \
     }
 
-/* step t's stored dots (row tile fi, segment fs) into the group sums; at a group's end (of
- * 256 inputs, or of the call) cb_t += d * the sums for the tile's live rows */
-#define Q8D_FOLD(t)                                                                                   \
+/* the stored dots of the step at f into its unit's sums; at the unit's end (of a group of 256
+ * inputs, or of the call) the panel's cb_t += d * the sums for the tile's live rows */
+#define Q8D_FOLD(dots)                                                                                \
     do {                                                                                          \
-        const int s = fs;                                                                         \
-        const int64_t i0 = fi * 16;                                                               \
-        const int32_t *dots = buf[(t) & 3];                                                       \
-        if (s % gs == 0) { Q8D_H16(Q8D_ZERO) }                                                          \
-        Q8D_H16(Q8D_SEG)                                                                                \
-        if ((s + 1) % gs == 0 || s + 1 == nseg) {                                                 \
+        const int64_t i0 = (int64_t)f.ti * 16;                                                    \
+        const float *scs = sc + ((int64_t)f.p * nseg + f.s) * 16;                                 \
+        if (f.s == f.g0) { Q8D_H16(Q8D_ZERO) }                                                    \
+        Q8D_H16(Q8D_SEG)                                                                          \
+        if (f.s + 1 == f.ge) {                                                                    \
             const int nl = mr - (int)i0 < 16 ? mr - (int)i0 : 16;                                 \
             const __mmask16 live = (__mmask16)((1u << nl) - 1u);                                  \
             float dl[16] __attribute__((aligned(64)));                                            \
-            for (int m = 0; m < 16; m++) dl[m] = m < nl ? d[(i0 + m) * ldd + s / gs] : 0.0f;      \
+            for (int m = 0; m < 16; m++) dl[m] = m < nl ? d[(i0 + m) * ldd + f.g0 / gs] : 0.0f;   \
             const __m512 dv = _mm512_load_ps(dl);                                                 \
-            Q8D_H16(Q8D_END)                                                                            \
+            float *cp = cbt + f.p * ldp;                                                          \
+            Q8D_H16(Q8D_END)                                                                      \
         }                                                                                         \
     } while (0)
 
-void gguf_ukr_amx_q8d(int mr, int nseg, const uint8_t *w, int64_t ldw, const int8_t *a, int64_t ldg, const float *d,
-                      int64_t ldd, float *cbt, int64_t ldc) {
-    float sc[(GGUF_KB / 32) * 16] __attribute__((aligned(64))); /* [segment][weight row] */
+void gguf_ukr_amx_q8d(int mr, int nseg, int np, const uint8_t *const *w, const int64_t *ldw, const int8_t *a,
+                      int64_t ldg, const float *d, int64_t ldd, float *cbt, int64_t ldp, int64_t ldc) {
+    float sc[GGUF_Q8D_NP * (GGUF_KB / 32) * 16] __attribute__((aligned(64))); /* [panel][segment][weight row] */
     int32_t buf[4][256] __attribute__((aligned(64)));
     __m512 h0, h1, h2, h3, h4, h5, h6, h7, h8, h9, h10, h11, h12, h13, h14, h15;
-    const int gs = GGUF_AG / 32, tiles = (mr + 15) / 16, steps = tiles * nseg;
-    /* the 16 rows' float16 scales of each segment: one gather and one vcvtph2ps (exact, as
-     * h3_f16_to_f32; a scalar call per scale cost ~2 per step at 8 row tiles a call) */
-    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)ldw));
-    for (int s = 0; s < nseg; s++) {
-        const __m512i h = _mm512_i32gather_epi32(rows, (const void *)(w + s * Q8_BYTES), 1);
-        _mm512_store_ps(sc + s * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+    const int gs = GGUF_AG / 32, tiles = (mr + 15) / 16, steps = tiles * np * nseg;
+    /* each panel's 16 rows' float16 scales of each segment: one gather and one vcvtph2ps
+     * (exact, as h3_f16_to_f32; a scalar call per scale cost ~2 per step at 8 row tiles a call) */
+    for (int p = 0; p < np; p++) {
+        const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                _mm512_set1_epi32((int)ldw[p]));
+        for (int s = 0; s < nseg; s++) {
+            const __m512i h = _mm512_i32gather_epi32(rows, (const void *)(w[p] + s * Q8_BYTES), 1);
+            _mm512_store_ps(sc + ((int64_t)p * nseg + s) * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+        }
     }
     const amx_tilecfg cfg = amx_rot_cfg(32); /* A: the weights' 32 bytes; B: the activations' 8 quads */
     _tile_loadconfig(&cfg);
     Q8D_H16(Q8D_ZERO)
-    int64_t ti = 0, fi = 0; /* the row tile and segment of step t, and of the step folded */
-    int ts = 0, fs = 0;
-    for (int t = 0; t < steps + Q8D_LAG + 1; t++) {
-        if (t < steps) {
-            amx_rot_product(t & 3, w + ts * Q8_BYTES + 2, ldw, a + ti * ldg + ts * 512, 64);
-            if (++ts == nseg) { ts = 0; ti++; }
+    const int ge0 = gs < nseg ? gs : nseg;
+    q8d_pos t = {0, ge0, 0, 0, 0}, f = t; /* the step multiplied, and the step folded */
+    for (int k = 0; k < steps + Q8D_LAG + 1; k++) {
+        if (k < steps) {
+            amx_rot_product(k & 3, w[t.p] + t.s * Q8_BYTES + 2, ldw[t.p], a + t.ti * ldg + t.s * 512, 64);
+            q8d_next(&t, np, tiles, nseg, gs);
         }
-        const int st = t - Q8D_LAG;
+        const int st = k - Q8D_LAG;
         if (st >= 0 && st < steps) amx_rot_store(st & 3, buf[st & 3]);
         MEMORY_FENCE();
         if (st >= 1) {
-            Q8D_FOLD(st - 1);
-            if (++fs == nseg) { fs = 0; fi++; }
+            const int32_t *dots = buf[(st - 1) & 3];
+            Q8D_FOLD(dots);
+            q8d_next(&f, np, tiles, nseg, gs);
         }
     }
 }
