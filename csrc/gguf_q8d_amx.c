@@ -89,24 +89,13 @@ static inline void q8d_next(q8d_pos *q, int np, int tiles, int nseg, int gs) {
         }                                                                                         \
     } while (0)
 
-void gguf_ukr_amx_q8d(int mr, int nseg, int np, const uint8_t *const *w, const int64_t *ldw, const int8_t *a,
-                      int64_t ldg, const float *d, int64_t ldd, float *cbt, int64_t ldp, int64_t ldc) {
-    float sc[GGUF_Q8D_NP * (GGUF_KB / 32) * 16] __attribute__((aligned(64))); /* [panel][segment][weight row] */
+/* any unit length (a K block of fewer than 8 segments, or not a multiple of 8: only in tests'
+ * small shapes), the steps' slots and the unit ends found at run time */
+static void q8d_any(int mr, int nseg, int np, const uint8_t *const *w, const int64_t *ldw, const int8_t *a, int64_t ldg,
+                    const float *d, int64_t ldd, float *cbt, int64_t ldp, int64_t ldc, const float *sc) {
     int32_t buf[4][256] __attribute__((aligned(64)));
     __m512 h0, h1, h2, h3, h4, h5, h6, h7, h8, h9, h10, h11, h12, h13, h14, h15;
     const int gs = GGUF_AG / 32, tiles = (mr + 15) / 16, steps = tiles * np * nseg;
-    /* each panel's 16 rows' float16 scales of each segment: one gather and one vcvtph2ps
-     * (exact, as h3_f16_to_f32; a scalar call per scale cost ~2 per step at 8 row tiles a call) */
-    for (int p = 0; p < np; p++) {
-        const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                _mm512_set1_epi32((int)ldw[p]));
-        for (int s = 0; s < nseg; s++) {
-            const __m512i h = _mm512_i32gather_epi32(rows, (const void *)(w[p] + s * Q8_BYTES), 1);
-            _mm512_store_ps(sc + ((int64_t)p * nseg + s) * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
-        }
-    }
-    const amx_tilecfg cfg = amx_rot_cfg(32); /* A: the weights' 32 bytes; B: the activations' 8 quads */
-    _tile_loadconfig(&cfg);
     Q8D_H16(Q8D_ZERO)
     const int ge0 = gs < nseg ? gs : nseg;
     q8d_pos t = {0, ge0, 0, 0, 0}, f = t; /* the step multiplied, and the step folded */
@@ -124,4 +113,110 @@ void gguf_ukr_amx_q8d(int mr, int nseg, int np, const uint8_t *const *w, const i
             q8d_next(&f, np, tiles, nseg, gs);
         }
     }
+}
+
+/* Units of 8 segments (every K block of 256 inputs or more): the 8 steps of a unit unrolled,
+ * so each step's C tile, its store's and its fold's buffer and the unit's start and end are
+ * constants.  Step o of unit u is multiplied at position o, stored at o + 2 and folded at
+ * o + 3 (positions 0..2 store and fold the previous unit's last steps).  The walk above found
+ * them at run time with a switch per tile instruction and per-step bookkeeping: on one SPR core
+ * its vector side alone took 11-15 ns a step against 6-8 for bench/amx_q8_fold.c's fold, and
+ * its tile side 14-16 against 10 (session 31). */
+typedef struct {
+    const uint8_t *wa; /* the unit's first segment's 32 bytes, rows lda apart */
+    int64_t lda;
+    const int8_t *b;   /* its first segment's activations (512 bytes a segment) */
+    const float *sc;   /* its weight scales, [segment][16] */
+    float *cb;         /* its panel's cb_t at the row tile's first row */
+    const float *d;    /* row i0's activation scale of the unit's group, the next row ldd on */
+    int nl;            /* live rows of the tile */
+} q8d_unit;
+
+#define U8_P(C, A, B, o) /* the product of the unit's segment o into C tile C (A, B: 4, 6 or 5, 7) */ \
+    _tile_loadd(A, cu.wa + (o) * Q8_BYTES, cu.lda);                                              \
+    _tile_loadd(B, cu.b + (o) * 512, 64);                                                        \
+    _tile_zero(C);                                                                               \
+    _tile_dpbssd(C, A, B);
+#define U8_S(C) _tile_stored(C, buf[C], 64); MEMORY_FENCE();
+#define U8_F1(r) h##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(dots + r * 16))), \
+                                        _mm512_set1_ps(scs[r]), h##r);
+#define U8_F(B, U, o) /* fold buf[B], segment o of unit U */                                          \
+    {                                                                                            \
+        const int32_t *dots = buf[B];                                                            \
+        const float *scs = (U).sc + (o) * 16;                                                    \
+        Q8D_H16(U8_F1)                                                                           \
+    }
+#define U8_E1(r)                                                                                 \
+    {                                                                                            \
+        float *c = pu.cb + r * ldc;                                                              \
+        _mm512_mask_storeu_ps(c, live, _mm512_fmadd_ps(dv, h##r, _mm512_maskz_loadu_ps(live, c))); \
+    }
+#define U8_END() /* unit pu's sums into its cb_t */                                                  \
+    {                                                                                            \
+        const __mmask16 live = (__mmask16)((1u << pu.nl) - 1u);                                  \
+        const __m512 dv = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, drows, pu.d, 4);   \
+        Q8D_H16(U8_E1)                                                                           \
+    }
+
+static void q8d_units8(int mr, int nseg, int np, const uint8_t *const *w, const int64_t *ldw, const int8_t *a,
+                       int64_t ldg, const float *d, int64_t ldd, float *cbt, int64_t ldp, int64_t ldc,
+                       const float *sc) {
+    int32_t buf[4][256] __attribute__((aligned(64)));
+    __m512 h0, h1, h2, h3, h4, h5, h6, h7, h8, h9, h10, h11, h12, h13, h14, h15;
+    Q8D_H16(Q8D_ZERO)
+    const int tiles = (mr + 15) / 16, units = tiles * np * (nseg / 8);
+    /* the 16 rows' activation scales: a gather, 32-bit offsets (ldd < 2^27 inputs / 256) */
+    const __m512i drows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             _mm512_set1_epi32((int)ldd));
+    q8d_unit cu = {0}, pu = {0};
+    int g0 = 0, ti = 0, p = 0; /* the unit's group (first segment), row tile and panel */
+    for (int u = 0; u < units; u++) {
+        cu.wa = w[p] + g0 * Q8_BYTES + 2;
+        cu.lda = ldw[p];
+        cu.b = a + ti * ldg + (int64_t)g0 * 512;
+        cu.sc = sc + ((int64_t)p * nseg + g0) * 16;
+        cu.cb = cbt + p * ldp + (int64_t)ti * 16;
+        cu.d = d + (int64_t)ti * 16 * ldd + g0 / 8;
+        cu.nl = mr - ti * 16 < 16 ? mr - ti * 16 : 16;
+        if (++p == np) { p = 0; if (++ti == tiles) { ti = 0; g0 += 8; } }
+        const int prev = u > 0;
+        U8_P(0, 4, 6, 0) if (prev) { U8_S(2) U8_F(1, pu, 5) }
+        U8_P(1, 5, 7, 1) if (prev) { U8_S(3) U8_F(2, pu, 6) }
+        U8_P(2, 4, 6, 2) U8_S(0) if (prev) { U8_F(3, pu, 7) U8_END() }
+        U8_P(3, 5, 7, 3) U8_S(1) Q8D_H16(Q8D_ZERO) U8_F(0, cu, 0)
+        U8_P(0, 4, 6, 4) U8_S(2) U8_F(1, cu, 1)
+        U8_P(1, 5, 7, 5) U8_S(3) U8_F(2, cu, 2)
+        U8_P(2, 4, 6, 6) U8_S(0) U8_F(3, cu, 3)
+        U8_P(3, 5, 7, 7) U8_S(1) U8_F(0, cu, 4)
+        pu = cu;
+    }
+    /* the last unit's steps 5..7 */
+    U8_S(2) U8_F(1, pu, 5)
+    U8_S(3) U8_F(2, pu, 6)
+    U8_F(3, pu, 7) U8_END()
+}
+
+/* H3CY-internal A/B of the walks (bench builds): -DQ8D_ANY_ONLY takes the run-time walk always */
+void gguf_ukr_amx_q8d(int mr, int nseg, int np, const uint8_t *const *w, const int64_t *ldw, const int8_t *a,
+                      int64_t ldg, const float *d, int64_t ldd, float *cbt, int64_t ldp, int64_t ldc) {
+    float sc[GGUF_Q8D_NP * (GGUF_KB / 32) * 16] __attribute__((aligned(64))); /* [panel][segment][weight row] */
+    /* each panel's 16 rows' float16 scales of each segment: one gather and one vcvtph2ps
+     * (exact, as h3_f16_to_f32; a scalar call per scale cost ~2 per step at 8 row tiles a call) */
+    for (int p = 0; p < np; p++) {
+        const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                _mm512_set1_epi32((int)ldw[p]));
+        for (int s = 0; s < nseg; s++) {
+            const __m512i h = _mm512_i32gather_epi32(rows, (const void *)(w[p] + s * Q8_BYTES), 1);
+            _mm512_store_ps(sc + ((int64_t)p * nseg + s) * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+        }
+    }
+    const amx_tilecfg cfg = amx_rot_cfg(32); /* A: the weights' 32 bytes; B: the activations' 8 quads */
+    _tile_loadconfig(&cfg);
+#ifndef Q8D_ANY_ONLY
+    if (nseg % 8 == 0 && GGUF_AG / 32 == 8) {
+        q8d_units8(mr, nseg, np, w, ldw, a, ldg, d, ldd, cbt, ldp, ldc, sc);
+        return;
+    }
+#endif
+    q8d_any(mr, nseg, np, w, ldw, a, ldg, d, ldd, cbt, ldp, ldc, sc);
 }

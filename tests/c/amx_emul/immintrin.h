@@ -70,6 +70,15 @@ static inline __m512i _mm512_i32gather_epi32(__m512i idx, const void *base, int 
     for (int l = 0; l < 16; l++) memcpy(&v.i[l], (const char *)base + (int64_t)idx.i[l] * scale, 4);
     return v;
 }
+/* the lanes of k read base + idx * scale (scale 1, 2, 4 or 8, as the instruction allows); the
+ * others keep src and read nothing (the caller's masked-off rows may lie past the buffer) */
+static inline __m512 _mm512_mask_i32gather_ps(__m512 src, __mmask16 k, __m512i idx, const void *base, int scale) {
+    if (scale != 1 && scale != 2 && scale != 4 && scale != 8) { fprintf(stderr, "gather scale %d\n", scale); abort(); }
+    __m512 v = src;
+    for (int l = 0; l < 16; l++)
+        if (k >> l & 1) memcpy(&v.f[l], (const char *)base + (int64_t)idx.i[l] * scale, 4);
+    return v;
+}
 static inline __m256i _mm512_cvtepi32_epi16(__m512i a) {
     __m256i v;
     for (int l = 0; l < 16; l++) v.w[l] = (uint16_t)a.i[l];
