@@ -8,8 +8,7 @@ the ratios are medians of the per-round ratios.
         [--threads 1,16] [--rounds 7] [--n 7168] [--k 5376] [--ms 2048,128] [--isa amx]
 
 --switch Q8D, --a 0 --b 1 (the defaults): Q8_0 on the 'amx' path over decoded panels (0) and
-with the file's blocks in place on the tiles (1, csrc/gguf_q8d_amx.c); --a 3 --b 1: that route
-with one column panel a kernel call against a pass's panels in one; --isa another path with
+with the file's blocks in place on the tiles (1, csrc/gguf_q8d_amx.c); --isa another path with
 --b 2 runs the route there on its scalar kernel, a smoke test of this script off AMX.
 --switch PF --a 0 --b 2: the next K block's weights left to the hardware (0) or prefetched (2; 1, the
 default, prefetches off the amx path only).
@@ -60,8 +59,7 @@ def main():
                 setattr(_config, var, v)
                 lins[name] = gguf_linear(b, tname, N, K, args.isa, pool)
             setattr(_config, var, saved)
-            if (args.switch == "Q8D" and lins["A"]._c.gguf_q8d == lins["B"]._c.gguf_q8d
-                    and "3" not in (args.a, args.b)):  # 3 against 1: the route in both, panels a call differ
+            if args.switch == "Q8D" and lins["A"]._c.gguf_q8d == lins["B"]._c.gguf_q8d:
                 print(f"the {args.isa} path takes the Q8_0 route in both (or neither) here (--b 2 off AMX)")
                 return 2
             base = "int4" if tname in ("Q4_K", "Q4_0", "IQ4_XS", "IQ4_NL") else "int8"

@@ -199,52 +199,38 @@ static void quant_tiles(const pn_fmt *f, const h3_linear *l, int s, const float 
     }
 }
 
-/* the tile kernel over the panels' rows in place: 16 weight rows of one part each, ldw bytes
- * apart; a partial panel (a part's last, fewer than 16 rows) is copied with zero rows after it.
- * Up to GGUF_Q8D_NP panels a kernel call (the kernel says why), one with q8d 3 (for A/B).
- * The format has one activation slot (nslots 1): every panel's act is act[0]. */
-static void kpanels_q8d(const pn_fmt *f, const h3_linear *l, const int64_t *r0, const int *nr, int np, int64_t k0,
-                        int nk, int mc, const pn_act *act, char *buf, float *cb, int64_t ldp) {
-    const size_t rb = (size_t)nk / 32 * 34;
-    const int per = l->gguf_q8d == 3 ? 1 : GGUF_Q8D_NP;
+/* the tile kernel over the panel's rows in place: 16 weight rows of one part, ldw bytes apart;
+ * a partial panel (the part's last, fewer than 16 rows) is copied with zero rows after it */
+static void kblock_q8d(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, int mc,
+                       const pn_act *act, char *buf, float *cb) {
+    int type;
+    prefetch_next_kblock(l, r0, nr, k0, f->kb);
+    const uint8_t *w = grow_at(l, r0, &type) + k0 / 32 * 34;
+    int64_t ldw = l->grow_bytes[r0 / l->part_rows];
+    if (nr < GGUF_NR || ldw > INT32_MAX / GGUF_NR) { /* (rows past 2^27 values: the kernel's 32-bit offsets) */
+        const size_t rb = (size_t)nk / 32 * 34;
+        for (int j = 0; j < GGUF_NR; j++) {
+            if (j < nr) memcpy(buf + j * rb, w + j * ldw, rb);
+            else memset(buf + j * rb, 0, rb);
+        }
+        w = (const uint8_t *)buf;
+        ldw = (int64_t)rb;
+    }
     gguf_ukr_q8d_fn k = gguf_ukr_q8d_ref;
 #if H3_X86
     if (f->ukr == (const void *)gguf_ukr_amx) k = gguf_ukr_amx_q8d;
 #endif
-    for (int p0 = 0; p0 < np; p0 += per) {
-        const int n = H3_MIN(per, np - p0);
-        const uint8_t *w[GGUF_Q8D_NP];
-        int64_t ldw[GGUF_Q8D_NP];
-        for (int j = 0; j < n; j++) {
-            const int p = p0 + j;
-            int type;
-            prefetch_next_kblock(l, r0[p], nr[p], k0, f->kb);
-            w[j] = grow_at(l, r0[p], &type) + k0 / 32 * 34;
-            ldw[j] = l->grow_bytes[r0[p] / l->part_rows];
-            if (nr[p] < GGUF_NR || ldw[j] > INT32_MAX / GGUF_NR) { /* (rows past 2^27 values: 32-bit offsets) */
-                char *cp = buf + (size_t)j * GGUF_NR * rb;
-                for (int r = 0; r < GGUF_NR; r++) {
-                    if (r < nr[p]) memcpy(cp + r * rb, w[j] + r * ldw[j], rb);
-                    else memset(cp + r * rb, 0, rb);
-                }
-                w[j] = (const uint8_t *)cp;
-                ldw[j] = (int64_t)rb;
-            }
-        }
-        k(mc, nk / 32, n, w, ldw, (const int8_t *)act->a + k0 * 16, act->lda * 16, act->d + k0 / GGUF_AG, act->ldd,
-          cb + p0 * ldp, ldp, mc);
-    }
+    k(mc, nk / 32, w, ldw, (const int8_t *)act->a + k0 * 16, act->lda * 16, act->d + k0 / GGUF_AG, act->ldd, cb, mc);
 }
 
-/* a linear whose parts are all Q8_0 takes the route on the amx path (q8d 1, the default; 3:
- * one panel a kernel call, for A/B), on every path (q8d 2: the scalar kernel off AMX, for
- * tests) or on none (0) */
+/* a linear whose parts are all Q8_0 takes the route on the amx path (q8d 1, the default), on
+ * every path (q8d 2: the scalar kernel off AMX, for tests) or on none (0) */
 static int q8d_route(const h3_linear *l, gguf_ukr_fn k) {
     for (int i = 0; i < l->nparts; i++)
         if (l->gtype[i] != H3_GGUF_Q8_0) return 0;
     if (l->gguf_q8d == 2) return 1;
 #if H3_X86
-    if ((l->gguf_q8d == 1 || l->gguf_q8d == 3) && k == gguf_ukr_amx) return 1;
+    if (l->gguf_q8d == 1 && k == gguf_ukr_amx) return 1;
 #endif
     (void)k;
     return 0;
@@ -295,11 +281,12 @@ pn_fmt gguf_panel_fmt(const h3_linear *l) {
 #if H3_X86
     kq = k == gguf_ukr_amx;
 #endif
-    if (q8d_route(l, k)) { /* no decode: buf only for partial panels' copies (16 rows of a K block each) */
-        pn_fmt f = {.nslots = 1, .sums = 0, .buf_bytes = (size_t)GGUF_Q8D_NP * GGUF_NR * (GGUF_KB / 32) * 34, .nr = GGUF_NR, .mc = gguf_rows_per_block(l->K),
+    if (q8d_route(l, k)) { /* no decode: buf only for a partial panel's copy (16 rows of a K block) */
+        _Static_assert(GGUF_DEC_BYTES >= (size_t)GGUF_NR * (GGUF_KB / 32) * 34, "a partial panel fits buf");
+        pn_fmt f = {.nslots = 1, .sums = 0, .buf_bytes = GGUF_DEC_BYTES, .nr = GGUF_NR, .mc = gguf_rows_per_block(l->K),
                     .kb = GGUF_KB, .a_esize = 1, .a_tile = 16, .a_chunk = 4, .cb_t = 1,
                     .group = l->gguf_group ? l->gguf_group : gguf_group(k), .quant = quant_tiles, .slot_of = slot_of,
-                    .kpanels = kpanels_q8d, .ukr = (const void *)k, .decode = (const void *)gguf_decode_for(l->isa)};
+                    .kblock = kblock_q8d, .ukr = (const void *)k, .decode = (const void *)gguf_decode_for(l->isa)};
         return f;
     }
     pn_fmt f = {.nslots = 1, .sums = 3, .buf_bytes = (two ? 2 : 1) * GGUF_DEC_BYTES + (kq ? GGUF_KQ_BYTES : 0),
@@ -312,8 +299,8 @@ pn_fmt gguf_panel_fmt(const h3_linear *l) {
 
 h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, int q8d, h3_err *err) {
     if (!lin || lin->wtype != H3_DT_GGUF) return h3_fail(err, H3_EINVAL, "linear_set_gguf_opts: not a GGUF linear");
-    if ((kq != 0 && kq != 1) || group < 0 || group > PN_GROUP_MAX || q8d < 0 || q8d > 3)
-        return h3_fail(err, H3_EINVAL, "linear_set_gguf_opts: kq %d (0 or 1), group %d (0..%d), q8d %d (0..3)", kq,
+    if ((kq != 0 && kq != 1) || group < 0 || group > PN_GROUP_MAX || q8d < 0 || q8d > 2)
+        return h3_fail(err, H3_EINVAL, "linear_set_gguf_opts: kq %d (0 or 1), group %d (0..%d), q8d %d (0..2)", kq,
                        group, PN_GROUP_MAX, q8d);
     lin->gguf_kq_off = !kq;
     lin->gguf_group = group;

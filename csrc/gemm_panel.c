@@ -87,15 +87,10 @@ static void panels(const pn_ctx *c, int64_t m0, int64_t mc, const int64_t *r0, c
         act[p] = a;
     }
     memset(cb, 0, (size_t)np * (size_t)stride * sizeof(float));
-    for (int64_t k0 = 0; k0 < K; k0 += c->f->kb) {
-        if (c->f->kpanels) {
-            c->f->kpanels(c->f, l, r0, nr, np, k0, (int)H3_MIN(c->f->kb, K - k0), (int)mc, act, buf, cb, stride);
-            continue;
-        }
+    for (int64_t k0 = 0; k0 < K; k0 += c->f->kb)
         for (int p = 0; p < np; p++)
             c->f->kblock(c->f, l, r0[p], nr[p], k0, (int)H3_MIN(c->f->kb, K - k0), (int)mc, &act[p], buf,
                          cb + p * stride);
-    }
 }
 
 /* row i of a panel's float sums: in g itself ([mc][NR]) or, cb_t ([NR][mc]), gathered into tmp */

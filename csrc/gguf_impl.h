@@ -194,24 +194,20 @@ void gguf_ukr_amx_kq(int mr, int nsb, const int8_t *a, int64_t lda, const float 
                      int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn, const float *ds,
                      const float *dm, float *cb);
 #endif
-/* gguf_ukr_amx_q8d's scalar definition (gguf_panel_ref.c), below; GGUF_Q8D_NP: panels a call,
- * at most (the kernel keeps their scales on its stack) */
-#define GGUF_Q8D_NP 8
-typedef void (*gguf_ukr_q8d_fn)(int mr, int nseg, int np, const uint8_t *const *w, const int64_t *ldw,
-                                const int8_t *a, int64_t ldg, const float *d, int64_t ldd, float *cbt, int64_t ldp,
-                                int64_t ldc);
-void gguf_ukr_q8d_ref(int mr, int nseg, int np, const uint8_t *const *w, const int64_t *ldw, const int8_t *a,
-                      int64_t ldg, const float *d, int64_t ldd, float *cbt, int64_t ldp, int64_t ldc);
+/* gguf_ukr_amx_q8d's scalar definition (gguf_panel_ref.c), below */
+typedef void (*gguf_ukr_q8d_fn)(int mr, int nseg, const uint8_t *w, int64_t ldw, const int8_t *a, int64_t ldg,
+                                const float *d, int64_t ldd, float *cbt, int64_t ldc);
+void gguf_ukr_q8d_ref(int mr, int nseg, const uint8_t *w, int64_t ldw, const int8_t *a, int64_t ldg, const float *d,
+                      int64_t ldd, float *cbt, int64_t ldc);
 #if H3_X86
 /* Q8_0 on AMX tiles from the blocks as stored (gguf_q8d_amx.c): the weights are the A tiles,
  * the activations B in the 16-row tile layout ([K / 4][16 rows][4] per 16 rows: the driver's
- * a_tile 16, a_chunk 4).  For each of np panels, cbt[p * ldp + c * ldc + i] (c < 16, i < mr:
- * cb transposed) += row i's nseg segments by the panel's weight row c, in the order above
- * (the reference's bits).  w[p]: panel p's K block's first block of 16 weight rows ldw[p]
- * bytes apart; a: row tile 0's K block, tile j at a + j * ldg (rows past mr up to the tile's
- * end are read, zero); d + i * ldd: row i's group scales. */
-void gguf_ukr_amx_q8d(int mr, int nseg, int np, const uint8_t *const *w, const int64_t *ldw, const int8_t *a,
-                      int64_t ldg, const float *d, int64_t ldd, float *cbt, int64_t ldp, int64_t ldc);
+ * a_tile 16, a_chunk 4).  cbt[c * ldc + i] (c < 16, i < mr: cb transposed) += row i's nseg
+ * segments by weight row c, in the order above (the reference's bits).  w: the K block's
+ * first block of 16 weight rows ldw bytes apart; a: row tile 0's K block, tile j at a + j * ldg
+ * (rows past mr up to the tile's end are read, zero); d + i * ldd: row i's group scales. */
+void gguf_ukr_amx_q8d(int mr, int nseg, const uint8_t *w, int64_t ldw, const int8_t *a, int64_t ldg, const float *d,
+                      int64_t ldd, float *cbt, int64_t ldc);
 #endif
 #if H3_ARM64
 void gguf_ukr_neon(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,

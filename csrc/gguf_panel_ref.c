@@ -84,26 +84,24 @@ void gguf_decode_panel_ref(int type, const uint8_t *const *rows, int nr, int nk,
  * tile layout, cb transposed) in scalar C, the reference's operations per element; the Q8_0
  * tile route's kernel on the other paths when it is forced (h3_linear_set_gguf_opts q8d 2),
  * so the driver's side of the route is tested on any machine */
-void gguf_ukr_q8d_ref(int mr, int nseg, int np, const uint8_t *const *w, const int64_t *ldw, const int8_t *a,
-                      int64_t ldg, const float *d, int64_t ldd, float *cbt, int64_t ldp, int64_t ldc) {
+void gguf_ukr_q8d_ref(int mr, int nseg, const uint8_t *w, int64_t ldw, const int8_t *a, int64_t ldg, const float *d,
+                      int64_t ldd, float *cbt, int64_t ldc) {
     const int gs = GGUF_AG / 32;
-    for (int pn = 0; pn < np; pn++)
-        for (int i = 0; i < mr; i++) {
-            const int8_t *ai = a + (i / 16) * ldg + (i % 16) * 4;
-            for (int c = 0; c < 16; c++) {
-                float *out = cbt + pn * ldp + c * ldc + i;
-                float h = 0.0f, f = *out;
-                for (int s = 0; s < nseg; s++) {
-                    if (s % gs == 0) h = 0.0f;
-                    const uint8_t *p = w[pn] + c * ldw[pn] + s * 34;
-                    int32_t dot = 0;
-                    for (int k = 0; k < 32; k++) dot += (int8_t)p[2 + k] * ai[(s * 32 + k) / 4 * 64 + k % 4];
-                    h = fmaf((float)dot, h3_f16_to_f32((uint16_t)(p[0] | p[1] << 8)), h);
-                    if ((s + 1) % gs == 0 || s + 1 == nseg) f = fmaf(d[i * ldd + s / gs], h, f);
-                }
-                *out = f;
+    for (int i = 0; i < mr; i++) {
+        const int8_t *ai = a + (i / 16) * ldg + (i % 16) * 4;
+        for (int c = 0; c < 16; c++) {
+            float h = 0.0f, f = cbt[c * ldc + i];
+            for (int s = 0; s < nseg; s++) {
+                if (s % gs == 0) h = 0.0f;
+                const uint8_t *p = w + c * ldw + s * 34;
+                int32_t dot = 0;
+                for (int k = 0; k < 32; k++) dot += (int8_t)p[2 + k] * ai[(s * 32 + k) / 4 * 64 + k % 4];
+                h = fmaf((float)dot, h3_f16_to_f32((uint16_t)(p[0] | p[1] << 8)), h);
+                if ((s + 1) % gs == 0 || s + 1 == nseg) f = fmaf(d[i * ldd + s / gs], h, f);
             }
+            cbt[c * ldc + i] = f;
         }
+    }
 }
 
 void gguf_ukr_ref(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,

@@ -20,13 +20,14 @@
  * kept transposed ([16][ldc]: the driver's cb_t) -- per element the reference's operations,
  * so its bits.  The 4 C tiles rotate as in gguf_amx.c (product, store 2 steps later, fold
  * the step after).  Rows of x past mr are the layout's zero rows: their sums are not written.
+ * Every K block of 256 inputs or more takes q8d_units8 (the steps of a group unrolled, below);
+ * other lengths the run-time walk q8d_any.
  *
- * gguf_ukr_amx_q8d(mr, nseg, np, w, ldw, a, ldg, d, ldd, cbt, ldp, ldc): np <= GGUF_Q8D_NP panels
- *   w[p]  panel p's K block's first Q8_0 block of 16 weight rows, ldw[p] bytes apart (all 16
- *         readable; 15 * ldw[p] < 2^31: the scales' gather takes 32-bit offsets);
- *   a     the first row tile's K block in the tile layout, the next row tile ldg bytes on;
- *   d     + i * ldd: row i's activation scales from the K block's first group;
- *   cbt   + p * ldp: panel p's float sums, [16][ldc]. */
+ * gguf_ukr_amx_q8d(mr, nseg, w, ldw, a, ldg, d, ldd, cbt, ldc):
+ *   w   the K block's first Q8_0 block of 16 weight rows, ldw bytes apart (all 16 readable;
+ *       15 * ldw < 2^31: the scales' gather takes 32-bit offsets);
+ *   a   the first row tile's K block in the tile layout, the next row tile ldg bytes on;
+ *   d   + i * ldd: row i's activation scales from the K block's first group. */
 #include "gguf_impl.h"
 
 #include <immintrin.h>
@@ -39,78 +40,57 @@
 /* steps between a tile's product and its store (gguf_amx.c's GGUF_AMX_LAG) */
 #define Q8D_LAG 2
 
-/* Where a step is: the order is activation group (g0: its first segment) outer, then row tile
- * ti, panel p, segment s of the group.  A row tile's segments of one group (8 x 512 bytes of
- * activations) then serve all np panels from L1; panel-outer order (one panel a call) read
- * them from L2 once per panel (session 31: docs/gguf.md).  h_n holds one (row tile, panel,
- * group) unit's sums, so a unit's steps are consecutive. */
-typedef struct {
-    int g0, ge, s, p, ti;
-} q8d_pos;
-static inline void q8d_next(q8d_pos *q, int np, int tiles, int nseg, int gs) {
-    if (++q->s < q->ge) return;
-    q->s = q->g0;
-    if (++q->p < np) return;
-    q->p = 0;
-    if (++q->ti < tiles) return;
-    q->ti = 0;
-    q->g0 += gs;
-    q->ge = q->g0 + gs < nseg ? q->g0 + gs : nseg;
-    q->s = q->g0;
-}
-
 #define Q8D_H16(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 #define Q8D_ZERO(r) h##r = _mm512_setzero_ps();
 #define Q8D_SEG(r) \
     h##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(dots + r * 16))), \
-                           _mm512_set1_ps(scs[r]), h##r);
+                           _mm512_set1_ps(sc[s * 16 + r]), h##r);
 #define Q8D_END(r)                                                                              \
     {                                                                                         \
-        float *c = cp + r * ldc + i0;                                                         \
+        float *c = cbt + r * ldc + i0;                                                        \
         _mm512_mask_storeu_ps(c, live, _mm512_fmadd_ps(dv, h##r, _mm512_maskz_loadu_ps(live, c))); \
     }
 
-/* the stored dots of the step at f into its unit's sums; at the unit's end (of a group of 256
- * inputs, or of the call) the panel's cb_t += d * the sums for the tile's live rows */
-#define Q8D_FOLD(dots)                                                                                \
+/* step t's stored dots (row tile fi, segment fs) into the group sums; at a group's end (of
+ * 256 inputs, or of the call) cb_t += d * the sums for the tile's live rows */
+#define Q8D_FOLD(t)                                                                                   \
     do {                                                                                          \
-        const int64_t i0 = (int64_t)f.ti * 16;                                                    \
-        const float *scs = sc + ((int64_t)f.p * nseg + f.s) * 16;                                 \
-        if (f.s == f.g0) { Q8D_H16(Q8D_ZERO) }                                                    \
-        Q8D_H16(Q8D_SEG)                                                                          \
-        if (f.s + 1 == f.ge) {                                                                    \
+        const int s = fs;                                                                         \
+        const int64_t i0 = fi * 16;                                                               \
+        const int32_t *dots = buf[(t) & 3];                                                       \
+        if (s % gs == 0) { Q8D_H16(Q8D_ZERO) }                                                          \
+        Q8D_H16(Q8D_SEG)                                                                                \
+        if ((s + 1) % gs == 0 || s + 1 == nseg) {                                                 \
             const int nl = mr - (int)i0 < 16 ? mr - (int)i0 : 16;                                 \
             const __mmask16 live = (__mmask16)((1u << nl) - 1u);                                  \
             float dl[16] __attribute__((aligned(64)));                                            \
-            for (int m = 0; m < 16; m++) dl[m] = m < nl ? d[(i0 + m) * ldd + f.g0 / gs] : 0.0f;   \
+            for (int m = 0; m < 16; m++) dl[m] = m < nl ? d[(i0 + m) * ldd + s / gs] : 0.0f;      \
             const __m512 dv = _mm512_load_ps(dl);                                                 \
-            float *cp = cbt + f.p * ldp;                                                          \
-            Q8D_H16(Q8D_END)                                                                      \
+            Q8D_H16(Q8D_END)                                                                            \
         }                                                                                         \
     } while (0)
 
-/* any unit length (a K block of fewer than 8 segments, or not a multiple of 8: only in tests'
- * small shapes), the steps' slots and the unit ends found at run time */
-static void q8d_any(int mr, int nseg, int np, const uint8_t *const *w, const int64_t *ldw, const int8_t *a, int64_t ldg,
-                    const float *d, int64_t ldd, float *cbt, int64_t ldp, int64_t ldc, const float *sc) {
+/* any K block length (fewer than 8 segments, or not a multiple of 8: only in tests' small
+ * shapes), the steps' tiles and the group ends found at run time */
+static void q8d_any(int mr, int nseg, const uint8_t *w, int64_t ldw, const int8_t *a, int64_t ldg, const float *d,
+                    int64_t ldd, float *cbt, int64_t ldc, const float *sc) {
     int32_t buf[4][256] __attribute__((aligned(64)));
     __m512 h0, h1, h2, h3, h4, h5, h6, h7, h8, h9, h10, h11, h12, h13, h14, h15;
-    const int gs = GGUF_AG / 32, tiles = (mr + 15) / 16, steps = tiles * np * nseg;
+    const int gs = GGUF_AG / 32, tiles = (mr + 15) / 16, steps = tiles * nseg;
     Q8D_H16(Q8D_ZERO)
-    const int ge0 = gs < nseg ? gs : nseg;
-    q8d_pos t = {0, ge0, 0, 0, 0}, f = t; /* the step multiplied, and the step folded */
-    for (int k = 0; k < steps + Q8D_LAG + 1; k++) {
-        if (k < steps) {
-            amx_rot_product(k & 3, w[t.p] + t.s * Q8_BYTES + 2, ldw[t.p], a + t.ti * ldg + t.s * 512, 64);
-            q8d_next(&t, np, tiles, nseg, gs);
+    int64_t ti = 0, fi = 0; /* the row tile and segment of step t, and of the step folded */
+    int ts = 0, fs = 0;
+    for (int t = 0; t < steps + Q8D_LAG + 1; t++) {
+        if (t < steps) {
+            amx_rot_product(t & 3, w + ts * Q8_BYTES + 2, ldw, a + ti * ldg + ts * 512, 64);
+            if (++ts == nseg) { ts = 0; ti++; }
         }
-        const int st = k - Q8D_LAG;
+        const int st = t - Q8D_LAG;
         if (st >= 0 && st < steps) amx_rot_store(st & 3, buf[st & 3]);
         MEMORY_FENCE();
         if (st >= 1) {
-            const int32_t *dots = buf[(st - 1) & 3];
-            Q8D_FOLD(dots);
-            q8d_next(&f, np, tiles, nseg, gs);
+            Q8D_FOLD(st - 1);
+            if (++fs == nseg) { fs = 0; fi++; }
         }
     }
 }
@@ -118,22 +98,22 @@ static void q8d_any(int mr, int nseg, int np, const uint8_t *const *w, const int
 /* Units of 8 segments (every K block of 256 inputs or more): the 8 steps of a unit unrolled,
  * so each step's C tile, its store's and its fold's buffer and the unit's start and end are
  * constants.  Step o of unit u is multiplied at position o, stored at o + 2 and folded at
- * o + 3 (positions 0..2 store and fold the previous unit's last steps).  The walk above found
+ * o + 3 (positions 0..2 store and fold the previous unit's last steps).  The walk above finds
  * them at run time with a switch per tile instruction and per-step bookkeeping: on one SPR core
  * its vector side alone took 11-15 ns a step against 6-8 for bench/amx_q8_fold.c's fold, and
- * its tile side 14-16 against 10 (session 31). */
+ * its tile side 14-16 against 10; the whole kernel here took 22-24 ns a step where the walk
+ * took 24-26 (session 31, bench/gguf_q8d_kernel.c). */
 typedef struct {
-    const uint8_t *wa; /* the unit's first segment's 32 bytes, rows lda apart */
-    int64_t lda;
+    const uint8_t *wa; /* the unit's first segment's 32 bytes, rows ldw apart */
     const int8_t *b;   /* its first segment's activations (512 bytes a segment) */
     const float *sc;   /* its weight scales, [segment][16] */
-    float *cb;         /* its panel's cb_t at the row tile's first row */
+    float *cb;         /* cb_t at the row tile's first row */
     const float *d;    /* row i0's activation scale of the unit's group, the next row ldd on */
     int nl;            /* live rows of the tile */
 } q8d_unit;
 
 #define U8_P(C, A, B, o) /* the product of the unit's segment o into C tile C (A, B: 4, 6 or 5, 7) */ \
-    _tile_loadd(A, cu.wa + (o) * Q8_BYTES, cu.lda);                                              \
+    _tile_loadd(A, cu.wa + (o) * Q8_BYTES, ldw);                                              \
     _tile_loadd(B, cu.b + (o) * 512, 64);                                                        \
     _tile_zero(C);                                                                               \
     _tile_dpbssd(C, A, B);
@@ -158,27 +138,25 @@ typedef struct {
         Q8D_H16(U8_E1)                                                                           \
     }
 
-static void q8d_units8(int mr, int nseg, int np, const uint8_t *const *w, const int64_t *ldw, const int8_t *a,
-                       int64_t ldg, const float *d, int64_t ldd, float *cbt, int64_t ldp, int64_t ldc,
-                       const float *sc) {
+static void q8d_units8(int mr, int nseg, const uint8_t *w, int64_t ldw, const int8_t *a, int64_t ldg, const float *d,
+                       int64_t ldd, float *cbt, int64_t ldc, const float *sc) {
     int32_t buf[4][256] __attribute__((aligned(64)));
     __m512 h0, h1, h2, h3, h4, h5, h6, h7, h8, h9, h10, h11, h12, h13, h14, h15;
     Q8D_H16(Q8D_ZERO)
-    const int tiles = (mr + 15) / 16, units = tiles * np * (nseg / 8);
+    const int tiles = (mr + 15) / 16, units = tiles * (nseg / 8);
     /* the 16 rows' activation scales: a gather, 32-bit offsets (ldd < 2^27 inputs / 256) */
     const __m512i drows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                              _mm512_set1_epi32((int)ldd));
     q8d_unit cu = {0}, pu = {0};
-    int g0 = 0, ti = 0, p = 0; /* the unit's group (first segment), row tile and panel */
+    int g0 = 0, ti = 0; /* the unit's group (first segment) and row tile: row tiles inner, as the walk */
     for (int u = 0; u < units; u++) {
-        cu.wa = w[p] + g0 * Q8_BYTES + 2;
-        cu.lda = ldw[p];
+        cu.wa = w + g0 * Q8_BYTES + 2;
         cu.b = a + ti * ldg + (int64_t)g0 * 512;
-        cu.sc = sc + ((int64_t)p * nseg + g0) * 16;
-        cu.cb = cbt + p * ldp + (int64_t)ti * 16;
+        cu.sc = sc + (int64_t)g0 * 16;
+        cu.cb = cbt + (int64_t)ti * 16;
         cu.d = d + (int64_t)ti * 16 * ldd + g0 / 8;
         cu.nl = mr - ti * 16 < 16 ? mr - ti * 16 : 16;
-        if (++p == np) { p = 0; if (++ti == tiles) { ti = 0; g0 += 8; } }
+        if (++ti == tiles) { ti = 0; g0 += 8; }
         const int prev = u > 0;
         U8_P(0, 4, 6, 0) if (prev) { U8_S(2) U8_F(1, pu, 5) }
         U8_P(1, 5, 7, 1) if (prev) { U8_S(3) U8_F(2, pu, 6) }
@@ -196,27 +174,25 @@ static void q8d_units8(int mr, int nseg, int np, const uint8_t *const *w, const 
     U8_F(3, pu, 7) U8_END()
 }
 
-/* H3CY-internal A/B of the walks (bench builds): -DQ8D_ANY_ONLY takes the run-time walk always */
-void gguf_ukr_amx_q8d(int mr, int nseg, int np, const uint8_t *const *w, const int64_t *ldw, const int8_t *a,
-                      int64_t ldg, const float *d, int64_t ldd, float *cbt, int64_t ldp, int64_t ldc) {
-    float sc[GGUF_Q8D_NP * (GGUF_KB / 32) * 16] __attribute__((aligned(64))); /* [panel][segment][weight row] */
-    /* each panel's 16 rows' float16 scales of each segment: one gather and one vcvtph2ps
-     * (exact, as h3_f16_to_f32; a scalar call per scale cost ~2 per step at 8 row tiles a call) */
-    for (int p = 0; p < np; p++) {
-        const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                _mm512_set1_epi32((int)ldw[p]));
-        for (int s = 0; s < nseg; s++) {
-            const __m512i h = _mm512_i32gather_epi32(rows, (const void *)(w[p] + s * Q8_BYTES), 1);
-            _mm512_store_ps(sc + ((int64_t)p * nseg + s) * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
-        }
+/* bench builds compare the walks: -DQ8D_ANY_ONLY takes the run-time walk for every K block */
+void gguf_ukr_amx_q8d(int mr, int nseg, const uint8_t *w, int64_t ldw, const int8_t *a, int64_t ldg, const float *d,
+                      int64_t ldd, float *cbt, int64_t ldc) {
+    float sc[(GGUF_KB / 32) * 16] __attribute__((aligned(64))); /* [segment][weight row] */
+    /* the 16 rows' float16 scales of each segment: one gather and one vcvtph2ps (exact, as
+     * h3_f16_to_f32; a scalar call per scale cost ~2 per step at 8 row tiles a call) */
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)ldw));
+    for (int s = 0; s < nseg; s++) {
+        const __m512i h = _mm512_i32gather_epi32(rows, (const void *)(w + s * Q8_BYTES), 1);
+        _mm512_store_ps(sc + s * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
     }
     const amx_tilecfg cfg = amx_rot_cfg(32); /* A: the weights' 32 bytes; B: the activations' 8 quads */
     _tile_loadconfig(&cfg);
 #ifndef Q8D_ANY_ONLY
     if (nseg % 8 == 0 && GGUF_AG / 32 == 8) {
-        q8d_units8(mr, nseg, np, w, ldw, a, ldg, d, ldd, cbt, ldp, ldc, sc);
+        q8d_units8(mr, nseg, w, ldw, a, ldg, d, ldd, cbt, ldc, sc);
         return;
     }
 #endif
-    q8d_any(mr, nseg, np, w, ldw, a, ldg, d, ldd, cbt, ldp, ldc, sc);
+    q8d_any(mr, nseg, w, ldw, a, ldg, d, ldd, cbt, ldc, sc);
 }

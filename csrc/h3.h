@@ -303,8 +303,7 @@ h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int 
  * q8d 1 (default) runs a linear whose parts are all Q8_0 on the amx path with its weights as
  * the tiles' A operand, read in place (gguf_q8d_amx.c), 0 on the per-segment tile kernel over
  * decoded panels (the same bits), 2 that route on every path (its scalar kernel off AMX: for
- * testing the driver's side anywhere), 3 the route on amx with one panel a kernel call (the
- * default takes a pass's panels in one call; the same bits, for A/B).  h3cy._config fills them from H3CY_GGUF_KQ /
+ * testing the driver's side anywhere).  h3cy._config fills them from H3CY_GGUF_KQ /
  * H3CY_GGUF_GROUP / H3CY_GGUF_Q8D.  H3_EINVAL for another value or a linear that is not GGUF.
  * h3_linear_gguf_q8d: 1 when the linear's forward takes that route. */
 h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, int q8d, h3_err *err);

@@ -70,11 +70,6 @@ struct pn_fmt {
      * come out 0) */
     void (*kblock)(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, int mc,
                    const pn_act *act, char *buf, float *cb);
-    /* or, where set (kblock is then not called), all np panels of a pass at once: panel p's
-     * rows [r0[p], r0[p] + nr[p]), its activations act[p], its sums at cb + p * ldp (a
-     * kernel that walks the panels inside a K block reuses each row's activations from L1) */
-    void (*kpanels)(const pn_fmt *f, const h3_linear *l, const int64_t *r0, const int *nr, int np, int64_t k0,
-                    int nk, int mc, const pn_act *act, char *buf, float *cb, int64_t ldp);
     const void *ukr; /* the format's micro-kernel for the linear's path */
     const void *decode; /* and its panel decoder */
 };

@@ -121,16 +121,14 @@ def gguf_kq():
 def gguf_q8d():
     """H3CY_GGUF_Q8D as 1 (unset or "1": a GGUF linear whose parts are all Q8_0 runs on the
     'amx' path with the file's blocks read in place as the tiles' A operand, csrc/gguf_q8d_amx.c),
-    0 (the per-segment tile kernel over decoded panels; the same bits, for A/B), 2 (that route
-    on every path, its scalar kernel off AMX: for testing it on any machine) or 3 (the route on
-    'amx' with one column panel a kernel call; 1 takes a pass's panels in one call, each row's
-    activations then reused from L1; the same bits, for A/B); another value is a ValueError
-    naming the variable.  Read at each GGUF linear made."""
-    if _ENV_GGUF_Q8D in ("", "0", "1", "2", "3"):
+    0 (the per-segment tile kernel over decoded panels; the same bits, for A/B) or 2 (that route
+    on every path, its scalar kernel off AMX: for testing it on any machine); another value is a
+    ValueError naming the variable.  Read at each GGUF linear made."""
+    if _ENV_GGUF_Q8D in ("", "0", "1", "2"):
         return 1 if not _ENV_GGUF_Q8D else int(_ENV_GGUF_Q8D)
     from .errors import H3ValueError
     raise H3ValueError(f"H3CY_GGUF_Q8D={_ENV_GGUF_Q8D!r}: expected 1 (Q8_0 blocks in place on the amx tiles), "
-                       "0 (never), 2 (on every path) or 3 (on amx, one panel a kernel call)")
+                       "0 (never) or 2 (on every path)")
 
 
 def gguf_pf():

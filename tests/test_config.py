@@ -222,7 +222,7 @@ def test_env_gguf_tiles_unknown_is_a_clear_error():
 
 @pytest.mark.parametrize("var, value", [("H3CY_GGUF_KQ", "yes"), ("H3CY_GGUF_KQ", "2"), ("H3CY_GGUF_GROUP", "0"),
                                         ("H3CY_GGUF_GROUP", "17"), ("H3CY_GGUF_GROUP", "four"),
-                                        ("H3CY_GGUF_Q8D", "on"), ("H3CY_GGUF_Q8D", "4"), ("H3CY_GGUF_PF", "on"),
+                                        ("H3CY_GGUF_Q8D", "on"), ("H3CY_GGUF_Q8D", "3"), ("H3CY_GGUF_PF", "on"),
                                         ("H3CY_GGUF_PF", "3")])
 def test_env_gguf_c_knobs_unknown_is_a_clear_error(var, value):
     """H3CY_GGUF_KQ, H3CY_GGUF_GROUP, H3CY_GGUF_Q8D and H3CY_GGUF_PF reach each GGUF linear through h3cy._config (the C

@@ -297,8 +297,8 @@ def test_q8_0_tile_route_keeps_the_bits(monkeypatch, isa):
     kernel off AMX) so that the driver's side is tested on any machine: the same bits as the
     panel route for row counts around the 16-row tiles and past a row block (1100), a
     partial 16-column panel (N = 53), a last activation group of 32 inputs (K = 544), the
-    bias, the gated residual and SwiGLU epilogues over fused parts, 1 and 2 threads, and 4
-    panels a pass walked in one kernel call."""
+    bias, the gated residual and SwiGLU epilogues over fused parts, 1 and 2 threads, 1 and 4
+    panels a pass."""
     from h3cy import _config
     rng = np.random.default_rng(17)
     N, K, H = 53, 544, 21
@@ -340,8 +340,8 @@ def test_q8_0_tile_route_keeps_the_bits(monkeypatch, isa):
     got = run(tiles)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
-    # 4 panels a pass, in one kernel call (as on amx): two partial panels' copies in one call
-    # (the fused parts' 21 rows are panels of 16 and 5), the SwiGLU halves' 8 panels
+    # 4 panels a pass, as on amx: the fused parts' 21 rows are panels of 16 and 5, so one pass
+    # holds two partial panels (each copied into the thread's buffer in turn)
     monkeypatch.setattr(_config, "_ENV_GGUF_GROUP", "4")
     rng.bit_generator.state = state
     got = run(cores())

@@ -108,76 +108,63 @@ static int check_kq(const int8_t *a, int64_t K, const float *d, const int32_t *a
 /* gguf_q8d_amx.c (Q8_0 blocks in place as the A tiles, the activations in the 16-row tile
  * layout as B, cb transposed) against gguf_ukr_ref on the same rows decoded to its panel, bit
  * for bit: row counts around the 16-row tiles, each K block length, a K block inside a longer
- * row, a cb stride past mr, 16 weight rows whose stride is a Q8_0 row's (not a multiple of
- * 64), and 1 or 3 panels a call (the third with its own, longer stride; each panel's sums
- * ldp floats apart, with a gap).  Wrong roles of A and B, a transposed store, a scale of the
- * wrong row, segment or panel, the live-row mask, the group ends or the walk over the panels
- * would each change bits. */
-#define Q8D_PANELS 3
+ * row, a cb stride past mr, and 16 weight rows whose stride is a Q8_0 row's (not a multiple of
+ * 64).  Wrong roles of A and B, a transposed store, a scale of the wrong row or segment, the
+ * live-row mask or the group ends would each change bits. */
 static int check_q8d(const int8_t *a, int64_t K, const float *d, const int32_t *as, int *checks) {
     static const int mrs[] = {1, 15, 16, 17, 31, 32, 33, 48, 80, 130};
     static const int nks[] = {32, 96, 256, 512};
     const gguf_kind *t = gguf_kind_of(H3_GGUF_Q8_0);
-    const int64_t ldas = K / 16 + K / 32, MT = 144; /* 130 rows up to whole tiles */
-    const int64_t ldws[Q8D_PANELS] = {K / 32 * 34, K / 32 * 34, K / 32 * 34 + 50};
-    uint8_t *w[Q8D_PANELS];
-    for (int p = 0; p < Q8D_PANELS; p++) {
-        w[p] = malloc((size_t)(16 * ldws[p]));
-        for (int r = 0; r < 16; r++)
-            for (int64_t b = 0; b < K / 32; b++) {
-                uint8_t *q = w[p] + r * ldws[p] + b * 34;
-                const uint16_t h = (uint16_t)((rnd() & 1) << 15 | (3 + rnd() % 12) << 10 | rnd() % 1024); /* normal */
-                q[0] = (uint8_t)h; q[1] = (uint8_t)(h >> 8);
-                for (int k = 0; k < 32; k++) q[2 + k] = (uint8_t)(k % 9 == 0 ? (k % 2 ? 127 : 128) : rnd() % 256);
-            }
-    }
+    const int64_t ldw = K / 32 * 34, ldas = K / 16 + K / 32, MT = 144; /* 130 rows up to whole tiles */
+    uint8_t *w = malloc((size_t)(16 * ldw));
     int8_t *at = calloc((size_t)(MT * K), 1); /* the tile layout: per 16 rows [K / 4][16][4] */
-    const int64_t ldc = 130 + 3, ldp = 16 * ldc + 5;
-    float *cb0 = malloc(sizeof(float) * Q8D_PANELS * 130 * 16), *cbt = malloc(sizeof(float) * Q8D_PANELS * ldp);
+    float *cb0 = malloc(sizeof(float) * 130 * 16), *cbt = malloc(sizeof(float) * 16 * 140);
     uint8_t u[512 * 16] __attribute__((aligned(64)));
     float sc[16 * 16];
+    for (int r = 0; r < 16; r++)
+        for (int64_t b = 0; b < K / 32; b++) {
+            uint8_t *p = w + r * ldw + b * 34;
+            const uint16_t h = (uint16_t)((rnd() & 1) << 15 | (3 + rnd() % 12) << 10 | rnd() % 1024); /* normal */
+            p[0] = (uint8_t)h; p[1] = (uint8_t)(h >> 8);
+            for (int k = 0; k < 32; k++) p[2 + k] = (uint8_t)(k % 9 == 0 ? (k % 2 ? 127 : 128) : rnd() % 256);
+        }
     for (int64_t m = 0; m < 130; m++)
         for (int64_t k = 0; k < K; k++) at[(m / 16) * 16 * K + (k / 4) * 64 + (m % 16) * 4 + k % 4] = a[m * K + k];
-    int bad = 0;
-    for (size_t ni = 0; ni < sizeof nks / sizeof nks[0] && !bad; ni++) {
+    for (size_t ni = 0; ni < sizeof nks / sizeof nks[0]; ni++) {
         const int nk = nks[ni], nseg = nk / 32;
         const int64_t k0 = nk <= 256 ? 512 : 256; /* a K block inside the row, on a group */
-        for (size_t mi = 0; mi < sizeof mrs / sizeof mrs[0] && !bad; mi++) {
-            const int mr = mrs[mi], np = mi % 2 ? Q8D_PANELS : 1;
-            for (int e = 0; e < Q8D_PANELS * 130 * 16; e++) cb0[e] = rndf();
-            for (int e = 0; e < Q8D_PANELS * ldp; e++) cbt[e] = -7.0f; /* the strides' gaps must stay -7 */
-            const uint8_t *wk[Q8D_PANELS];
-            for (int p = 0; p < np; p++) {
-                wk[p] = w[p] + k0 / 32 * 34;
-                for (int i = 0; i < mr; i++)
-                    for (int c = 0; c < 16; c++) cbt[p * ldp + c * ldc + i] = cb0[(p * 130 + i) * 16 + c];
-                for (int c = 0; c < 16; c++)
-                    for (int s = 0; s < nseg; s++) {
-                        const uint8_t *q = wk[p] + c * ldws[p] + s * 34;
-                        sc[s * 16 + c] = h3_f16_to_f32((uint16_t)(q[0] | q[1] << 8));
-                        for (int k = 0; k < 32; k++)
-                            u[(((s * 32 + k) / 4) * 16 + c) * 4 + k % 4] = (uint8_t)(q[2 + k] ^ 0x80);
-                    }
-                gguf_ukr_ref(mr, t, nseg, a + k0, K, d + k0 / GGUF_AG, K / 32, as + K / 16 + k0 / 32, ldas, u, sc, NULL,
-                             cb0 + p * 130 * 16);
+        for (int c = 0; c < 16; c++)
+            for (int s = 0; s < nseg; s++) {
+                const uint8_t *p = w + c * ldw + (k0 / 32 + s) * 34;
+                sc[s * 16 + c] = h3_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+                for (int k = 0; k < 32; k++) u[(((s * 32 + k) / 4) * 16 + c) * 4 + k % 4] = (uint8_t)(p[2 + k] ^ 0x80);
             }
-            gguf_ukr_amx_q8d(mr, nseg, np, wk, ldws, at + k0 * 16, 16 * K, d + k0 / GGUF_AG, K / 32, cbt, ldp, ldc);
-            for (int p = 0; p < Q8D_PANELS && !bad; p++)
-                for (int64_t e = 0; e < ldp && !bad; e++) {
-                    const int64_t c = e / ldc, i = e % ldc;
-                    const float want = p < np && c < 16 && i < mr ? cb0[(p * 130 + i) * 16 + c] : -7.0f;
-                    if (memcmp(&want, &cbt[p * ldp + e], 4)) {
-                        printf("FAIL q8d nk %d mr %d np %d panel %d row %lld col %lld: ref %.9g q8d %.9g\n", nk, mr,
-                               np, p, (long long)i, (long long)c, want, cbt[p * ldp + e]);
-                        bad = 1;
+        for (size_t mi = 0; mi < sizeof mrs / sizeof mrs[0]; mi++) {
+            const int mr = mrs[mi];
+            const int64_t ldc = mr + 3;
+            for (int e = 0; e < mr * 16; e++) cb0[e] = rndf();
+            for (int e = 0; e < 16 * ldc; e++) cbt[e] = -7.0f; /* the stride's gap must stay -7 */
+            for (int i = 0; i < mr; i++)
+                for (int c = 0; c < 16; c++) cbt[c * ldc + i] = cb0[i * 16 + c];
+            gguf_ukr_ref(mr, t, nseg, a + k0, K, d + k0 / GGUF_AG, K / 32, as + K / 16 + k0 / 32, ldas, u, sc, NULL,
+                         cb0);
+            gguf_ukr_amx_q8d(mr, nseg, w + k0 / 32 * 34, ldw, at + k0 * 16, 16 * K, d + k0 / GGUF_AG, K / 32, cbt,
+                             ldc);
+            for (int c = 0; c < 16; c++)
+                for (int64_t i = 0; i < ldc; i++) {
+                    const float want = i < mr ? cb0[i * 16 + c] : -7.0f;
+                    if (memcmp(&want, &cbt[c * ldc + i], 4)) {
+                        printf("FAIL q8d nk %d mr %d row %lld col %d: ref %.9g q8d %.9g\n", nk, mr, (long long)i, c,
+                               want, cbt[c * ldc + i]);
+                        free(w); free(at); free(cb0); free(cbt);
+                        return 1;
                     }
                 }
             (*checks)++;
         }
     }
-    for (int p = 0; p < Q8D_PANELS; p++) free(w[p]);
-    free(at); free(cb0); free(cbt);
-    return bad;
+    free(w); free(at); free(cb0); free(cbt);
+    return 0;
 }
 
 int main(void) {
