@@ -50,21 +50,29 @@ void gguf_quant_act_row_ref(const float *x, int64_t K, int8_t *a, float *d, int3
     }
 }
 
+/* block b of column c's segment scales (and offsets, for the types with them) into the panel's
+ * [segment][GGUF_NR] arrays from gguf_decode_scales's per-16 values (a 32-value segment's two
+ * halves share them); s16 NULL: 0.0, a column past nr */
+static void put_scales(const gguf_kind *t, int blk, int b, int c, const float *s16, const float *m16, float *sc,
+                       float *mn) {
+    const int seg = t->seg;
+    for (int s = 0; s < blk / seg; s++) {
+        sc[(b * blk / seg + s) * GGUF_NR + c] = s16 ? s16[s * seg / GGUF_SUB] : 0.0f;
+        if (t->has_min) mn[(b * blk / seg + s) * GGUF_NR + c] = s16 ? m16[s * seg / GGUF_SUB] : 0.0f;
+    }
+}
+
 void gguf_decode_panel_ref(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn) {
     const gguf_kind *t = gguf_kind_of(type);
     int blk = 1, bytes = 0;
     h3_gguf_type_size(type, &blk, &bytes);
-    const int seg = t->seg, nseg = nk / seg;
     int8_t q[256];
     uint8_t v[256];
     float s16[256 / GGUF_SUB], m16[256 / GGUF_SUB];
     for (int c = 0; c < GGUF_NR; c++) {
         if (c >= nr) {
             for (int k = 0; k < nk; k += 4) memset(u + ((k / 4) * GGUF_NR + c) * 4, 0, 4);
-            for (int s = 0; s < nseg; s++) {
-                sc[s * GGUF_NR + c] = 0.0f;
-                if (t->has_min) mn[s * GGUF_NR + c] = 0.0f;
-            }
+            for (int b = 0; b < nk / blk; b++) put_scales(t, blk, b, c, NULL, NULL, sc, mn);
             continue;
         }
         for (int b = 0; b < nk / blk; b++) {
@@ -72,10 +80,7 @@ void gguf_decode_panel_ref(int type, const uint8_t *const *rows, int nr, int nk,
             for (int e = 0; e < blk; e++) v[e] = (uint8_t)(q[e] + t->off);
             /* 4 values (a quad) a column: one 4-byte word of the panel */
             for (int j = 0; j < blk / 4; j++) memcpy(u + (((b * blk) / 4 + j) * GGUF_NR + c) * 4, v + 4 * j, 4);
-            for (int s = 0; s < blk / seg; s++) { /* a 32-value segment's two halves share them */
-                sc[(b * blk / seg + s) * GGUF_NR + c] = s16[s * seg / GGUF_SUB];
-                if (t->has_min) mn[(b * blk / seg + s) * GGUF_NR + c] = m16[s * seg / GGUF_SUB];
-            }
+            put_scales(t, blk, b, c, s16, m16, sc, mn);
         }
     }
 }
@@ -184,15 +189,11 @@ void gguf_float_scales_ref(int type, const uint8_t *const *rows, int nr, int nk,
     const gguf_kind *t = gguf_kind_of(type);
     int blk = 1, bytes = 0;
     h3_gguf_type_size(type, &blk, &bytes);
-    const int seg = t->seg;
     float s16[256 / GGUF_SUB], m16[256 / GGUF_SUB];
     for (int c = 0; c < GGUF_NR; c++)
-        for (int b = 0; b < nk / blk; b++) {
+        for (int b = 0; b < nk / blk; b++) { /* gguf_decode_panel_ref's scales */
             if (c < nr) gguf_decode_scales(type, rows[c] + (int64_t)b * bytes, s16, m16);
-            for (int s = 0; s < blk / seg; s++) { /* gguf_decode_panel_ref's scales; 0.0 past nr */
-                sc[(b * blk / seg + s) * GGUF_NR + c] = c < nr ? s16[s * seg / GGUF_SUB] : 0.0f;
-                if (t->has_min) mn[(b * blk / seg + s) * GGUF_NR + c] = c < nr ? m16[s * seg / GGUF_SUB] : 0.0f;
-            }
+            put_scales(t, blk, b, c, c < nr ? s16 : NULL, m16, sc, mn);
         }
 }
 
