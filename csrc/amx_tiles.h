@@ -22,6 +22,17 @@ typedef struct {
     uint8_t rows[16];
 } __attribute__((packed, aligned(64))) amx_tilecfg;
 
+/* LDTILECFG of *c.  Every configuration load goes through here, never _tile_loadconfig
+ * alone: GCC 12's intrinsic (amxtileintrin.h) is an asm whose memory operand is the first 8
+ * bytes of the 64-byte configuration, so GCC removed the stores of rows[] and colsb[] as dead
+ * and loaded palette 1 with every tile 0 x 0 -- the next tile instruction raised #UD (SIGILL
+ * in ukr_i8_amx on a 2-core Xeon with AMX, session 32; the device's compiler kept the stores).
+ * The empty asm takes the whole struct as its input, so the stores happen before it. */
+static inline void amx_load_config(const amx_tilecfg *c) {
+    __asm__ volatile("" ::"m"(*c));
+    _tile_loadconfig(c);
+}
+
 /* Load the configuration on the calling thread: tmm0..7 all 16 rows x 64 bytes. */
 static inline void amx_config_tiles(void) {
     amx_tilecfg cfg;
@@ -31,7 +42,7 @@ static inline void amx_config_tiles(void) {
         cfg.rows[t] = 16;
         cfg.colsb[t] = 64;
     }
-    _tile_loadconfig(&cfg);
+    amx_load_config(&cfg);
 }
 
 /* The per-segment GGUF kernels' tiles (gguf_amx.c, gguf_q8d_amx.c): C tmm0..3 16 x 16 int32, one

@@ -103,7 +103,7 @@ static inline __attribute__((always_inline)) void body(const int SEG, const int 
             MEMORY_FENCE();
         }
         const amx_tilecfg cfg = amx_rot_cfg(SEG);
-        _tile_loadconfig(&cfg);
+        amx_load_config(&cfg);
         H16(H_ZERO)
         const int steps = tiles * nseg;
         int64_t ti = 0, fi = 0; /* the row tile and segment of step t, and of the step folded */

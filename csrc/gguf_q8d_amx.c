@@ -187,7 +187,7 @@ void gguf_ukr_amx_q8d(int mr, int nseg, const uint8_t *w, int64_t ldw, const int
         _mm512_store_ps(sc + s * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
     }
     const amx_tilecfg cfg = amx_rot_cfg(32); /* A: the weights' 32 bytes; B: the activations' 8 quads */
-    _tile_loadconfig(&cfg);
+    amx_load_config(&cfg);
 #ifndef Q8D_ANY_ONLY
     if (nseg % 8 == 0 && GGUF_AG / 32 == 8) {
         q8d_units8(mr, nseg, w, ldw, a, ldg, d, ldd, cbt, ldc, sc);
