@@ -26,13 +26,17 @@ while [ $# -gt 0 ]; do
     esac
 done
 HERE=$(cd "$(dirname "$0")" && pwd)
+# GCC 12's _tile_loadconfig lets the compiler drop the tile configuration's stores (SIGILL in
+# ggml's AMX kernels): every compile force-includes the fence that keeps them (tilecfg_fence.h)
+FENCE="-include $HERE/tilecfg_fence.h"
 [ -f "$SRC/include/ggml.h" ] && [ -d "$SRC/src/ggml-cpu" ] || { echo "$SRC is not a ggml source tree" >&2; exit 2; }
 
 build_cmake() {  # config llamafile
     local cfg=$1 llamafile=$2 b="$OUT/$1/build"
     cmake -S "$HERE" -B "$b" -DGGML_SRC="$SRC" -DGGML_MM_CONFIG="$cfg" \
         -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
-        -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DGGML_CPU_REPACK=ON -DGGML_LLAMAFILE="$llamafile" >"$OUT/$cfg/cmake.log" 2>&1 \
+        -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DGGML_CPU_REPACK=ON -DGGML_LLAMAFILE="$llamafile" \
+        -DCMAKE_C_FLAGS="$FENCE" -DCMAKE_CXX_FLAGS="$FENCE" >"$OUT/$cfg/cmake.log" 2>&1 \
         || { tail -30 "$OUT/$cfg/cmake.log" >&2; return 1; }
     cmake --build "$b" -j "$JOBS" >"$OUT/$cfg/build.log" 2>&1 || { tail -30 "$OUT/$cfg/build.log" >&2; return 1; }
     cp "$b/ggml_mm" "$OUT/$cfg/ggml_mm"
@@ -52,7 +56,7 @@ build_gcc() {  # config llamafile
     local common="-O3 -DNDEBUG -fopenmp -DGGML_MAX_NAME=160 -DGGML_SCHED_MAX_COPIES=4 -D_GNU_SOURCE -D_XOPEN_SOURCE=600"
     local base="$common -DGGML_USE_OPENMP -DGGML_VERSION=\"0.0.0\" -DGGML_COMMIT=\"unknown\" -I$SRC/src -I$SRC/include"
     local reg="$common -DGGML_USE_CPU -I$SRC/include"
-    local cpu="$common -DGGML_USE_OPENMP -DGGML_USE_CPU_REPACK -march=native -I$SRC -I$SRC/src -I$SRC/src/ggml-cpu -I$SRC/include"
+    local cpu="$common $FENCE -DGGML_USE_OPENMP -DGGML_USE_CPU_REPACK -march=native -I$SRC -I$SRC/src -I$SRC/src/ggml-cpu -I$SRC/include"
     local list=()
     for f in ggml.c ggml.cpp ggml-alloc.c ggml-backend.cpp ggml-backend-meta.cpp ggml-opt.cpp ggml-threading.cpp \
              ggml-quants.c gguf.cpp; do
