@@ -96,7 +96,7 @@ static const gguf_kind *decode(const pn_fmt *f, const h3_linear *l, int64_t r0, 
     int k4v = 0; /* Q4_K / Q5_K / Q6_K's float scales 16 columns a vector where the path has AVX-512 */
 #if H3_X86
     k4v = !no_scales && (type == H3_GGUF_Q4_K || type == H3_GGUF_Q5_K || type == H3_GGUF_Q6_K) &&
-          (l->isa == H3_ISA_AVX512 || l->isa == H3_ISA_AMX) && f->decode == (const void *)gguf_decode_panel_avx2;
+          (l->isa == H3_ISA_AVX512 || l->isa == H3_ISA_AMX) && f->decode == (const void *)gguf_decode_panel_avx512;
 #endif
     ((gguf_decode_fn)f->decode)(type, rows, nr, nk, (uint8_t *)buf, no_scales || k4v ? NULL : s,
                                 no_scales || k4v ? NULL : m);

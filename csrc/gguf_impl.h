@@ -114,6 +114,9 @@ static inline void gguf_panel_zero_column(uint8_t *v, int blk, int nseg, int has
  * a time in AVX2, the other types by the reference; for Q3_K..Q6_K and the IQ4s, sc NULL decodes u
  * alone (the amx path's Q4_K / Q5_K take their scales from gguf_kq_scales_avx512) */
 void gguf_decode_panel_avx2(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
+/* the avx512 and amx paths' (gguf_decode_avx512.c): Q4_K / Q5_K's u alone (sc NULL) 16 columns at a
+ * time in AVX-512, everything else gguf_decode_panel_avx2; the same panel */
+void gguf_decode_panel_avx512(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn);
 #endif
 #if H3_ARM64
 /* the same in AArch64 Advanced SIMD (gguf_decode_neon.c), for the same types */

@@ -146,6 +146,9 @@ gguf_decode_fn gguf_decode_for(h3_isa isa) {
 #if H3_ARM64
     if (h3_isa_vector(isa) == H3_ISA_NEON) return gguf_decode_panel_neon;
 #endif
+#if H3_X86
+    if (isa == H3_ISA_AVX512 || isa == H3_ISA_AMX) return gguf_decode_panel_avx512;
+#endif
     return h3_isa_x86_simd(isa) ? H3_ON_X86(gguf_decode_panel_avx2) : gguf_decode_panel_ref;
 }
 

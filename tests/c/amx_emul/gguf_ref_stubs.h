@@ -35,6 +35,9 @@ void gguf_panel_signed_avx2(const gguf_kind *t, int nseg, const uint8_t *u, int8
 void gguf_decode_panel_avx2(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn) {
     abort();
 }
+void gguf_decode_panel_avx512(int type, const uint8_t *const *rows, int nr, int nk, uint8_t *u, float *sc, float *mn) {
+    abort();
+}
 void gguf_ukr_avx2(int mr, const gguf_kind *t, int nseg, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
                    const int32_t *as, int64_t ldas, const uint8_t *u, const float *sc, const float *mn, float *cb) {
     abort();
