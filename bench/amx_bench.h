@@ -21,6 +21,13 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* LDTILECFG of *c, the whole struct declared read: GCC 12's _tile_loadconfig claims 8 bytes of it,
+ * so the stores of rows[] / colsb[] were dropped as dead (csrc/amx_tiles.h, amx_load_config) */
+static inline void load_config(const tilecfg *c) {
+    __asm__ volatile("" ::"m"(*c));
+    _tile_loadconfig(c);
+}
+
 /* C tmm0..3 16 x 64 bytes; A tmm4, tmm5 16 rows x k bytes; B tmm6, tmm7 k/4 quads x 64 bytes */
 static void config(int k) {
     tilecfg c;
@@ -29,8 +36,7 @@ static void config(int k) {
     for (int t = 0; t < 4; t++) { c.rows[t] = 16; c.colsb[t] = 64; }
     for (int t = 4; t < 6; t++) { c.rows[t] = 16; c.colsb[t] = (uint16_t)k; }
     for (int t = 6; t < 8; t++) { c.rows[t] = (uint8_t)(k / 4); c.colsb[t] = 64; }
-    __asm__ volatile("" ::"m"(c)); /* the whole struct read: GCC 12's intrinsic claims 8 bytes (amx_tiles.h) */
-    _tile_loadconfig(&c);
+    load_config(&c);
 }
 
 #endif

@@ -69,8 +69,7 @@ static void config_bf16(void) { /* C tmm0..3; A tmm4, 5 16 x 64 bytes; B tmm6, 7
     memset(&c, 0, sizeof c);
     c.palette_id = 1;
     for (int t = 0; t < 8; t++) { c.rows[t] = 16; c.colsb[t] = 64; }
-    __asm__ volatile("" ::"m"(c)); /* the whole struct read: GCC 12's intrinsic claims 8 bytes (amx_tiles.h) */
-    _tile_loadconfig(&c);
+    load_config(&c); /* amx_bench.h */
 }
 
 /* one product in slot k (C tile k, A/B tiles by parity), the C tile of slot k + 2 stored */

@@ -52,8 +52,10 @@ static inline __m512i pair(const uint8_t *const *p, int c, int off) {
 }
 
 static void decode_k4(int five, const uint8_t *const *rows, int nr, int nk, uint8_t *u) {
-    static const uint8_t zero[176] __attribute__((aligned(64))); /* a Q5_K block of zeros: u = 0 */
-    const int bytes = five ? 176 : 144, qs_off = five ? 48 : 16;
+    static const uint8_t zero[176] __attribute__((aligned(64))); /* a Q5_K block (the larger) of zeros: u = 0 */
+    int blk = 0, bytes = 0;
+    h3_gguf_type_size(five ? H3_GGUF_Q5_K : H3_GGUF_Q4_K, &blk, &bytes);
+    const int qs_off = five ? 48 : 16; /* past d, dmin, the 12 scale bytes (and Q5_K's 32 high-bit bytes) */
     const __m512i m4 = _mm512_set1_epi8(15);
     const uint8_t *p[GGUF_NR];
     for (int b = 0; b < nk / 256; b++) {
