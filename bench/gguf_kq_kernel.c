@@ -10,8 +10,10 @@
  *       csrc/convert.c -ffunction-sections -Wl,--gc-sections -lm -o /tmp/gguf_kq_kernel
  *   taskset -c 1 /tmp/gguf_kq_kernel [M=128] [K=5120] [reps=200]
  *
- * Prints ns a call (best of reps passes over K), ns a step (32 rows x one 256-input super-block:
- * 16 tile products, 4 tile stores, a 32-row fold) and the useful GOP/s (2 M 16 K per panel).
+ * Prints, for the activations' rows in place (gguf_ukr_amx_kq) and in the kq route's 32-row tile
+ * layout (gguf_ukr_amx_kq_tiles), ns a call (best of reps passes over K), ns a step (32 rows x one
+ * 256-input super-block: 16 tile products, 4 tile stores, a 32-row fold) and the useful GOP/s
+ * (2 M 16 K per panel); the strides of d and the sums are the driver's.
  * Session 33 timed copies of the kernel with one part taken out or changed against it
  * (bench/results/gguf_kq_ablation_spr2_s33.txt, docs/gguf.md). */
 #include "gguf_impl.h"
@@ -42,16 +44,24 @@ int main(int argc, char **argv) {
     const int reps = argc > 3 ? atoi(argv[3]) : 200;
     if (M < 1 || K < KB || K % KB) { fprintf(stderr, "M >= 1, K a multiple of %d\n", KB); return 2; }
     int8_t *a = aligned_alloc(64, (size_t)M * K);
-    float *d = malloc(sizeof(float) * (size_t)M * (K / 256));
-    int32_t *as = malloc(sizeof(int32_t) * (size_t)M * (K / 32));
+    /* the driver's strides (gemm_panel.c): d K / 32 floats a row, the sums per 16 then per 32 */
+    const int64_t ldd = K / 32, ldas = K / 16 + K / 32;
+    float *d = malloc(sizeof(float) * (size_t)M * ldd);
+    int32_t *as = malloc(sizeof(int32_t) * (size_t)M * ldas);
+    /* the activations also in the kq route's 32-row tile layout (gguf_ukr_amx_kq_tiles) */
+    const int64_t ldt = 32 * (int64_t)K;
+    int8_t *at = aligned_alloc(64, (size_t)((M + 31) / 32) * (size_t)ldt);
     for (int64_t i = 0; i < (int64_t)M * K; i++) a[i] = (int8_t)(rb() % 255 - 127);
-    for (int64_t i = 0; i < (int64_t)M * (K / 256); i++) d[i] = 1e-3f * (float)(1 + i % 7);
+    for (int64_t i = 0; i < (int64_t)M * ldd; i++) d[i] = 1e-3f * (float)(1 + i % 7);
     for (int64_t r = 0; r < M; r++) /* the true sums per 32, as the quantiser writes them */
         for (int s = 0; s < K / 32; s++) {
             int32_t t = 0;
             for (int k = 0; k < 32; k++) t += a[r * K + s * 32 + k];
-            as[r * (K / 32) + s] = t;
+            as[r * ldas + K / 16 + s] = t;
         }
+    memset(at, 0, (size_t)((M + 31) / 32) * (size_t)ldt);
+    for (int64_t r = 0; r < M; r++)
+        for (int k = 0; k < K; k++) at[(r / 32) * ldt + (k / 64) * 2048 + (r % 32) * 64 + k % 64] = a[r * K + k];
     /* per panel: u (Q5_K's 0..31), 6-bit scales and mins, float d and -dmin */
     uint8_t *u = aligned_alloc(64, (size_t)G * KB * GGUF_NR);
     uint8_t isc[G][KB / 32 * GGUF_NR], imn[G][KB / 32 * GGUF_NR];
@@ -63,23 +73,39 @@ int main(int argc, char **argv) {
     }
     float *cb = aligned_alloc(64, sizeof(float) * (size_t)G * M * GGUF_NR);
     float *cr = malloc(sizeof(float) * (size_t)M * GGUF_NR);
-    memset(cb, 0, sizeof(float) * (size_t)M * GGUF_NR);
-    memset(cr, 0, sizeof(float) * (size_t)M * GGUF_NR);
-    gguf_ukr_amx_kq(M, NSB, a, K, d, K / 256, as, K / 32, u, isc[0], imn[0], ds[0], dm[0], cb);
-    gguf_ukr_kq_ref(M, NSB, a, K, d, K / 256, as, K / 32, u, isc[0], imn[0], ds[0], dm[0], cr);
-    const int ok = !memcmp(cb, cr, sizeof(float) * (size_t)M * GGUF_NR);
-    double best = 1e9;
-    for (int r = 0; r < reps; r++) {
-        const double t0 = now();
-        for (int k0 = 0; k0 < K; k0 += KB)
-            for (int p = 0; p < G; p++)
-                gguf_ukr_amx_kq(M, NSB, a + k0, K, d + k0 / 256, K / 256, as + k0 / 32, K / 32,
-                                u + (size_t)p * KB * GGUF_NR, isc[p], imn[p], ds[p], dm[p], cb + (size_t)p * M * GGUF_NR);
-        const double t = now() - t0;
-        if (t < best) best = t;
+    const int32_t *as32 = as + K / 16; /* the sums per 32 */
+    int ok = 1;
+    for (int tl = 0; tl < 2; tl++) { /* bits: one K block (the second) of panel 0, both layouts */
+        memset(cb, 0, sizeof(float) * (size_t)M * GGUF_NR);
+        memset(cr, 0, sizeof(float) * (size_t)M * GGUF_NR);
+        if (tl) gguf_ukr_amx_kq_tiles(M, NSB, at + KB / 64 * 2048, ldt, d + KB / 256, ldd, as32 + KB / 32, ldas, u,
+                                      isc[0], imn[0], ds[0], dm[0], cb);
+        else gguf_ukr_amx_kq(M, NSB, a + KB, K, d + KB / 256, ldd, as32 + KB / 32, ldas, u, isc[0], imn[0], ds[0],
+                             dm[0], cb);
+        gguf_ukr_kq_ref(M, NSB, a + KB, K, d + KB / 256, ldd, as32 + KB / 32, ldas, u, isc[0], imn[0], ds[0], dm[0], cr);
+        ok &= !memcmp(cb, cr, sizeof(float) * (size_t)M * GGUF_NR);
     }
     const double calls = (double)(K / KB) * G, steps = (double)((M + 31) / 32) * NSB;
-    printf("M %d K %d: %.0f ns a call, %.1f ns a step, %.0f useful GOP/s; bits %s\n", M, K, best / calls * 1e9,
-           best / calls / steps * 1e9, 2.0 * M * GGUF_NR * G * K / best * 1e-9, ok ? "== ref" : "DIFFER");
+    for (int tl = 0; tl < 2; tl++) {
+        double best = 1e9;
+        for (int r = 0; r < reps; r++) {
+            const double t0 = now();
+            for (int k0 = 0; k0 < K; k0 += KB)
+                for (int p = 0; p < G; p++) {
+                    float *c = cb + (size_t)p * M * GGUF_NR;
+                    const uint8_t *up = u + (size_t)p * KB * GGUF_NR;
+                    if (tl) gguf_ukr_amx_kq_tiles(M, NSB, at + k0 / 64 * 2048, ldt, d + k0 / 256, ldd, as32 + k0 / 32,
+                                                  ldas, up, isc[p], imn[p], ds[p], dm[p], c);
+                    else gguf_ukr_amx_kq(M, NSB, a + k0, K, d + k0 / 256, ldd, as32 + k0 / 32, ldas, up, isc[p],
+                                         imn[p], ds[p], dm[p], c);
+                }
+            const double t = now() - t0;
+            if (t < best) best = t;
+        }
+        printf("M %d K %d %-13s %6.0f ns a call, %5.1f ns a step, %5.0f useful GOP/s\n", M, K,
+               tl ? "tile layout" : "rows in place", best / calls * 1e9, best / calls / steps * 1e9,
+               2.0 * M * GGUF_NR * G * K / best * 1e-9);
+    }
+    printf("bits (both layouts against gguf_ukr_kq_ref): %s\n", ok ? "equal" : "DIFFER");
     return !ok;
 }

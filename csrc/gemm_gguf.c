@@ -57,7 +57,10 @@ h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int 
         l->grow_bytes[i] = K / blk * bytes;
         wb += (size_t)(N / nparts) * (size_t)l->grow_bytes[i];
     }
-    if (!st) l->gguf_q8d = l->gguf_pf = 1; /* the run-time choices' defaults: zero but these */
+    if (!st) { /* the run-time choices' defaults: zero but these */
+        l->gguf_q8d = l->gguf_pf = 1;
+        l->gguf_kq = 2;
+    }
     return pn_attach_end(who, st, l, H3_DT_GGUF, N, K, bias, pair, isa, parts[0], wb, out, err);
 }
 
@@ -81,6 +84,8 @@ static void quant(const pn_fmt *f, const h3_linear *l, int s, const float *x, ui
 /* the AMX path's K-quant form (gguf_kq_amx.c): integer scales and mins per 32, d and -dmin
  * per 256, after the decoded panel in buf */
 #define GGUF_KQ_BYTES (2 * (size_t)(GGUF_KB / 32) * GGUF_NR + 2 * (size_t)(GGUF_KB / 256) * GGUF_NR * 4)
+/* rows a tile of the kq route's activation layout holds (gguf_ukr_amx_kq_tiles: two 16-row A tiles) */
+#define GGUF_KQ_TILE 32
 
 /* decode weight rows [r0, r0 + nr) (nr <= 16) of the K block into buf (GGUF_DEC_BYTES); rows
  * (if not NULL) gets the rows' raw blocks of the K block and *type their type */
@@ -149,12 +154,28 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
     grow_at(l, r0, &type);
     int kq = 0; /* the amx path's Q4_K / Q5_K order: its own scales, the decoder's u alone */
 #if H3_X86
-    kq = f->ukr == (const void *)gguf_ukr_amx && !l->gguf_kq_off && (type == H3_GGUF_Q4_K || type == H3_GGUF_Q5_K);
+    kq = f->ukr == (const void *)gguf_ukr_amx && l->gguf_kq && (type == H3_GGUF_Q4_K || type == H3_GGUF_Q5_K);
 #endif
     const gguf_kind *t = decode(f, l, r0, nr0, k0, nk, buf, &u, &sc, &mn, rows, &type, kq);
     const int8_t *a = (const int8_t *)act->a + k0;
     const float *d = act->d + k0 / GGUF_AG;
     const int32_t *as = act->as + (t->seg == 16 ? k0 / 16 : l->K / 16 + k0 / 32);
+    if (f->a_tile) { /* the kq route (kq_route): the activations in the 32-row tile layout */
+        uint8_t *isc = (uint8_t *)buf + GGUF_DEC_BYTES, *imn = isc + (GGUF_KB / 32) * GGUF_NR;
+        float *ds = (float *)(imn + (GGUF_KB / 32) * GGUF_NR), *dm = ds + (GGUF_KB / 256) * GGUF_NR;
+        const int8_t *at = (const int8_t *)act->a + k0 / 64 * (GGUF_KQ_TILE * 64);
+        const int64_t ldt = act->lda * GGUF_KQ_TILE;
+#if H3_X86
+        if (kq) {
+            gguf_kq_scales_avx512(type, rows, nr0, nk, isc, imn, ds, dm);
+            gguf_ukr_amx_kq_tiles(mc, nk / 256, at, ldt, d, act->ldd, as, act->ldas, u, isc, imn, ds, dm, cb);
+            return;
+        }
+#endif
+        gguf_kq_scales(type, rows, nr0, nk, isc, imn, ds, dm); /* kq 3 off AMX: the scalar kernel */
+        gguf_ukr_kq_tiles_ref(mc, nk / 256, at, ldt, d, act->ldd, as, act->ldas, u, isc, imn, ds, dm, cb);
+        return;
+    }
 #if H3_X86
     if (kq) {
         uint8_t *isc = (uint8_t *)buf + GGUF_DEC_BYTES, *imn = isc + (GGUF_KB / 32) * GGUF_NR;
@@ -199,6 +220,29 @@ static void quant_tiles(const pn_fmt *f, const h3_linear *l, int s, const float 
     }
 }
 
+/* row x quantised signed with int32 sums (as quant does on the amx path; kq 3 elsewhere too),
+ * its values written in the kq route's 32-row tile layout: input k at (k / 64) * 2048 + k % 64
+ * from the row's first chunk (a_row: the row's 64 bytes in its tile); x NULL: a zero row past M */
+static void quant_kq_tiles(const pn_fmt *f, const h3_linear *l, int s, const float *x, uint8_t *a, float *d,
+                           int32_t *as) {
+    (void)f; (void)s;
+    const int64_t K = l->K, cs = GGUF_KQ_TILE * 64; /* one chunk of the tile's rows */
+    if (!x) {
+        for (int64_t j = 0; j < K / 64; j++) memset(a + j * cs, 0, 64);
+        return;
+    }
+    int8_t q[GGUF_AG];
+    int32_t sums[GGUF_AG / 16 + GGUF_AG / 32];
+    const gguf_quant_fn qf = h3_isa_x86_simd(l->isa) ? H3_ON_X86(gguf_quant_act_row_avx2) : gguf_quant_act_row_ref;
+    for (int64_t g = 0; g < K; g += GGUF_AG) { /* a group's scale and sums are its own */
+        const int64_t n = H3_MIN(GGUF_AG, K - g);
+        qf(x + g, n, q, d + g / GGUF_AG, sums);
+        memcpy(as + g / 16, sums, sizeof(int32_t) * (size_t)(n / 16));
+        memcpy(as + K / 16 + g / 32, sums + n / 16, sizeof(int32_t) * (size_t)(n / 32));
+        for (int64_t j = 0; j < n / 64; j++) memcpy(a + (g / 64 + j) * cs, q + 64 * j, 64);
+    }
+}
+
 /* the tile kernel over the panel's rows in place: 16 weight rows of one part, ldw bytes apart;
  * a partial panel (the part's last, fewer than 16 rows) is copied with zero rows after it */
 static void kblock_q8d(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int64_t k0, int nk, int mc,
@@ -238,6 +282,24 @@ static int q8d_route(const h3_linear *l, gguf_ukr_fn k) {
 
 int h3_linear_gguf_q8d(const h3_linear *l) {
     return l && l->wtype == H3_DT_GGUF && q8d_route(l, gguf_ukr_for(l->isa));
+}
+
+/* a linear whose parts are all Q4_K / Q5_K takes the kq route -- gguf_kq_amx.c's kernel on the
+ * activations in the 32-row tile layout -- on the amx path (kq 2, the default), on every path
+ * (kq 3: its scalar kernel off AMX, for tests) or on none (kq 0 or 1: the rows in place) */
+static int kq_route(const h3_linear *l, gguf_ukr_fn k) {
+    for (int i = 0; i < l->nparts; i++)
+        if (l->gtype[i] != H3_GGUF_Q4_K && l->gtype[i] != H3_GGUF_Q5_K) return 0;
+    if (l->gguf_kq == 3) return 1;
+#if H3_X86
+    if (l->gguf_kq == 2 && k == gguf_ukr_amx) return 1;
+#endif
+    (void)k;
+    return 0;
+}
+
+int h3_linear_gguf_kq_tiles(const h3_linear *l) {
+    return l && l->wtype == H3_DT_GGUF && kq_route(l, gguf_ukr_for(l->isa));
 }
 
 /* Rows of x per block: each decoded K block of a panel serves them all, so more rows mean
@@ -289,6 +351,14 @@ pn_fmt gguf_panel_fmt(const h3_linear *l) {
                     .kblock = kblock_q8d, .ukr = (const void *)k, .decode = (const void *)gguf_decode_for(l->isa)};
         return f;
     }
+    if (kq_route(l, k)) { /* one panel a call, the activations in the 32-row tile layout */
+        pn_fmt f = {.nslots = 1, .sums = 3, .buf_bytes = GGUF_DEC_BYTES + GGUF_KQ_BYTES, .nr = GGUF_NR,
+                    .mc = gguf_rows_per_block(l->K), .kb = GGUF_KB, .a_esize = 1, .a_tile = GGUF_KQ_TILE,
+                    .a_chunk = 64, .group = l->gguf_group ? l->gguf_group : gguf_group(k), .quant = quant_kq_tiles,
+                    .slot_of = slot_of, .kblock = kblock, .ukr = (const void *)k,
+                    .decode = (const void *)gguf_decode_for(l->isa)};
+        return f;
+    }
     pn_fmt f = {.nslots = 1, .sums = 3, .buf_bytes = (two ? 2 : 1) * GGUF_DEC_BYTES + (kq ? GGUF_KQ_BYTES : 0),
                 .nr = (two ? 2 : 1) * GGUF_NR, .mc = gguf_rows_per_block(l->K), .kb = GGUF_KB, .a_esize = 1,
                 .group = l->gguf_group ? l->gguf_group : gguf_group(k), .quant = quant,
@@ -299,10 +369,10 @@ pn_fmt gguf_panel_fmt(const h3_linear *l) {
 
 h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, int q8d, h3_err *err) {
     if (!lin || lin->wtype != H3_DT_GGUF) return h3_fail(err, H3_EINVAL, "linear_set_gguf_opts: not a GGUF linear");
-    if ((kq != 0 && kq != 1) || group < 0 || group > PN_GROUP_MAX || q8d < 0 || q8d > 2)
-        return h3_fail(err, H3_EINVAL, "linear_set_gguf_opts: kq %d (0 or 1), group %d (0..%d), q8d %d (0..2)", kq,
+    if (kq < 0 || kq > 3 || group < 0 || group > PN_GROUP_MAX || q8d < 0 || q8d > 2)
+        return h3_fail(err, H3_EINVAL, "linear_set_gguf_opts: kq %d (0..3), group %d (0..%d), q8d %d (0..2)", kq,
                        group, PN_GROUP_MAX, q8d);
-    lin->gguf_kq_off = !kq;
+    lin->gguf_kq = kq;
     lin->gguf_group = group;
     lin->gguf_q8d = q8d;
     return H3_OK;

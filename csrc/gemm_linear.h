@@ -35,11 +35,12 @@ struct h3_linear {
      * grow_bytes[i] bytes */
     int gtype[H3_LINEAR_MAX_PARTS];
     int64_t grow_bytes[H3_LINEAR_MAX_PARTS];
-    /* run-time choices (h3_linear_set_gguf_opts; zero = the defaults): 1 runs Q4_K / Q5_K on
-     * the amx path in the common order, not gguf_kq_amx.c's; column panels per pass (0: the
-     * path's default); where all-Q8_0 linears run gguf_q8d_amx.c's route (weights in place):
-     * 1 on amx, 2 on every path, 0 none (h3_linear_set_gguf_opts sets 1 by default) */
-    int gguf_kq_off, gguf_group, gguf_q8d;
+    /* run-time choices (h3_linear_set_gguf_opts; attach sets the defaults): Q4_K / Q5_K on the
+     * amx path in gguf_kq_amx.c's order (1: the rows in place; 2, the default: all-Q4_K/Q5_K
+     * linears with the activations in its tile layout, 3 that on every path) or the common
+     * order (0); column panels per pass (0: the path's default); where all-Q8_0 linears run
+     * gguf_q8d_amx.c's route (weights in place): 1 (default) on amx, 2 on every path, 0 none */
+    int gguf_kq, gguf_group, gguf_q8d;
     /* each K block's call prefetches the panel's next K block of weights: 1 off the amx path,
      * 2 on every path, 0 never (h3_linear_set_gguf_prefetch; attach sets 1) */
     int gguf_pf;

@@ -12,12 +12,20 @@
  * and fold per 256 inputs where there were eight.
  *
  * Tiles (all 16 rows x 64 bytes): C tmm0..3 = rows 0-15 x bl, rows 0-15 x bh, rows 16-31 x bl,
- * rows 16-31 x bh; A tmm4, tmm5 = 16 rows x 64 inputs each (read in place, stride lda);
+ * rows 16-31 x bh; A tmm4, tmm5 = 16 rows x 64 inputs each (the rows in place, stride lda, or
+ * 1 KB of the 32-row tile layout: gguf_ukr_amx_kq_tiles);
  * B tmm6, tmm7 = 16 quads x 16 columns of bl and bh.  One step = 32 rows x one super-block:
  * 4 chunks of 64 inputs, 4 products each, then the 4 C tiles stored.  The previous step's fold
  * (per row: S = lo + 8 hi, the mins' sum by vpdpwssd, two float ops, the activation scale into
  * cb) runs a quarter after each chunk's products, so the vector ports work while the tiles
- * multiply.  Rows past the last multiple of 32 are copied, zero-padded, into a 32-row block. */
+ * multiply.  Rows past the last multiple of 32 are copied, zero-padded, into a 32-row block
+ * (the tile layout has them zero already).
+ *
+ * Why the tile layout (session 33): rows in place are K bytes apart, and at the checkpoint's
+ * K (3072, 5120, 8192, 25600: multiples of 1 KB) a tile's 16 rows fall into 1 to 4 of L1's 64
+ * sets.  With each chunk's 32 rows x 64 bytes contiguous (2 KB) the driver ran Q4_K 1.00-1.09x
+ * and Q5_K 1.02-1.07x at the text encoder's M = 128 on a 2-vCPU AMX Xeon, 1.02x / 1.00x at
+ * M = 2048 (bench/gguf_switch_ab.py --switch KQ --a 1 --b 2; docs/gguf.md, session 33). */
 #include "gguf_impl.h"
 
 #include <immintrin.h>
@@ -72,9 +80,13 @@ static inline __attribute__((always_inline)) void fold_quarter(int q, int nv, in
     }
 }
 
-void gguf_ukr_amx_kq(int mr, int nsb, const int8_t *a, int64_t lda, const float *d, int64_t ldd, const int32_t *as,
-                     int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn, const float *ds,
-                     const float *dm, float *cb) {
+/* tl 0: the activations' rows in place (row i at a + i * lda); tl 1: in the 32-row tile layout
+ * (gguf_impl.h, gguf_ukr_amx_kq_tiles), block blk's chunk of 64 inputs k at a + blk * lda +
+ * (k / 64) * 2048, its rows 16-31 1 KB on, and the rows past mr zero */
+static inline __attribute__((always_inline)) void kq_body(const int tl, int mr, int nsb, const int8_t *a, int64_t lda,
+                                                          const float *d, int64_t ldd, const int32_t *as, int64_t ldas,
+                                                          const uint8_t *u, const uint8_t *isc, const uint8_t *imn,
+                                                          const float *ds, const float *dm, float *cb) {
     uint8_t bl[GGUF_KB * GGUF_NR] __attribute__((aligned(64))), bh[GGUF_KB * GGUF_NR] __attribute__((aligned(64)));
     int8_t pad[32 * GGUF_KB] __attribute__((aligned(64)));
     int32_t cbuf[2][4 * 256] __attribute__((aligned(64)));
@@ -87,7 +99,7 @@ void gguf_ukr_amx_kq(int mr, int nsb, const int8_t *a, int64_t lda, const float 
             for (int c = 0; c < GGUF_NR; c++)
                 mp[(b * 4 + p) * 16 + c] = (int32_t)((uint32_t)imn[(b * 8 + 2 * p) * GGUF_NR + c] |
                                                      (uint32_t)imn[(b * 8 + 2 * p + 1) * GGUF_NR + c] << 16);
-    if (tail) { /* the last block's rows, zero-padded to 32 */
+    if (tail && !tl) { /* the last block's rows, zero-padded to 32 */
         memset(pad, 0, (size_t)32 * nk);
         for (int r = 0; r < tail; r++) memcpy(pad + (int64_t)r * nk, a + (int64_t)(mr - tail + r) * lda, (size_t)nk);
     }
@@ -104,17 +116,18 @@ void gguf_ukr_amx_kq(int mr, int nsb, const int8_t *a, int64_t lda, const float 
             for (int q = 0; q < 4; q++) fold_quarter(q, pnv, pr0, pb, pbuf, mp, ds, dm, d, ldd, as, ldas, cb);
             break;
         }
-        const int last = tail && blk == nblk - 1;
-        const int8_t *a0 = last ? pad : a + (int64_t)blk * 32 * lda;
-        const int64_t la = last ? nk : lda;
+        const int last = !tl && tail && blk == nblk - 1;
+        const int8_t *a0 = last ? pad : a + (int64_t)blk * (tl ? 1 : 32) * lda;
+        const int64_t la = tl ? 64 : last ? nk : lda;
         _tile_zero(0);
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
         for (int ch = 0; ch < 4; ch++) {
             const int64_t k = (int64_t)b * 256 + ch * 64;
-            _tile_loadd(4, a0 + k, la);
-            _tile_loadd(5, a0 + 16 * la + k, la);
+            const int8_t *ac = tl ? a0 + (k / 64) * 2048 : a0 + k; /* the chunk's rows 0-15 */
+            _tile_loadd(4, ac, la);
+            _tile_loadd(5, ac + 16 * la, la);
             _tile_loadd(6, bl + k * GGUF_NR, 64);
             _tile_loadd(7, bh + k * GGUF_NR, 64);
             _tile_dpbsud(0, 4, 6);
@@ -136,4 +149,16 @@ void gguf_ukr_amx_kq(int mr, int nsb, const int8_t *a, int64_t lda, const float 
         have = 1;
         if (++b == nsb) { b = 0; blk++; }
     }
+}
+
+void gguf_ukr_amx_kq(int mr, int nsb, const int8_t *a, int64_t lda, const float *d, int64_t ldd, const int32_t *as,
+                     int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn, const float *ds,
+                     const float *dm, float *cb) {
+    kq_body(0, mr, nsb, a, lda, d, ldd, as, ldas, u, isc, imn, ds, dm, cb);
+}
+
+void gguf_ukr_amx_kq_tiles(int mr, int nsb, const int8_t *a, int64_t ldt, const float *d, int64_t ldd,
+                           const int32_t *as, int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn,
+                           const float *ds, const float *dm, float *cb) {
+    kq_body(1, mr, nsb, a, ldt, d, ldd, as, ldas, u, isc, imn, ds, dm, cb);
 }

@@ -200,9 +200,15 @@ void gguf_float_scales_ref(int type, const uint8_t *const *rows, int nr, int nk,
         }
 }
 
-void gguf_ukr_kq_ref(int mr, int nsb, const int8_t *a, int64_t lda, const float *d, int64_t ldd, const int32_t *as,
-                     int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn, const float *ds,
-                     const float *dm, float *cb) {
+/* activation i's input k: the rows in place (tl 0: row i at a + i * lda) or the 32-row tile
+ * layout (tl 1: gguf_ukr_amx_kq_tiles's, lda the bytes between row tiles) */
+static inline int32_t act_at(int tl, const int8_t *a, int64_t lda, int i, int k) {
+    return tl ? a[(i / 32) * lda + (k / 64) * 2048 + (i % 32) * 64 + k % 64] : a[i * lda + k];
+}
+
+static void kq_ref(int tl, int mr, int nsb, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
+                   const int32_t *as, int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn,
+                   const float *ds, const float *dm, float *cb) {
     for (int i = 0; i < mr; i++)
         for (int c = 0; c < GGUF_NR; c++)
             for (int b = 0; b < nsb; b++) {
@@ -211,11 +217,23 @@ void gguf_ukr_kq_ref(int mr, int nsb, const int8_t *a, int64_t lda, const float 
                     const int s = b * 8 + j;
                     int32_t dot = 0;
                     for (int k = s * 32; k < s * 32 + 32; k++)
-                        dot += (int32_t)a[i * lda + k] * (int32_t)u[((k / 4) * GGUF_NR + c) * 4 + k % 4];
+                        dot += act_at(tl, a, lda, i, k) * (int32_t)u[((k / 4) * GGUF_NR + c) * 4 + k % 4];
                     S += (int32_t)isc[s * GGUF_NR + c] * dot;
                     Mi += (int32_t)imn[s * GGUF_NR + c] * as[i * ldas + s];
                 }
                 const float h = fmaf((float)Mi, dm[b * GGUF_NR + c], (float)S * ds[b * GGUF_NR + c]);
                 cb[i * GGUF_NR + c] = fmaf(d[i * ldd + b], h, cb[i * GGUF_NR + c]);
             }
+}
+
+void gguf_ukr_kq_ref(int mr, int nsb, const int8_t *a, int64_t lda, const float *d, int64_t ldd, const int32_t *as,
+                     int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn, const float *ds,
+                     const float *dm, float *cb) {
+    kq_ref(0, mr, nsb, a, lda, d, ldd, as, ldas, u, isc, imn, ds, dm, cb);
+}
+
+void gguf_ukr_kq_tiles_ref(int mr, int nsb, const int8_t *a, int64_t ldt, const float *d, int64_t ldd,
+                           const int32_t *as, int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn,
+                           const float *ds, const float *dm, float *cb) {
+    kq_ref(1, mr, nsb, a, ldt, d, ldd, as, ldas, u, isc, imn, ds, dm, cb);
 }

@@ -297,17 +297,22 @@ h3_status h3_linear_attach_gguf(const void *const *parts, const int *types, int 
                                 int64_t K, const float *bias, int pair, h3_isa isa,
                                 h3_linear **out, h3_err *err);
 /* Run-time choices of a GGUF linear, for A/B (the same results up to the order noted):
- * kq 1 (default) runs Q4_K / Q5_K on the amx path in their integer super-block order
- * (gguf_kq_amx.c, ~2e-7 from ref), 0 in the common order (ref's bits); group 1..16 column
+ * kq 2 (default) runs Q4_K / Q5_K on the amx path in their integer super-block order
+ * (gguf_kq_amx.c, ~2e-7 from ref), a linear whose parts are all Q4_K / Q5_K with the
+ * activations in the kernel's tile layout (the same bits as 1); 1 the rows in place for all;
+ * 3 the tile layout on every path (its scalar kernel off AMX: for testing the driver's side
+ * anywhere); 0 the common order (ref's bits); group 1..16 column
  * panels per pass over the K blocks, 0 the path's default (4 on amx, else 1; the same bits);
  * q8d 1 (default) runs a linear whose parts are all Q8_0 on the amx path with its weights as
  * the tiles' A operand, read in place (gguf_q8d_amx.c), 0 on the per-segment tile kernel over
  * decoded panels (the same bits), 2 that route on every path (its scalar kernel off AMX: for
  * testing the driver's side anywhere).  h3cy._config fills them from H3CY_GGUF_KQ /
  * H3CY_GGUF_GROUP / H3CY_GGUF_Q8D.  H3_EINVAL for another value or a linear that is not GGUF.
- * h3_linear_gguf_q8d: 1 when the linear's forward takes that route. */
+ * h3_linear_gguf_q8d: 1 when the linear's forward takes that route; h3_linear_gguf_kq_tiles:
+ * 1 when it takes the K-quants' tile-layout one. */
 h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, int q8d, h3_err *err);
 int h3_linear_gguf_q8d(const h3_linear *lin);
+int h3_linear_gguf_kq_tiles(const h3_linear *lin);
 /* on 1 (attach's default): off the amx path, each K block's kernel call first prefetches the
  * panel's next K block of weights, so the next call's reads of the file's rows (one stream a
  * weight row) do not wait on memory (on the amx path the SPR's hardware prefetchers kept up:

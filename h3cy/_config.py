@@ -109,13 +109,17 @@ def gguf_tiles():
 
 
 def gguf_kq():
-    """H3CY_GGUF_KQ as 1 (unset or "1": Q4_K / Q5_K on the 'amx' path in their integer
-    super-block order, csrc/gguf_kq_amx.c, ~2e-7 from ref) or 0 (the common order, ref's bits);
-    another value is a ValueError naming the variable.  Read at each GGUF linear made."""
-    if _ENV_GGUF_KQ in ("", "0", "1"):
-        return 0 if _ENV_GGUF_KQ == "0" else 1
+    """H3CY_GGUF_KQ as 2 (unset or "2": Q4_K / Q5_K on the 'amx' path in their integer
+    super-block order, csrc/gguf_kq_amx.c, ~2e-7 from ref; a linear whose parts are all Q4_K /
+    Q5_K with its activations in the kernel's 32-row tile layout), 1 (that order with the
+    activations' rows in place: the same bits as 2, for A/B), 3 (the tile layout on every path,
+    its scalar kernel off AMX: for testing it on any machine) or 0 (the common order, ref's
+    bits); another value is a ValueError naming the variable.  Read at each GGUF linear made."""
+    if _ENV_GGUF_KQ in ("", "0", "1", "2", "3"):
+        return int(_ENV_GGUF_KQ or "2")
     from .errors import H3ValueError
-    raise H3ValueError(f"H3CY_GGUF_KQ={_ENV_GGUF_KQ!r}: expected 1 (the K-quant tile order) or 0")
+    raise H3ValueError(f"H3CY_GGUF_KQ={_ENV_GGUF_KQ!r}: expected 2 (the K-quant tile order, tile layout), "
+                       "1 (rows in place), 3 (the tile layout on every path) or 0")
 
 
 def gguf_q8d():

@@ -220,7 +220,7 @@ def test_env_gguf_tiles_unknown_is_a_clear_error():
     assert r.returncode != 0 and "H3CY_GGUF_TILES" in r.stderr and "auto" in r.stderr
 
 
-@pytest.mark.parametrize("var, value", [("H3CY_GGUF_KQ", "yes"), ("H3CY_GGUF_KQ", "2"), ("H3CY_GGUF_GROUP", "0"),
+@pytest.mark.parametrize("var, value", [("H3CY_GGUF_KQ", "yes"), ("H3CY_GGUF_KQ", "4"), ("H3CY_GGUF_GROUP", "0"),
                                         ("H3CY_GGUF_GROUP", "17"), ("H3CY_GGUF_GROUP", "four"),
                                         ("H3CY_GGUF_Q8D", "on"), ("H3CY_GGUF_Q8D", "3"), ("H3CY_GGUF_PF", "on"),
                                         ("H3CY_GGUF_PF", "3")])

@@ -78,6 +78,28 @@ static int check_kq(const int8_t *a, int64_t K, const float *d, const int32_t *a
                 gguf_ukr_kq_ref(mr, nsb, a + k0, K, d + k0 / GGUF_AG, K / 32, asp, ldas, u, isc, imn, ds, dm, cb0);
                 gguf_ukr_amx_kq(mr, nsb, a + k0, K, d + k0 / GGUF_AG, K / 32, asp, ldas, u, isc, imn, ds, dm, cb1);
                 gguf_ukr_ref(mr, t, nk / 32, a + k0, K, d + k0 / GGUF_AG, K / 32, asp, ldas, u, sc, mn, cb2);
+                /* the activations' rows in the kq route's 32-row tile layout (zero past mr): the
+                 * tiles kernel and its scalar form on them, from the same start, give the same bits */
+                const int64_t ldt = 32 * (int64_t)nk;
+                int8_t *at = calloc((size_t)((mr + 31) / 32) * (size_t)ldt, 1);
+                float *cb3 = malloc(sizeof(float) * (size_t)mr * 16), *cb4 = malloc(sizeof(float) * (size_t)mr * 16);
+                for (int i = 0; i < mr; i++)
+                    for (int k = 0; k < nk; k++) at[(i / 32) * ldt + (k / 64) * 2048 + (i % 32) * 64 + k % 64] = a[i * K + k0 + k];
+                for (int e = 0; e < mr * 16; e++) cb3[e] = cb4[e] = 0.25f * (float)(e % 7);
+                gguf_ukr_amx_kq_tiles(mr, nsb, at, ldt, d + k0 / GGUF_AG, K / 32, asp, ldas, u, isc, imn, ds, dm, cb3);
+                gguf_ukr_kq_tiles_ref(mr, nsb, at, ldt, d + k0 / GGUF_AG, K / 32, asp, ldas, u, isc, imn, ds, dm, cb4);
+                float *cb5 = malloc(sizeof(float) * (size_t)mr * 16);
+                for (int e = 0; e < mr * 16; e++) cb5[e] = 0.25f * (float)(e % 7);
+                gguf_ukr_kq_ref(mr, nsb, a + k0, K, d + k0 / GGUF_AG, K / 32, asp, ldas, u, isc, imn, ds, dm, cb5);
+                const int tiles_ok = !memcmp(cb3, cb4, sizeof(float) * (size_t)mr * 16) &&
+                                     !memcmp(cb3, cb5, sizeof(float) * (size_t)mr * 16);
+                free(at); free(cb3); free(cb4); free(cb5);
+                if (!tiles_ok) {
+                    printf("FAIL kq tiles type %d nsb %d mr %d: the tile-layout kernel or its reference differs\n",
+                           types[ti], nsb, mr);
+                    free(cb2);
+                    return 1;
+                }
                 double big = 0, diff = 0;
                 for (int e = 0; e < mr * 16; e++) {
                     if (memcmp(&cb0[e], &cb1[e], 4)) {
