@@ -239,8 +239,10 @@ def test_env_gguf_c_knobs_unknown_is_a_clear_error(var, value):
 def test_env_gguf_group_and_prefetch_keep_the_bits():
     """H3CY_GGUF_GROUP moves only the order of the driver's panel loop (column panels per pass
     over the K blocks), and H3CY_GGUF_PF=0 / 2 only drop or add the prefetch of the next K
-    block's weights, never a result: a Q4_K and a Q8_0 linear give the same bits with 3 panels
-    a pass, without the prefetch and with it on every path, as with the defaults, on the machine's best path and ref."""
+    block's weights, and H3CY_GGUF_KQ=1 only keeps the activations' rows in place for the amx
+    path's Q4_K kernel (not its tile layout), never a result: a Q4_K and a Q8_0 linear give the
+    same bits with 3 panels a pass, without the prefetch and with it on every path, and with
+    the rows in place, as with the defaults, on the machine's best path and ref."""
     code = ("import numpy as np, hashlib; from h3cy import _kernels, ops; import sys; sys.path.insert(0, 'tests');"
             "from _gguf_files import random_blocks, TYPES;"
             "from h3cy.weights.linears import gguf_isa; rng = np.random.default_rng(1);"
@@ -249,6 +251,6 @@ def test_env_gguf_group_and_prefetch_keep_the_bits():
             " 90, 512, None, 0, gguf_isa(i, [t]), _kernels.ThreadPool(2)).forward(x, y := np.empty((70, 90), np.float32), 0)"
             " or y).tobytes()) for i in ('ref', ops.active_isa()) for t in ('Q4_K', 'Q8_0')]; print(h.hexdigest())")
     runs = [run_py(code), run_py(code, H3CY_GGUF_GROUP="3"), run_py(code, H3CY_GGUF_PF="0"),
-            run_py(code, H3CY_GGUF_PF="2")]
+            run_py(code, H3CY_GGUF_PF="2"), run_py(code, H3CY_GGUF_KQ="1")]
     assert all(r.returncode == 0 for r in runs), "".join(r.stderr for r in runs)
     assert len({r.stdout for r in runs}) == 1
