@@ -241,6 +241,12 @@ cdef class LinearCore:
         return bool(h3_linear_gguf_q8d(self.c))
 
     @property
+    def gguf_kq_tiles(self):
+        """True when this GGUF linear's forward runs Q4_K / Q5_K with its activations in the
+        K-quant kernel's 32-row tile layout (csrc/gguf_kq_amx.c; H3CY_GGUF_KQ)."""
+        return bool(h3_linear_gguf_kq_tiles(self.c))
+
+    @property
     def bf16_activations(self):
         return bool(h3_linear_bf16_activations(self.c))
 

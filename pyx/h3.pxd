@@ -224,6 +224,7 @@ cdef extern from "h3.h" nogil:
     h3_status h3_linear_set_gguf_opts(h3_linear *lin, int kq, int group, int q8d, h3_err *err)
     h3_status h3_linear_set_gguf_prefetch(h3_linear *lin, int on, h3_err *err)
     int h3_linear_gguf_q8d(const h3_linear *lin)
+    int h3_linear_gguf_kq_tiles(const h3_linear *lin)
     ctypedef struct h3_nvfp4_part:
         const uint8_t *codes
         int64_t ld

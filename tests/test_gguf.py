@@ -353,6 +353,77 @@ def test_q8_0_tile_route_keeps_the_bits(monkeypatch, isa):
     assert not mixed.gguf_q8d
 
 
+@pytest.mark.parametrize("isa", _isas())
+def test_kq_tile_route_keeps_the_order(monkeypatch, isa):
+    """The K-quants' tile route (all-Q4_K/Q5_K linears: the activations in the kernel's 32-row
+    tile layout, csrc/gguf_kq_amx.c), which the amx path takes by default, forced on this path
+    (H3CY_GGUF_KQ=3: its scalar kernel off AMX) so that the driver's side is tested on any
+    machine, against the rows in place (KQ=1): on amx the same bits; elsewhere, where KQ=1 is
+    the common order, within 1e-6 of the largest output (the kq order's own rounding, observed
+    ~2e-7; a wrong row tile, chunk or zero row is off by 1e-2 or more).  Row counts around the
+    32-row tiles and past a row block (1100), a partial 16-column panel (N = 53), two K blocks
+    (K = 768), the bias, the gated residual and SwiGLU epilogues over fused Q4_K / Q5_K parts,
+    1 and 2 threads, 1 and 4 panels a pass; a linear with a part of another type never takes it."""
+    from h3cy import _config
+    rng = np.random.default_rng(19)
+    N, K, H = 53, 768, 21
+    q4, q5 = TYPES["Q4_K"][0], TYPES["Q5_K"][0]
+    b4, b5 = random_blocks("Q4_K", N, K, rng), random_blocks("Q5_K", N, K, rng)
+    bias = rng.standard_normal(N).astype(np.float32)
+    parts = [random_blocks(t, H, K, rng) for t in ("Q4_K", "Q5_K", "Q4_K")]
+
+    def cores():
+        return (_kernels.linear_attach_gguf([b4], [q4], N, K, bias, 0, isa, _kernels.ThreadPool(2)),
+                _kernels.linear_attach_gguf([b5], [q5], N, K, None, 0, isa, _kernels.ThreadPool(1)),
+                _kernels.linear_attach_gguf(parts, [q4, q5, q4], 3 * H, K, None, 0, isa, _kernels.ThreadPool(2)),
+                _kernels.linear_attach_gguf(parts[:2], [q4, q5], 2 * H, K, bias[:2 * H], 1, isa,
+                                            _kernels.ThreadPool(2)))
+
+    def run(cs):
+        out = []
+        for M in (1, 16, 17, 33, 130, 1100):
+            x = rng.standard_normal((M, K)).astype(np.float32)
+            for c in cs[:2]:
+                y = np.empty((M, N), np.float32)
+                c.forward(x, y, 0)
+                out.append(y)
+            resid = rng.standard_normal((M, 3 * H)).astype(np.float32)
+            gate = rng.standard_normal((2, 3 * H)).astype(np.float32)
+            y2 = np.empty((M, 3 * H), np.float32)
+            cs[2].forward(x, y2, 2, resid=resid, gate=gate, gate_row=(np.arange(M) % 2).astype(np.int32))
+            y3 = np.empty((M, H), np.float32)
+            cs[3].forward(x, y3, 1)
+            out += [y2, y3]
+        return out
+
+    def same(got, want):
+        for g, w in zip(got, want):
+            if isa == "amx":
+                np.testing.assert_array_equal(g, w)
+            else:
+                assert np.abs(g - w).max() <= 1e-6 * np.abs(w).max()
+
+    monkeypatch.setattr(_config, "_ENV_GGUF_KQ", "1")
+    rows = cores()
+    assert not any(c.gguf_kq_tiles for c in rows)
+    state = rng.bit_generator.state
+    want = run(rows)
+    monkeypatch.setattr(_config, "_ENV_GGUF_KQ", "3")
+    tiles = cores()
+    assert all(c.gguf_kq_tiles for c in tiles)
+    rng.bit_generator.state = state
+    same(run(tiles), want)
+    monkeypatch.setattr(_config, "_ENV_GGUF_GROUP", "4")
+    rng.bit_generator.state = state
+    same(run(cores()), want)
+    monkeypatch.setattr(_config, "_ENV_GGUF_KQ", "2")   # the default: the route on amx only
+    assert all(c.gguf_kq_tiles == (isa == "amx") for c in cores())
+    monkeypatch.setattr(_config, "_ENV_GGUF_KQ", "3")
+    mixed = _kernels.linear_attach_gguf([parts[0], random_blocks("Q6_K", H, K, rng)], [q4, TYPES["Q6_K"][0]],
+                                        2 * H, K, None, 0, isa, _kernels.ThreadPool(1))
+    assert not mixed.gguf_kq_tiles
+
+
 def test_attach_refuses_bad_input():
     pool = _kernels.ThreadPool(1)
     b = random_blocks("Q4_K", 2, 256, np.random.default_rng(8))
