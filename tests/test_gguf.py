@@ -289,6 +289,36 @@ def test_gemm_parts_pair_and_residual(isa):
     assert np.linalg.norm(y3 - want3) / np.linalg.norm(want3) <= 1e-5
 
 
+def _fused_outputs(rng, x, H, fused, pair):
+    """[the gated residual epilogue over a 3-part fused linear (3 H rows), the SwiGLU pair
+    (2 H rows)] for x, with rng's residual and gate table"""
+    M = x.shape[0]
+    resid = rng.standard_normal((M, 3 * H)).astype(np.float32)
+    gate = rng.standard_normal((2, 3 * H)).astype(np.float32)
+    y2 = np.empty((M, 3 * H), np.float32)
+    fused.forward(x, y2, 2, resid=resid, gate=gate, gate_row=(np.arange(M) % 2).astype(np.int32))
+    y3 = np.empty((M, H), np.float32)
+    pair.forward(x, y3, 1)
+    return [y2, y3]
+
+
+def _route_ab(monkeypatch, rng, var, off, on, cores, run, flag):
+    """run() over cores() made with h3cy._config's var at off, then at on, on the same inputs
+    (rng's state replayed): (results off, results on, that state).  Every core's flag (the
+    route it reports) is false off and true on."""
+    from h3cy import _config
+    monkeypatch.setattr(_config, var, off)
+    a = cores()
+    assert not any(getattr(c, flag) for c in a)
+    state = rng.bit_generator.state
+    want = run(a)
+    monkeypatch.setattr(_config, var, on)
+    b = cores()
+    assert all(getattr(c, flag) for c in b)
+    rng.bit_generator.state = state
+    return want, run(b), state
+
+
 @pytest.mark.parametrize("isa", _isas())
 def test_q8_0_tile_route_keeps_the_bits(monkeypatch, isa):
     """The Q8_0 tile route (csrc/gguf_q8d_amx.c: the file's blocks in place as the tiles' A
@@ -319,25 +349,10 @@ def test_q8_0_tile_route_keeps_the_bits(monkeypatch, isa):
             x = rng.standard_normal((M, K)).astype(np.float32)
             y = np.empty((M, N), np.float32)
             cs[0].forward(x, y, 0)
-            resid = rng.standard_normal((M, 3 * H)).astype(np.float32)
-            gate = rng.standard_normal((2, 3 * H)).astype(np.float32)
-            y2 = np.empty((M, 3 * H), np.float32)
-            cs[1].forward(x, y2, 2, resid=resid, gate=gate, gate_row=(np.arange(M) % 2).astype(np.int32))
-            y3 = np.empty((M, H), np.float32)
-            cs[2].forward(x, y3, 1)
-            out += [y, y2, y3]
+            out += [y] + _fused_outputs(rng, x, H, cs[1], cs[2])
         return out
 
-    monkeypatch.setattr(_config, "_ENV_GGUF_Q8D", "0")
-    panel = cores()
-    assert not any(c.gguf_q8d for c in panel)
-    state = rng.bit_generator.state
-    want = run(panel)
-    monkeypatch.setattr(_config, "_ENV_GGUF_Q8D", "2")
-    tiles = cores()
-    assert all(c.gguf_q8d for c in tiles)
-    rng.bit_generator.state = state
-    got = run(tiles)
+    want, got, state = _route_ab(monkeypatch, rng, "_ENV_GGUF_Q8D", "0", "2", cores, run, "gguf_q8d")
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     # 4 panels a pass, as on amx: the fused parts' 21 rows are panels of 16 and 5, so one pass
@@ -387,13 +402,7 @@ def test_kq_tile_route_keeps_the_order(monkeypatch, isa):
                 y = np.empty((M, N), np.float32)
                 c.forward(x, y, 0)
                 out.append(y)
-            resid = rng.standard_normal((M, 3 * H)).astype(np.float32)
-            gate = rng.standard_normal((2, 3 * H)).astype(np.float32)
-            y2 = np.empty((M, 3 * H), np.float32)
-            cs[2].forward(x, y2, 2, resid=resid, gate=gate, gate_row=(np.arange(M) % 2).astype(np.int32))
-            y3 = np.empty((M, H), np.float32)
-            cs[3].forward(x, y3, 1)
-            out += [y2, y3]
+            out += _fused_outputs(rng, x, H, cs[2], cs[3])
         return out
 
     def same(got, want):
@@ -403,16 +412,8 @@ def test_kq_tile_route_keeps_the_order(monkeypatch, isa):
             else:
                 assert np.abs(g - w).max() <= 1e-6 * np.abs(w).max()
 
-    monkeypatch.setattr(_config, "_ENV_GGUF_KQ", "1")
-    rows = cores()
-    assert not any(c.gguf_kq_tiles for c in rows)
-    state = rng.bit_generator.state
-    want = run(rows)
-    monkeypatch.setattr(_config, "_ENV_GGUF_KQ", "3")
-    tiles = cores()
-    assert all(c.gguf_kq_tiles for c in tiles)
-    rng.bit_generator.state = state
-    same(run(tiles), want)
+    want, got, state = _route_ab(monkeypatch, rng, "_ENV_GGUF_KQ", "1", "3", cores, run, "gguf_kq_tiles")
+    same(got, want)
     monkeypatch.setattr(_config, "_ENV_GGUF_GROUP", "4")
     rng.bit_generator.state = state
     same(run(cores()), want)
