@@ -26,6 +26,7 @@ from h3cy import _config, _kernels
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gguf_amx_check import gguf_linear  # noqa: E402
 from gguf_gemm import random_blocks  # noqa: E402
+from h3cy.weights.linears import int4_group  # noqa: E402
 
 SWITCHES = ("Q8D", "PF", "GROUP", "KQ")
 
@@ -63,7 +64,8 @@ def main():
                 print(f"the {args.isa} path takes the Q8_0 route in both (or neither) here (--b 2 off AMX)")
                 return 2
             base = "int4" if tname in ("Q4_K", "Q4_0", "IQ4_XS", "IQ4_NL") else "int8"
-            lins[base] = h3cy.ops.Linear(lins["A"]._c.dequantized(), weights=base, isa=args.isa, threads=pool)
+            kw = {"group_size": int4_group(K)} if base == "int4" else {}   # the models' group (128 here)
+            lins[base] = h3cy.ops.Linear(lins["A"]._c.dequantized(), weights=base, isa=args.isa, threads=pool, **kw)
             for M in (int(v) for v in args.ms.split(",")):
                 x = rng.standard_normal((M, K), dtype=np.float32)
                 out = np.empty((M, N), np.float32)
