@@ -84,8 +84,6 @@ static void quant(const pn_fmt *f, const h3_linear *l, int s, const float *x, ui
 /* the AMX path's K-quant form (gguf_kq_amx.c): integer scales and mins per 32, d and -dmin
  * per 256, after the decoded panel in buf */
 #define GGUF_KQ_BYTES (2 * (size_t)(GGUF_KB / 32) * GGUF_NR + 2 * (size_t)(GGUF_KB / 256) * GGUF_NR * 4)
-/* rows a tile of the kq route's activation layout holds (gguf_ukr_amx_kq_tiles: two 16-row A tiles) */
-#define GGUF_KQ_TILE 32
 
 /* decode weight rows [r0, r0 + nr) (nr <= 16) of the K block into buf (GGUF_DEC_BYTES); rows
  * (if not NULL) gets the rows' raw blocks of the K block and *type their type */
@@ -160,10 +158,11 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
     const int8_t *a = (const int8_t *)act->a + k0;
     const float *d = act->d + k0 / GGUF_AG;
     const int32_t *as = act->as + (t->seg == 16 ? k0 / 16 : l->K / 16 + k0 / 32);
+    /* the K-quant form's integer scales and mins, d and -dmin (GGUF_KQ_BYTES after the panel) */
+    uint8_t *isc = (uint8_t *)buf + GGUF_DEC_BYTES, *imn = isc + (GGUF_KB / 32) * GGUF_NR;
+    float *ds = (float *)(imn + (GGUF_KB / 32) * GGUF_NR), *dm = ds + (GGUF_KB / 256) * GGUF_NR;
     if (f->a_tile) { /* the kq route (kq_route): the activations in the 32-row tile layout */
-        uint8_t *isc = (uint8_t *)buf + GGUF_DEC_BYTES, *imn = isc + (GGUF_KB / 32) * GGUF_NR;
-        float *ds = (float *)(imn + (GGUF_KB / 32) * GGUF_NR), *dm = ds + (GGUF_KB / 256) * GGUF_NR;
-        const int8_t *at = (const int8_t *)act->a + k0 / 64 * (GGUF_KQ_TILE * 64);
+        const int8_t *at = (const int8_t *)act->a + k0 / 64 * GGUF_KQ_CHUNK;
         const int64_t ldt = act->lda * GGUF_KQ_TILE;
 #if H3_X86
         if (kq) {
@@ -178,8 +177,6 @@ static void kblock(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, int6
     }
 #if H3_X86
     if (kq) {
-        uint8_t *isc = (uint8_t *)buf + GGUF_DEC_BYTES, *imn = isc + (GGUF_KB / 32) * GGUF_NR;
-        float *ds = (float *)(imn + (GGUF_KB / 32) * GGUF_NR), *dm = ds + (GGUF_KB / 256) * GGUF_NR;
         gguf_kq_scales_avx512(type, rows, nr0, nk, isc, imn, ds, dm);
         gguf_ukr_amx_kq(mc, nk / 256, a, act->lda, d, act->ldd, as, act->ldas, u, isc, imn, ds, dm, cb);
         return;
@@ -221,12 +218,12 @@ static void quant_tiles(const pn_fmt *f, const h3_linear *l, int s, const float 
 }
 
 /* row x quantised signed with int32 sums (as quant does on the amx path; kq 3 elsewhere too),
- * its values written in the kq route's 32-row tile layout: input k at (k / 64) * 2048 + k % 64
+ * its values written in the kq route's 32-row tile layout: input k at (k / 64) * GGUF_KQ_CHUNK + k % 64
  * from the row's first chunk (a_row: the row's 64 bytes in its tile); x NULL: a zero row past M */
 static void quant_kq_tiles(const pn_fmt *f, const h3_linear *l, int s, const float *x, uint8_t *a, float *d,
                            int32_t *as) {
     (void)f; (void)s;
-    const int64_t K = l->K, cs = GGUF_KQ_TILE * 64; /* one chunk of the tile's rows */
+    const int64_t K = l->K, cs = GGUF_KQ_CHUNK;
     if (!x) {
         for (int64_t j = 0; j < K / 64; j++) memset(a + j * cs, 0, 64);
         return;
@@ -335,35 +332,35 @@ static int gguf_group(gguf_ukr_fn k) {
 
 pn_fmt gguf_panel_fmt(const h3_linear *l) {
     const gguf_ukr_fn k = gguf_ukr_for(l->isa);
-    int two = 0; /* two panels a kernel call: the AVX-512 VNNI kernel's x2 form */
-#if H3_X86
-    two = k == gguf_ukr_avx512;
-#endif
-    int kq = 0; /* the amx path's K-quant scales after the decoded panel (kblock) */
-#if H3_X86
-    kq = k == gguf_ukr_amx;
-#endif
+    /* the general form (the decoded panels, activations row by row), which the routes adjust */
+    pn_fmt f = {.nslots = 1, .sums = 3, .buf_bytes = GGUF_DEC_BYTES, .nr = GGUF_NR, .mc = gguf_rows_per_block(l->K),
+                .kb = GGUF_KB, .a_esize = 1, .group = l->gguf_group ? l->gguf_group : gguf_group(k), .quant = quant,
+                .slot_of = slot_of, .kblock = kblock, .ukr = (const void *)k,
+                .decode = (const void *)gguf_decode_for(l->isa)};
     if (q8d_route(l, k)) { /* no decode: buf only for a partial panel's copy (16 rows of a K block) */
         _Static_assert(GGUF_DEC_BYTES >= (size_t)GGUF_NR * (GGUF_KB / 32) * 34, "a partial panel fits buf");
-        pn_fmt f = {.nslots = 1, .sums = 0, .buf_bytes = GGUF_DEC_BYTES, .nr = GGUF_NR, .mc = gguf_rows_per_block(l->K),
-                    .kb = GGUF_KB, .a_esize = 1, .a_tile = 16, .a_chunk = 4, .cb_t = 1,
-                    .group = l->gguf_group ? l->gguf_group : gguf_group(k), .quant = quant_tiles, .slot_of = slot_of,
-                    .kblock = kblock_q8d, .ukr = (const void *)k, .decode = (const void *)gguf_decode_for(l->isa)};
+        f.sums = 0;
+        f.a_tile = 16;
+        f.a_chunk = 4;
+        f.cb_t = 1;
+        f.quant = quant_tiles;
+        f.kblock = kblock_q8d;
         return f;
     }
     if (kq_route(l, k)) { /* one panel a call, the activations in the 32-row tile layout */
-        pn_fmt f = {.nslots = 1, .sums = 3, .buf_bytes = GGUF_DEC_BYTES + GGUF_KQ_BYTES, .nr = GGUF_NR,
-                    .mc = gguf_rows_per_block(l->K), .kb = GGUF_KB, .a_esize = 1, .a_tile = GGUF_KQ_TILE,
-                    .a_chunk = 64, .group = l->gguf_group ? l->gguf_group : gguf_group(k), .quant = quant_kq_tiles,
-                    .slot_of = slot_of, .kblock = kblock, .ukr = (const void *)k,
-                    .decode = (const void *)gguf_decode_for(l->isa)};
+        f.buf_bytes += GGUF_KQ_BYTES;
+        f.a_tile = GGUF_KQ_TILE;
+        f.a_chunk = 64;
+        f.quant = quant_kq_tiles;
         return f;
     }
-    pn_fmt f = {.nslots = 1, .sums = 3, .buf_bytes = (two ? 2 : 1) * GGUF_DEC_BYTES + (kq ? GGUF_KQ_BYTES : 0),
-                .nr = (two ? 2 : 1) * GGUF_NR, .mc = gguf_rows_per_block(l->K), .kb = GGUF_KB, .a_esize = 1,
-                .group = l->gguf_group ? l->gguf_group : gguf_group(k), .quant = quant,
-                .slot_of = slot_of, .kblock = kblock, .ukr = (const void *)k,
-                .decode = (const void *)gguf_decode_for(l->isa)};
+#if H3_X86
+    if (k == gguf_ukr_avx512) { /* two panels a kernel call: the AVX-512 VNNI kernel's x2 form */
+        f.buf_bytes = 2 * GGUF_DEC_BYTES;
+        f.nr = 2 * GGUF_NR;
+    }
+    if (k == gguf_ukr_amx) f.buf_bytes += GGUF_KQ_BYTES; /* the K-quant scales after the decoded panel (kblock) */
+#endif
     return f;
 }
 

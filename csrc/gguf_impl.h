@@ -192,6 +192,10 @@ void gguf_kq_scales_avx512(int type, const uint8_t *const *rows, int nr, int nk,
 void gguf_ukr_kq_ref(int mr, int nsb, const int8_t *a, int64_t lda, const float *d, int64_t ldd, const int32_t *as,
                      int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn, const float *ds,
                      const float *dm, float *cb);
+/* the K-quants' activation tile layout (the kq route, gemm_gguf.c): rows a tile holds (two
+ * 16-row A tiles) and the bytes of one 64-input chunk of a tile's rows */
+#define GGUF_KQ_TILE 32
+#define GGUF_KQ_CHUNK (GGUF_KQ_TILE * 64)
 /* the same from the activations in the 32-row tile layout (gguf_ukr_amx_kq_tiles, below) */
 void gguf_ukr_kq_tiles_ref(int mr, int nsb, const int8_t *a, int64_t ldt, const float *d, int64_t ldd,
                            const int32_t *as, int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn,
@@ -201,7 +205,7 @@ void gguf_ukr_amx_kq(int mr, int nsb, const int8_t *a, int64_t lda, const float 
                      int64_t ldas, const uint8_t *u, const uint8_t *isc, const uint8_t *imn, const float *ds,
                      const float *dm, float *cb);
 /* the same sums (the same bits) from the activations in the 32-row tile layout: row i's input k
- * at a + (i / 32) * ldt + (k / 64) * 2048 + (i % 32) * 64 + k % 64 (ldt = 32 K for the whole
+ * at a + (i / 32) * ldt + (k / 64) * GGUF_KQ_CHUNK + (i % 32) * 64 + k % 64 (ldt = 32 K for the whole
  * row; a points at the K block's first chunk), every row of the last 32 past mr present and
  * zero (the driver's kq route, gemm_gguf.c) */
 void gguf_ukr_amx_kq_tiles(int mr, int nsb, const int8_t *a, int64_t ldt, const float *d, int64_t ldd,

@@ -82,7 +82,7 @@ static inline __attribute__((always_inline)) void fold_quarter(int q, int nv, in
 
 /* tl 0: the activations' rows in place (row i at a + i * lda); tl 1: in the 32-row tile layout
  * (gguf_impl.h, gguf_ukr_amx_kq_tiles), block blk's chunk of 64 inputs k at a + blk * lda +
- * (k / 64) * 2048, its rows 16-31 1 KB on, and the rows past mr zero */
+ * (k / 64) * GGUF_KQ_CHUNK, its rows 16-31 1 KB on, and the rows past mr zero */
 static inline __attribute__((always_inline)) void kq_body(const int tl, int mr, int nsb, const int8_t *a, int64_t lda,
                                                           const float *d, int64_t ldd, const int32_t *as, int64_t ldas,
                                                           const uint8_t *u, const uint8_t *isc, const uint8_t *imn,
@@ -125,7 +125,7 @@ static inline __attribute__((always_inline)) void kq_body(const int tl, int mr, 
         _tile_zero(3);
         for (int ch = 0; ch < 4; ch++) {
             const int64_t k = (int64_t)b * 256 + ch * 64;
-            const int8_t *ac = tl ? a0 + (k / 64) * 2048 : a0 + k; /* the chunk's rows 0-15 */
+            const int8_t *ac = tl ? a0 + (k / 64) * GGUF_KQ_CHUNK : a0 + k; /* the chunk's rows 0-15 */
             _tile_loadd(4, ac, la);
             _tile_loadd(5, ac + 16 * la, la);
             _tile_loadd(6, bl + k * GGUF_NR, 64);

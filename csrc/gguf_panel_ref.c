@@ -203,7 +203,8 @@ void gguf_float_scales_ref(int type, const uint8_t *const *rows, int nr, int nk,
 /* activation i's input k: the rows in place (tl 0: row i at a + i * lda) or the 32-row tile
  * layout (tl 1: gguf_ukr_amx_kq_tiles's, lda the bytes between row tiles) */
 static inline int32_t act_at(int tl, const int8_t *a, int64_t lda, int i, int k) {
-    return tl ? a[(i / 32) * lda + (k / 64) * 2048 + (i % 32) * 64 + k % 64] : a[i * lda + k];
+    return tl ? a[(i / GGUF_KQ_TILE) * lda + (k / 64) * GGUF_KQ_CHUNK + (i % GGUF_KQ_TILE) * 64 + k % 64]
+              : a[i * lda + k];
 }
 
 static void kq_ref(int tl, int mr, int nsb, const int8_t *a, int64_t lda, const float *d, int64_t ldd,
