@@ -264,17 +264,23 @@ static void kblock_q8d(const pn_fmt *f, const h3_linear *l, int64_t r0, int nr, 
     k(mc, nk / 32, w, ldw, (const int8_t *)act->a + k0 * 16, act->lda * 16, act->d + k0 / GGUF_AG, act->ldd, cb, mc);
 }
 
+/* whether a linear takes a tile route: every part of type t0 or t1, and the switch at on_amx
+ * on the amx path or at anywhere on every path (there the route's scalar kernel, for tests) */
+static int tile_route(const h3_linear *l, gguf_ukr_fn k, int t0, int t1, int sw, int on_amx, int anywhere) {
+    for (int i = 0; i < l->nparts; i++)
+        if (l->gtype[i] != t0 && l->gtype[i] != t1) return 0;
+    if (sw == anywhere) return 1;
+#if H3_X86
+    if (sw == on_amx && k == gguf_ukr_amx) return 1;
+#endif
+    (void)k; (void)on_amx;
+    return 0;
+}
+
 /* a linear whose parts are all Q8_0 takes the route on the amx path (q8d 1, the default), on
  * every path (q8d 2: the scalar kernel off AMX, for tests) or on none (0) */
 static int q8d_route(const h3_linear *l, gguf_ukr_fn k) {
-    for (int i = 0; i < l->nparts; i++)
-        if (l->gtype[i] != H3_GGUF_Q8_0) return 0;
-    if (l->gguf_q8d == 2) return 1;
-#if H3_X86
-    if (l->gguf_q8d == 1 && k == gguf_ukr_amx) return 1;
-#endif
-    (void)k;
-    return 0;
+    return tile_route(l, k, H3_GGUF_Q8_0, H3_GGUF_Q8_0, l->gguf_q8d, 1, 2);
 }
 
 int h3_linear_gguf_q8d(const h3_linear *l) {
@@ -285,14 +291,7 @@ int h3_linear_gguf_q8d(const h3_linear *l) {
  * activations in the 32-row tile layout -- on the amx path (kq 2, the default), on every path
  * (kq 3: its scalar kernel off AMX, for tests) or on none (kq 0 or 1: the rows in place) */
 static int kq_route(const h3_linear *l, gguf_ukr_fn k) {
-    for (int i = 0; i < l->nparts; i++)
-        if (l->gtype[i] != H3_GGUF_Q4_K && l->gtype[i] != H3_GGUF_Q5_K) return 0;
-    if (l->gguf_kq == 3) return 1;
-#if H3_X86
-    if (l->gguf_kq == 2 && k == gguf_ukr_amx) return 1;
-#endif
-    (void)k;
-    return 0;
+    return tile_route(l, k, H3_GGUF_Q4_K, H3_GGUF_Q5_K, l->gguf_kq, 2, 3);
 }
 
 int h3_linear_gguf_kq_tiles(const h3_linear *l) {
